@@ -1,0 +1,1 @@
+//! Placeholder: filled by the smc-proto work (issue 2).
