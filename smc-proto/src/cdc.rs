@@ -1,1 +1,0 @@
-//! Placeholder: filled by the smc-proto work (issue 2).

@@ -1,0 +1,489 @@
+//! The LLC message bodies, one struct per type, with offsets from the kernel's
+//! `struct smc_llc_msg_*` definitions in `net/smc/smc_llc.c`.
+//!
+//! `parse_body` gets a message that [`super::LlcPacket::check_len`] has accepted (at least 44
+//! bytes), so its fixed offsets cannot go out of bounds. `emit_body` gets exactly
+//! `buffer_len()` bytes and writes all of them (reserved bytes as zero).
+
+use super::{
+    AddLinkRejectReason, DeleteLinkReason, GID_LEN, LLC_LEN, LlcError, LlcFlags, LlcPacket,
+    LlcType,
+};
+use crate::wire::{array, be24, be32, be64, put_be24, put_be32, put_be64};
+
+/// Writes a v1 header and zeroes the body.
+fn put_v1_header(b: &mut [u8], ty: LlcType, byte2: u8, flags: LlcFlags) {
+    b.fill(0);
+    b[0] = ty.code();
+    b[1] = LLC_LEN as u8;
+    b[2] = byte2;
+    b[3] = flags.bits();
+}
+
+fn flags_of(b: &[u8]) -> LlcFlags {
+    LlcFlags::from_bits(b[3])
+}
+
+/// An RMB rtoken as carried in CONFIRM_RKEY(_CONT) (`struct smc_rmb_rtoken`, 13 packed bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Rtoken {
+    /// Link id the rtoken is for.
+    pub link_id: u8,
+    /// RMB rkey on that link.
+    pub rkey: u32,
+    /// RMB virtual (DMA) address on that link.
+    pub vaddr: u64,
+}
+
+impl Rtoken {
+    const LEN: usize = 13;
+
+    fn parse(b: &[u8], at: usize) -> Rtoken {
+        Rtoken {
+            link_id: b[at],
+            rkey: be32(b, at + 1),
+            vaddr: be64(b, at + 5),
+        }
+    }
+
+    fn emit(&self, b: &mut [u8], at: usize) {
+        b[at] = self.link_id;
+        put_be32(b, at + 1, self.rkey);
+        put_be64(b, at + 5, self.vaddr);
+    }
+}
+
+/// CONFIRM_LINK (0x01, `struct smc_llc_msg_confirm_link`): sent by the server on a new link, the
+/// client answers with the response flag. Linux sets [`LlcFlags::NO_RMBE_EYECATCHER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ConfirmLink {
+    /// Flags (0x80 response, 0x03 no RMBE eyecatchers).
+    pub flags: LlcFlags,
+    /// Sender's MAC (byte 4).
+    pub mac: [u8; 6],
+    /// Sender's GID (byte 10).
+    pub gid: [u8; GID_LEN],
+    /// Sender's QP number, 24 bits (byte 26). Emit writes the low 24 bits.
+    pub qpn: u32,
+    /// Link id the server assigned (byte 29).
+    pub link_num: u8,
+    /// Link user id, big endian (byte 30): link group id + link id.
+    pub link_uid: u32,
+    /// Max links (byte 34): 2 from Linux, or the negotiated value in v2.1 link groups.
+    pub max_links: u8,
+    /// Max connections (byte 35): 0 unless SMC-Rv2.1 negotiated it.
+    pub max_conns: u8,
+}
+
+impl ConfirmLink {
+    pub(super) fn parse_body(b: &[u8]) -> ConfirmLink {
+        ConfirmLink {
+            flags: flags_of(b),
+            mac: array(b, 4),
+            gid: array(b, 10),
+            qpn: be24(b, 26),
+            link_num: b[29],
+            link_uid: be32(b, 30),
+            max_links: b[34],
+            max_conns: b[35],
+        }
+    }
+
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        put_v1_header(b, LlcType::ConfirmLink, 0, self.flags);
+        b[4..10].copy_from_slice(&self.mac);
+        b[10..26].copy_from_slice(&self.gid);
+        put_be24(b, 26, self.qpn);
+        b[29] = self.link_num;
+        put_be32(b, 30, self.link_uid);
+        b[34] = self.max_links;
+        b[35] = self.max_conns;
+    }
+}
+
+/// ADD_LINK (0x02, `struct smc_llc_msg_add_link`). A response may carry the reject flag (0x40)
+/// and a reject reason in the low nibble of header byte 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AddLink {
+    /// Flags (0x80 response, 0x40 rejected).
+    pub flags: LlcFlags,
+    /// Reject reason (header byte 2, low nibble).
+    pub reject_reason: AddLinkRejectReason,
+    /// Sender's MAC (byte 4).
+    pub mac: [u8; 6],
+    /// Sender's GID (byte 12, after 2 reserved bytes).
+    pub gid: [u8; GID_LEN],
+    /// QP number of the new link, 24 bits (byte 28).
+    pub qpn: u32,
+    /// Link id of the new link (byte 31).
+    pub link_num: u8,
+    /// QP MTU, IB enum, low nibble of byte 32 (request: own path MTU; response: the minimum).
+    /// Emit writes the low 4 bits.
+    pub qp_mtu: u8,
+    /// Initial packet sequence number, 24 bits (byte 33).
+    pub initial_psn: u32,
+}
+
+impl Default for AddLink {
+    fn default() -> Self {
+        AddLink {
+            flags: LlcFlags::EMPTY,
+            reject_reason: AddLinkRejectReason::NoReason,
+            mac: [0; 6],
+            gid: [0; GID_LEN],
+            qpn: 0,
+            link_num: 0,
+            qp_mtu: 0,
+            initial_psn: 0,
+        }
+    }
+}
+
+impl AddLink {
+    pub(super) fn parse_body(b: &[u8]) -> AddLink {
+        AddLink {
+            flags: flags_of(b),
+            reject_reason: AddLinkRejectReason::from_code(b[2]),
+            mac: array(b, 4),
+            gid: array(b, 12),
+            qpn: be24(b, 28),
+            link_num: b[31],
+            qp_mtu: b[32] & 0x0F,
+            initial_psn: be24(b, 33),
+        }
+    }
+
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        put_v1_header(b, LlcType::AddLink, self.reject_reason.code(), self.flags);
+        b[4..10].copy_from_slice(&self.mac);
+        b[12..28].copy_from_slice(&self.gid);
+        put_be24(b, 28, self.qpn);
+        b[31] = self.link_num;
+        b[32] = self.qp_mtu & 0x0F;
+        put_be24(b, 33, self.initial_psn);
+    }
+}
+
+/// One rkey pair of ADD_LINK_CONT (`struct smc_llc_msg_add_link_cont_rt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AddLinkContRkey {
+    /// The RMB's rkey on the existing link.
+    pub rkey: u32,
+    /// The same RMB's rkey on the new link.
+    pub rkey_new: u32,
+    /// The RMB's virtual address on the new link.
+    pub vaddr_new: u64,
+}
+
+/// ADD_LINK_CONT (0x03, `struct smc_llc_msg_add_link_cont`): two rkey pairs per message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AddLinkCont {
+    /// Flags (0x80 when sent by the client).
+    pub flags: LlcFlags,
+    /// Link id of the new link (byte 4).
+    pub link_num: u8,
+    /// Rkeys still to send *including* this message's (byte 5); Linux fills
+    /// `min(num_rkeys, 2)` of the slots below.
+    pub num_rkeys: u8,
+    /// The two slots (bytes 8 and 24, after 2 reserved bytes), kept even when unused.
+    pub rkeys: [AddLinkContRkey; 2],
+}
+
+impl AddLinkCont {
+    pub(super) fn parse_body(b: &[u8]) -> AddLinkCont {
+        let rt = |at: usize| AddLinkContRkey {
+            rkey: be32(b, at),
+            rkey_new: be32(b, at + 4),
+            vaddr_new: be64(b, at + 8),
+        };
+        AddLinkCont {
+            flags: flags_of(b),
+            link_num: b[4],
+            num_rkeys: b[5],
+            rkeys: [rt(8), rt(24)],
+        }
+    }
+
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        put_v1_header(b, LlcType::AddLinkCont, 0, self.flags);
+        b[4] = self.link_num;
+        b[5] = self.num_rkeys;
+        for (i, rt) in self.rkeys.iter().enumerate() {
+            let at = 8 + 16 * i;
+            put_be32(b, at, rt.rkey);
+            put_be32(b, at + 4, rt.rkey_new);
+            put_be64(b, at + 8, rt.vaddr_new);
+        }
+    }
+}
+
+/// DELETE_LINK (0x04, `struct smc_llc_msg_del_link`, packed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeleteLink {
+    /// Flags (0x80 response, 0x40 all links, 0x20 orderly).
+    pub flags: LlcFlags,
+    /// Link id to delete (byte 4); 0 with the "all" flag.
+    pub link_num: u8,
+    /// Reason, big-endian u32 at byte 5 (unaligned).
+    pub reason: DeleteLinkReason,
+}
+
+impl Default for DeleteLink {
+    fn default() -> Self {
+        DeleteLink {
+            flags: LlcFlags::EMPTY,
+            link_num: 0,
+            reason: DeleteLinkReason::NoReason,
+        }
+    }
+}
+
+impl DeleteLink {
+    pub(super) fn parse_body(b: &[u8]) -> DeleteLink {
+        DeleteLink {
+            flags: flags_of(b),
+            link_num: b[4],
+            reason: DeleteLinkReason::from_code(be32(b, 5)),
+        }
+    }
+
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        put_v1_header(b, LlcType::DeleteLink, 0, self.flags);
+        b[4] = self.link_num;
+        put_be32(b, 5, self.reason.code());
+    }
+}
+
+/// CONFIRM_RKEY (0x06, `struct smc_llc_msg_confirm_rkey`): three packed rtokens; the first is
+/// for the sending link and its first byte counts the other entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ConfirmRkey {
+    /// Flags (0x80 response, 0x20 negative, 0x10 retry).
+    pub flags: LlcFlags,
+    /// Number of entries in `others` that are used (byte 4; Linux rejects more than 3).
+    pub num_others: u8,
+    /// RMB rkey on the sending link (byte 5).
+    pub rkey: u32,
+    /// RMB virtual address on the sending link (byte 9).
+    pub vaddr: u64,
+    /// Rtokens for the other links (bytes 17 and 30), kept even when unused.
+    pub others: [Rtoken; 2],
+}
+
+impl ConfirmRkey {
+    pub(super) fn parse_body(b: &[u8]) -> ConfirmRkey {
+        ConfirmRkey {
+            flags: flags_of(b),
+            num_others: b[4],
+            rkey: be32(b, 5),
+            vaddr: be64(b, 9),
+            others: [
+                Rtoken::parse(b, 4 + Rtoken::LEN),
+                Rtoken::parse(b, 4 + 2 * Rtoken::LEN),
+            ],
+        }
+    }
+
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        put_v1_header(b, LlcType::ConfirmRkey, 0, self.flags);
+        Rtoken {
+            link_id: self.num_others,
+            rkey: self.rkey,
+            vaddr: self.vaddr,
+        }
+        .emit(b, 4);
+        self.others[0].emit(b, 4 + Rtoken::LEN);
+        self.others[1].emit(b, 4 + 2 * Rtoken::LEN);
+    }
+}
+
+/// TEST_LINK (0x07, `struct smc_llc_msg_test_link`): echoed with the response flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct TestLink {
+    /// Flags (0x80 response).
+    pub flags: LlcFlags,
+    /// Opaque user data (byte 4), echoed by the responder (Linux sends zeros).
+    pub user_data: [u8; 16],
+}
+
+impl TestLink {
+    pub(super) fn parse_body(b: &[u8]) -> TestLink {
+        TestLink {
+            flags: flags_of(b),
+            user_data: array(b, 4),
+        }
+    }
+
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        put_v1_header(b, LlcType::TestLink, 0, self.flags);
+        b[4..20].copy_from_slice(&self.user_data);
+    }
+}
+
+/// CONFIRM_RKEY_CONT (0x08, `struct smc_llc_msg_confirm_rkey_cont` as in the kernels that
+/// still defined it): a count and three rtokens. Current Linux never sends it (three links fit
+/// one CONFIRM_RKEY) and ignores it on receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ConfirmRkeyCont {
+    /// Flags (0x80 response, 0x20 negative, 0x10 retry).
+    pub flags: LlcFlags,
+    /// Number of rtokens (byte 4).
+    pub num_rkeys: u8,
+    /// Three rtokens (bytes 5, 18, 31).
+    pub rtokens: [Rtoken; 3],
+}
+
+impl ConfirmRkeyCont {
+    pub(super) fn parse_body(b: &[u8]) -> ConfirmRkeyCont {
+        ConfirmRkeyCont {
+            flags: flags_of(b),
+            num_rkeys: b[4],
+            rtokens: [
+                Rtoken::parse(b, 5),
+                Rtoken::parse(b, 5 + Rtoken::LEN),
+                Rtoken::parse(b, 5 + 2 * Rtoken::LEN),
+            ],
+        }
+    }
+
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        put_v1_header(b, LlcType::ConfirmRkeyCont, 0, self.flags);
+        b[4] = self.num_rkeys;
+        for (i, rt) in self.rtokens.iter().enumerate() {
+            rt.emit(b, 5 + i * Rtoken::LEN);
+        }
+    }
+}
+
+/// DELETE_RKEY (0x09, `struct smc_llc_msg_delete_rkey`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct DeleteRkey {
+    /// Flags (0x80 response, 0x20 negative).
+    pub flags: LlcFlags,
+    /// Number of rkeys used (byte 4; at most 8 are read).
+    pub num_rkeys: u8,
+    /// Response: bit `7 - i` set when `rkeys[i]` could not be deleted (byte 5).
+    pub err_mask: u8,
+    /// Rkeys to delete (byte 8, after 2 reserved bytes), all 8 slots kept.
+    pub rkeys: [u32; 8],
+}
+
+impl DeleteRkey {
+    pub(super) fn parse_body(b: &[u8]) -> DeleteRkey {
+        let mut rkeys = [0u32; 8];
+        for (i, k) in rkeys.iter_mut().enumerate() {
+            *k = be32(b, 8 + 4 * i);
+        }
+        DeleteRkey {
+            flags: flags_of(b),
+            num_rkeys: b[4],
+            err_mask: b[5],
+            rkeys,
+        }
+    }
+
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        put_v1_header(b, LlcType::DeleteRkey, 0, self.flags);
+        b[4] = self.num_rkeys;
+        b[5] = self.err_mask;
+        for (i, k) in self.rkeys.iter().enumerate() {
+            put_be32(b, 8 + 4 * i, *k);
+        }
+    }
+}
+
+/// REQUEST_ADD_LINK (type byte 0x25: llc_type 5 with a v2 header,
+/// `struct smc_llc_msg_req_add_link_v2`). An SMC-Rv2 client sends it with the list of its
+/// usable GIDs to ask the server to start ADD_LINK; the server answers with the response flag
+/// and a zeroed 44-byte body.
+///
+/// The length in bytes 1..3 is host byte order, as the kernel writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ReqAddLink {
+    /// Flags (0x80 response).
+    pub flags: LlcFlags,
+    /// GIDs (count at byte 24, list at byte 28). Linux sends the request only with 2 or more
+    /// and the response with none. At most 255.
+    pub gids: Vec<[u8; GID_LEN]>,
+}
+
+impl ReqAddLink {
+    const FIXED: usize = 28;
+
+    /// The message length: `28 + 16 * gids`, but at least 44 (the kernel's minimum).
+    pub fn buffer_len(&self) -> usize {
+        (Self::FIXED + GID_LEN * self.gids.len().min(255)).max(LLC_LEN)
+    }
+
+    pub(super) fn parse_body(b: &[u8]) -> Result<ReqAddLink, LlcError> {
+        let count = b[24];
+        let need = Self::FIXED + GID_LEN * count as usize;
+        if need > b.len() {
+            return Err(LlcError::GidCountTooLarge {
+                count,
+                length: b.len(),
+            });
+        }
+        let gids = (0..count as usize)
+            .map(|i| array(b, Self::FIXED + GID_LEN * i))
+            .collect();
+        Ok(ReqAddLink {
+            flags: flags_of(b),
+            gids,
+        })
+    }
+
+    /// # Panics
+    /// If `b` is not `buffer_len()` bytes long or more than 255 GIDs are listed.
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        assert!(self.gids.len() <= 255, "REQUEST_ADD_LINK holds at most 255 GIDs");
+        let len = self.buffer_len();
+        b.fill(0);
+        b[0] = LlcType::ReqAddLinkV2.code();
+        b[1..3].copy_from_slice(&(len as u16).to_ne_bytes());
+        b[3] = self.flags.bits();
+        b[24] = self.gids.len() as u8;
+        for (i, g) in self.gids.iter().enumerate() {
+            let at = Self::FIXED + GID_LEN * i;
+            b[at..at + GID_LEN].copy_from_slice(g);
+        }
+    }
+}
+
+/// An LLC message kept as bytes: the v2 types other than REQUEST_ADD_LINK, the v1-header 0x05,
+/// and unknown types. It always holds a message that passed the kernel's length checks, so its
+/// type, flags and length can be read back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RawLlc {
+    bytes: Vec<u8>,
+}
+
+impl RawLlc {
+    /// Keeps a message, after the same checks as [`super::LlcMessage::parse`]; bytes past the
+    /// message length are dropped.
+    pub fn new(bytes: &[u8]) -> Result<RawLlc, LlcError> {
+        let p = LlcPacket::new_checked(bytes)?;
+        Ok(Self::from_checked(p.message()))
+    }
+
+    pub(super) fn from_checked(message: &[u8]) -> RawLlc {
+        RawLlc {
+            bytes: message.to_vec(),
+        }
+    }
+
+    /// The message bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The type (byte 0).
+    pub fn llc_type(&self) -> LlcType {
+        LlcType::from_code(self.bytes[0])
+    }
+
+    /// The flags (byte 3).
+    pub fn flags(&self) -> LlcFlags {
+        flags_of(&self.bytes)
+    }
+}
