@@ -1,1 +1,4 @@
-//! Placeholder: filled by the smc-proto work (issue 2).
+//! Generic netlink families served by `smcd` (placeholder header; the SMC_GEN_NETLINK work of
+//! issue 2 fills the rest).
+
+pub mod loopback;
