@@ -184,10 +184,8 @@ impl Ring {
         if old.wrap != new.wrap {
             // < 2N <= 2^32 - 2: fits.
             Ok((self.0 - old.count) + new.count)
-        } else if new.count > old.count {
-            Ok(new.count - old.count)
         } else {
-            Ok(0)
+            Ok(new.count.saturating_sub(old.count))
         }
     }
 
@@ -231,11 +229,7 @@ impl Ring {
             // wrap rolled over from 0xffff to 0x0000 (kernel: new.wrap + 0xffff - old.wrap).
             new.wrap as u64 + 0xffff - old.wrap as u64
         } else {
-            return Ok(if new.count > old.count {
-                new.count - old.count
-            } else {
-                0
-            });
+            return Ok(new.count.saturating_sub(old.count));
         };
         let d = partial + full_rings * n;
         Ok(if d < n { d as u32 } else { self.0 })
@@ -282,7 +276,10 @@ mod tests {
             })
         );
         assert!(r.diff(Cursor::new(0, 0), Cursor::new(0, u32::MAX)).is_err());
-        assert!(r.diff_large(Cursor::new(0, 200), Cursor::new(0, 0)).is_err());
+        assert!(
+            r.diff_large(Cursor::new(0, 200), Cursor::new(0, 0))
+                .is_err()
+        );
         assert!(r.comp(Cursor::new(9, 200), Cursor::new(0, 0)).is_err());
     }
 
@@ -304,7 +301,10 @@ mod tests {
         assert_eq!(r.comp(Cursor::new(0, 90), Cursor::new(1, 10)), Ok(20));
         assert_eq!(r.diff_large(Cursor::new(0, 90), Cursor::new(1, 5)), Ok(15));
         assert_eq!(r.diff_large(Cursor::new(0, 90), Cursor::new(2, 5)), Ok(100));
-        assert_eq!(r.diff_large(Cursor::new(0xffff, 90), Cursor::new(0, 5)), Ok(15));
+        assert_eq!(
+            r.diff_large(Cursor::new(0xffff, 90), Cursor::new(0, 5)),
+            Ok(15)
+        );
         assert_eq!(r.diff_large(Cursor::new(5, 50), Cursor::new(5, 40)), Ok(0));
         // Huge wrap distance on a huge ring: 64-bit math, no overflow.
         let big = ring(Ring::MAX);

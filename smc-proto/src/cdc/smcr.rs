@@ -110,12 +110,18 @@ impl<T: AsRef<[u8]>> SmcrCdc<T> {
 
     /// The two reserved bytes in front of the producer cursor (ignored by the kernel).
     pub fn prod_cursor_reserved(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::PROD + field::CURS_RESERVED.start)
+        be16(
+            self.buffer.as_ref(),
+            field::PROD + field::CURS_RESERVED.start,
+        )
     }
 
     /// The two reserved bytes in front of the consumer cursor (ignored by the kernel).
     pub fn cons_cursor_reserved(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CONS + field::CURS_RESERVED.start)
+        be16(
+            self.buffer.as_ref(),
+            field::CONS + field::CURS_RESERVED.start,
+        )
     }
 
     /// Producer flags byte.

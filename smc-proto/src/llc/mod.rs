@@ -470,9 +470,7 @@ impl LlcMessage {
             LlcType::DeleteLink => LlcMessage::DeleteLink(DeleteLink::parse_body(m)),
             LlcType::ConfirmRkey => LlcMessage::ConfirmRkey(ConfirmRkey::parse_body(m)),
             LlcType::TestLink => LlcMessage::TestLink(TestLink::parse_body(m)),
-            LlcType::ConfirmRkeyCont => {
-                LlcMessage::ConfirmRkeyCont(ConfirmRkeyCont::parse_body(m))
-            }
+            LlcType::ConfirmRkeyCont => LlcMessage::ConfirmRkeyCont(ConfirmRkeyCont::parse_body(m)),
             LlcType::DeleteRkey => LlcMessage::DeleteRkey(DeleteRkey::parse_body(m)),
             LlcType::ReqAddLinkV2 => LlcMessage::ReqAddLink(ReqAddLink::parse_body(m)?),
             LlcType::Unknown(CDC_MSG_TYPE) => return Err(LlcError::CdcMessage),
@@ -582,7 +580,9 @@ mod tests {
 
     #[test]
     fn reason_codes_round_trip() {
-        for c in [0, 0x10000, 0x20000, 0x30000, 0x40000, 0x50000, 0x100000, 0x200000, 7] {
+        for c in [
+            0, 0x10000, 0x20000, 0x30000, 0x40000, 0x50000, 0x100000, 0x200000, 7,
+        ] {
             assert_eq!(DeleteLinkReason::from_code(c).code(), c);
         }
         for c in 0..16 {

@@ -6,8 +6,7 @@
 //! `buffer_len()` bytes and writes all of them (reserved bytes as zero).
 
 use super::{
-    AddLinkRejectReason, DeleteLinkReason, GID_LEN, LLC_LEN, LlcError, LlcFlags, LlcPacket,
-    LlcType,
+    AddLinkRejectReason, DeleteLinkReason, GID_LEN, LLC_LEN, LlcError, LlcFlags, LlcPacket, LlcType,
 };
 use crate::wire::{array, be24, be32, be64, put_be24, put_be32, put_be64};
 
@@ -436,7 +435,10 @@ impl ReqAddLink {
     /// # Panics
     /// If `b` is not `buffer_len()` bytes long or more than 255 GIDs are listed.
     pub(super) fn emit_body(&self, b: &mut [u8]) {
-        assert!(self.gids.len() <= 255, "REQUEST_ADD_LINK holds at most 255 GIDs");
+        assert!(
+            self.gids.len() <= 255,
+            "REQUEST_ADD_LINK holds at most 255 GIDs"
+        );
         let len = self.buffer_len();
         b.fill(0);
         b[0] = LlcType::ReqAddLinkV2.code();
