@@ -528,7 +528,8 @@ impl LlcMessage {
     /// zeroed.
     ///
     /// # Panics
-    /// If `buf` is shorter than `buffer_len()`.
+    /// If `buf` is shorter than `buffer_len()`, or a [`ReqAddLink`] lists more than 255 GIDs
+    /// (its count is one byte); both are caller bugs, never input.
     pub fn emit(&self, buf: &mut [u8]) {
         let len = self.buffer_len();
         assert!(buf.len() >= len, "LLC emit needs {len} bytes");
