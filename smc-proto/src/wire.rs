@@ -74,16 +74,16 @@ mod tests {
 
     #[test]
     fn big_endian_round_trip() {
-        let mut b = [0u8; 16];
+        let mut b = [0u8; 17];
         put_be16(&mut b, 0, 0x1234);
         put_be24(&mut b, 2, 0x00ab_cdef);
         put_be32(&mut b, 5, 0xdead_beef);
-        put_be64(&mut b, 8, 0x0102_0304_0506_0708);
+        put_be64(&mut b, 9, 0x0102_0304_0506_0708);
         assert_eq!(b[..5], [0x12, 0x34, 0xab, 0xcd, 0xef]);
         assert_eq!(be16(&b, 0), 0x1234);
         assert_eq!(be24(&b, 2), 0x00ab_cdef);
         assert_eq!(be32(&b, 5), 0xdead_beef);
-        assert_eq!(be64(&b, 8), 0x0102_0304_0506_0708);
+        assert_eq!(be64(&b, 9), 0x0102_0304_0506_0708);
         assert_eq!(array::<3>(&b, 2), [0xab, 0xcd, 0xef]);
     }
 }
