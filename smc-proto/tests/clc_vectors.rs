@@ -1010,3 +1010,43 @@ fn validate_catches_inconsistent_values() {
     assert!(d.validate().is_err());
     assert!(ProposalBuilder::new().smcd_v1(1, 2).build().is_err()); // v1 without IP area
 }
+
+/// Writes every vector above into `$CLC_SEED_DIR` as a fuzz seed:
+/// `CLC_SEED_DIR=/tmp/seeds cargo test -p smc-proto --test clc_vectors -- --ignored`.
+#[test]
+#[ignore]
+fn dump_fuzz_seeds() {
+    let Ok(dir) = std::env::var("CLC_SEED_DIR") else {
+        return;
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut seeds: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "proposal_smcd_v2_loopback",
+            PROPOSAL_SMCD_V2_LOOPBACK.to_vec(),
+        ),
+        ("proposal_smcr_v1_old", PROPOSAL_SMCR_V1_OLD.to_vec()),
+        ("proposal_both_v2", PROPOSAL_BOTH_V2.to_vec()),
+        ("accept_smcd_v2_fc", ACCEPT_SMCD_V2_FC.to_vec()),
+        ("accept_smcd_v1", ACCEPT_SMCD_V1.to_vec()),
+        ("accept_smcr_v1_fc", ACCEPT_SMCR_V1_FC.to_vec()),
+        ("decline_v1", DECLINE_V1.to_vec()),
+        ("decline_v2_syncerr", DECLINE_V2_SYNCERR.to_vec()),
+    ];
+    let mut body = smcr_body();
+    body.eid = eid();
+    body.gid_list = Some(vec![[0xAA; 16], [0xBB; 16]]);
+    let fce = FirstContactExt::linux_smcr(1, Hostname::new("myhost"), true, 255, 2, 1);
+    seeds.push((
+        "confirm_smcr_v2_gids",
+        ClcMessage::Confirm(AcceptConfirm::smcr(2, true, body, Some(fce))).to_vec(),
+    ));
+    let c = AcceptConfirm::smcd_v2(
+        smcd_body(),
+        Some(FirstContactExt::linux_smcd(0, Hostname::new("myhost"), 0)),
+    );
+    seeds.push(("confirm_smcd_v2_rel0", ClcMessage::Confirm(c).to_vec()));
+    for (name, bytes) in seeds {
+        std::fs::write(format!("{dir}/{name}"), bytes).unwrap();
+    }
+}
