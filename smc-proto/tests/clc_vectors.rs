@@ -848,6 +848,18 @@ fn decline_vectors() {
     assert!(d.out_of_sync);
     d.peer_id = [0x02, 0, 0, 0, 0, 0, 0, 0x2A];
     both_ways(&DECLINE_V2_SYNCERR, &ClcMessage::Decline(d));
+    // A server answers a Proposal with its version (anything above 1 → 2).
+    let mut p = proposal_smcd_v2_loopback();
+    p.version = 3;
+    assert_eq!(
+        Decline::reply_to(ReasonCode::NOSMCD2DEV, &p).to_vec().len(),
+        44
+    );
+    let v1 = Proposal::parse(&PROPOSAL_SMCR_V1_OLD).unwrap();
+    assert_eq!(
+        Decline::reply_to(ReasonCode::NOSMCD2DEV, &v1).to_vec(),
+        DECLINE_V1
+    );
     // Declines must have the exact length for their version.
     let mut b = DECLINE_V2_SYNCERR;
     b[7] = 0x18; // version 1 with 44 bytes

@@ -11,6 +11,7 @@ use super::error::ClcError;
 use super::header::{
     ClcHeader, ClcType, Eyecatcher, SMC_V1, SMC_V2, SmcType, emit_frame, parse_frame,
 };
+use super::proposal::Proposal;
 use super::reason::ReasonCode;
 use super::types::{OsType, PeerId};
 use crate::wire::{array, be32, put_be32};
@@ -56,6 +57,17 @@ impl Decline {
             },
             diag_v2: [ReasonCode(0); DECL_DIAG_COUNT_V2],
         }
+    }
+
+    /// The Decline a Linux server sends in answer to `proposal`: version 2 if the Proposal's
+    /// version is above 1 (`smc_listen_work()`), else 1; see [`new`](Self::new).
+    pub fn reply_to(reason: ReasonCode, proposal: &Proposal) -> Decline {
+        let version = if proposal.version > SMC_V1 {
+            SMC_V2
+        } else {
+            SMC_V1
+        };
+        Decline::new(reason, version)
     }
 
     /// Parses a complete Decline (`buf` is exactly the message).

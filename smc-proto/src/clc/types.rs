@@ -59,7 +59,8 @@ impl Eid {
     /// starts with `A-Z`/`0-9`, and only `A-Z 0-9 . -` follow.
     pub fn is_valid_ueid(&self) -> bool {
         let mut end = EID_LEN;
-        while end > 0 && self.0[end - 1].is_ascii_whitespace() {
+        // C isspace(): blank, \t \n \v \f \r.
+        while end > 0 && (self.0[end - 1].is_ascii_whitespace() || self.0[end - 1] == 0x0b) {
             end -= 1;
         }
         let s = &self.0[..end];
@@ -204,5 +205,29 @@ impl SmcdDevice {
     /// Whether the CHID is in the emulated range.
     pub const fn is_emulated(&self) -> bool {
         is_emulated_chid(self.chid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eid_rules() {
+        let e = Eid::new("SMC-LO.EID1").unwrap();
+        assert_eq!(e.trimmed(), b"SMC-LO.EID1");
+        assert!(e.is_valid_ueid());
+        assert!(!Eid::new("-LEADING").unwrap().is_valid_ueid());
+        assert!(!Eid::new("lower").unwrap().is_valid_ueid());
+        assert!(!Eid::new("").unwrap().is_valid_ueid());
+        assert!(!Eid::new("A B").unwrap().is_valid_ueid());
+        assert!(!Eid::ZERO.is_valid_ueid());
+        assert!(Eid::new(&"X".repeat(33)).is_none());
+        assert_eq!(Hostname::new(&"h".repeat(40)).0, [b'h'; 32]);
+        assert_eq!(Hostname::new("ab").trimmed(), b"ab");
+        assert_eq!(OsType::from_nibble(0x12), OsType::Linux);
+        assert_eq!(OsType::Other(0x1f).nibble(), 0x0f);
+        assert!(SmcdDevice::loopback(1, 2).is_emulated());
+        assert!(!is_emulated_chid(0xFEFF));
     }
 }
