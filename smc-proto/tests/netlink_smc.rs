@@ -955,3 +955,24 @@ fn getfamily_reply_without_id_is_a_typed_error() {
     let (_, g) = parse_one::<CtrlMessage>(&bytes);
     assert!(matches!(g.payload.attrs[0], ctrl::CtrlAttr::Other(_)));
 }
+
+#[test]
+fn regression_other_attribute_with_both_flags_round_trips() {
+    // Found by the mutation proptest: netlink-packet-core's attribute emitter drops
+    // NLA_F_NET_BYTEORDER when NLA_F_NESTED is also set; ours writes the type field as kept.
+    let bytes = genl_msg(
+        FAMILY,
+        0,
+        0,
+        0,
+        SMC_NETLINK_GET_STATS,
+        1,
+        &[nest(
+            SMC_GEN_STATS,
+            &[nla(0xE906, &[1, 2, 3, 4, 5, 6, 7, 8])],
+        )],
+    );
+    let (_, g) = parse_one::<SmcGenlMessage>(&bytes);
+    let again = framing::to_bytes(&framing::message(FAMILY, g.payload.clone(), 0, 0, 0)).unwrap();
+    assert_eq!(again, bytes);
+}

@@ -19,7 +19,7 @@
 
 use core::marker::PhantomData;
 
-use netlink_packet_core::{DefaultNla, Emitable, NLA_F_NESTED, NLA_TYPE_MASK, Nla};
+use netlink_packet_core::{DefaultNla, NLA_F_NESTED, NLA_TYPE_MASK, Nla};
 
 use super::NlError;
 
@@ -151,9 +151,26 @@ pub(crate) fn attrs_len<T: Nla>(attrs: &[T]) -> usize {
         .sum()
 }
 
-/// Emits a list of attributes into `buf` (which must be `attrs_len(attrs)` long).
+/// Emits a list of attributes into `buf` (which must be at least `attrs_len(attrs)` long).
+///
+/// Written here rather than through `netlink-packet-core`'s `Emitable for &[T]`: that one
+/// drops `NLA_F_NET_BYTEORDER` when an attribute also has `NLA_F_NESTED` (setting the second
+/// flag re-reads the masked type), so a kept `Other` attribute with both flags would not
+/// round-trip. Here the type field is `Nla::kind()` as is, flags included.
 pub(crate) fn emit_attrs<T: Nla>(attrs: &[T], buf: &mut [u8]) {
-    attrs.emit(buf)
+    let mut pos = 0;
+    for a in attrs {
+        let vlen = a.value_len();
+        let total = align4(vlen) + NLA_HDRLEN;
+        let out = &mut buf[pos..pos + total];
+        // Callers check `Attr::fits` before emitting; saturate rather than wrap regardless.
+        let len = u16::try_from(vlen + NLA_HDRLEN).unwrap_or(u16::MAX);
+        out[0..2].copy_from_slice(&len.to_ne_bytes());
+        out[2..4].copy_from_slice(&a.kind().to_ne_bytes());
+        a.emit_value(&mut out[NLA_HDRLEN..NLA_HDRLEN + vlen]);
+        out[NLA_HDRLEN + vlen..].fill(0);
+        pos += total;
+    }
 }
 
 /// Whether a [`DefaultNla`] fits the 16-bit attribute length.

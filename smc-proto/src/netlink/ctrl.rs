@@ -92,7 +92,10 @@ impl CtrlAttr {
                 | CTRL_ATTR_OPS
                 | CTRL_ATTR_MCAST_GROUPS
                 | CTRL_ATTR_OP
-        ) && (flags == 0 || (nest && flags == NLA_F_NESTED));
+        ) && (flags == 0 || (nest && flags == NLA_F_NESTED))
+            // As for every nest in this module: an unaligned one is kept raw, so that
+            // re-emitting it can never grow it past the 16-bit attribute length.
+            && (!nest || value.len().is_multiple_of(4));
         if delegate {
             let mut buf = Vec::with_capacity(NLA_HDRLEN + value.len());
             // The value came out of an attribute, so its length fits the 16-bit field.

@@ -430,7 +430,12 @@ fn append_bytes<T: GenlPayload>(msg: &Message<T>, out: &mut Vec<u8>) -> Result<(
     let mut h = msg.header;
     h.length = length;
     h.message_type = match &msg.payload {
-        NetlinkPayload::InnerMessage(g) => g.family_id(),
+        // The id the message was parsed with or built for wins over a family's static id
+        // (nlctrl's 16), so re-emitting a parsed message keeps its type.
+        NetlinkPayload::InnerMessage(g) => match g.resolved_family_id() {
+            0 => g.family_id(),
+            id => id,
+        },
         NetlinkPayload::Error(_) => NLMSG_ERROR,
         NetlinkPayload::Done(_) => NLMSG_DONE,
         NetlinkPayload::Overrun(_) => NLMSG_OVERRUN,
