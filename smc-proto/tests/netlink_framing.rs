@@ -208,3 +208,16 @@ fn unaligned_message_lengths_frame_on_4_bytes() {
     assert_eq!(m.len(), 2);
     assert_eq!(to_bytes_many(&m).unwrap()[..40], buf[..40]);
 }
+
+#[test]
+fn collect_replies_sorts_a_dump_and_an_error() {
+    let b = collect_replies(parse_messages::<SmcGenlMessage>(&DUMP).unwrap());
+    assert_eq!(b.payloads.len(), 2);
+    assert_eq!(b.end, Some(ReplyEnd::Done(0)));
+    let req = split_messages(&REQ).unwrap()[0];
+    let err = to_bytes(&error_reply::<SmcGenlMessage>(&req, 95)).unwrap();
+    let b = collect_replies(parse_messages::<SmcGenlMessage>(&err).unwrap());
+    assert_eq!(b.end, Some(ReplyEnd::Error(-95)));
+    let b = collect_replies(parse_messages::<SmcGenlMessage>(&DUMP[..56]).unwrap());
+    assert_eq!((b.payloads.len(), b.end), (2, None));
+}

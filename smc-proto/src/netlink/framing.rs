@@ -388,6 +388,51 @@ fn decode_header(b: &[u8]) -> NetlinkHeader {
     h
 }
 
+/// How a reply stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyEnd {
+    /// `NLMSG_DONE` (end of a dump), with its error field (0 normally).
+    Done(i32),
+    /// `NLMSG_ERROR` with error 0: the ACK of a do request.
+    Ack,
+    /// `NLMSG_ERROR` with a negative errno.
+    Error(i32),
+}
+
+/// The family payloads of a batch of reply messages, and how the exchange ended if the batch
+/// says so (`None`: more messages will follow, read again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyBatch<T> {
+    /// Family payloads in order.
+    pub payloads: Vec<T>,
+    /// Set by the first `NLMSG_DONE` or `NLMSG_ERROR`; messages after it are ignored.
+    pub end: Option<ReplyEnd>,
+}
+
+/// Sorts parsed reply messages into payloads and the end marker, as a client reading a dump
+/// or a do reply needs. `NLMSG_NOOP` and `NLMSG_OVERRUN` are skipped.
+pub fn collect_replies<T>(msgs: impl IntoIterator<Item = Message<T>>) -> ReplyBatch<T> {
+    let mut payloads = Vec::new();
+    let mut end = None;
+    for m in msgs {
+        match m.payload {
+            NetlinkPayload::InnerMessage(g) => payloads.push(g.payload),
+            NetlinkPayload::Done(d) => end = Some(ReplyEnd::Done(d.code)),
+            NetlinkPayload::Error(e) => {
+                end = Some(match errno_of(&e) {
+                    0 => ReplyEnd::Ack,
+                    n => ReplyEnd::Error(n),
+                })
+            }
+            _ => {}
+        }
+        if end.is_some() {
+            break;
+        }
+    }
+    ReplyBatch { payloads, end }
+}
+
 /// Encodes one message: checks attribute sizes, sets `nlmsg_len` and `nlmsg_type` from the
 /// payload, and emits.
 pub fn to_bytes<T: GenlPayload>(msg: &Message<T>) -> Result<Vec<u8>, NlError> {
