@@ -1,0 +1,124 @@
+//! [`SmcListener`]: a `std::net::TcpListener` look-alike that accepts SMC-D connections from
+//! SMC-capable clients and plain TCP connections from everyone else.
+
+use super::stream::SmcStream;
+use crate::driver::engine::Engine;
+use crate::driver::listener::ListenerCore;
+use rustix::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::io;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::Arc;
+
+/// The backlog `std`'s `TcpListener::bind` uses.
+pub const DEFAULT_BACKLOG: u32 = 128;
+
+/// A listening socket.
+#[derive(Debug)]
+pub struct SmcListener {
+    core: Arc<ListenerCore>,
+}
+
+impl SmcListener {
+    /// Binds and listens through the process-wide engine.
+    pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<SmcListener> {
+        Self::bind_with(Engine::global(), addr)
+    }
+
+    /// Binds and listens through `engine`.
+    pub fn bind_with<A: ToSocketAddrs>(engine: &Arc<Engine>, addr: A) -> io::Result<SmcListener> {
+        Self::bind_with_backlog(engine, addr, DEFAULT_BACKLOG)
+    }
+
+    /// Binds and listens with an explicit backlog: it bounds in-progress handshakes plus
+    /// connections waiting for `accept`.
+    pub fn bind_with_backlog<A: ToSocketAddrs>(
+        engine: &Arc<Engine>,
+        addr: A,
+        backlog: u32,
+    ) -> io::Result<SmcListener> {
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match Self::bind_one(engine, a, backlog) {
+                Ok(l) => return Ok(l),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "could not resolve to any address")
+        }))
+    }
+
+    fn bind_one(engine: &Arc<Engine>, addr: SocketAddr, backlog: u32) -> io::Result<SmcListener> {
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        let fam = if addr.is_ipv4() {
+            AddressFamily::INET
+        } else {
+            AddressFamily::INET6
+        };
+        let sock = rustix::net::socket_with(fam, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+        rustix::net::sockopt::set_socket_reuseaddr(&sock, true)?;
+        rustix::net::bind(&sock, &addr)?;
+        rustix::net::listen(&sock, backlog.clamp(1, i32::MAX as u32) as i32)?;
+        let tcp = TcpListener::from(sock);
+        Ok(SmcListener {
+            core: ListenerCore::start(Arc::clone(engine), tcp, backlog as usize)?,
+        })
+    }
+
+    /// Accepts a connection (SMC-D or TCP) and the client's address.
+    pub fn accept(&self) -> io::Result<(SmcStream, SocketAddr)> {
+        self.core.accept().map(|a| (a.stream, a.peer))
+    }
+
+    /// An endless iterator over accepted connections.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming { listener: self }
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.core.local_addr())
+    }
+
+    /// Non-blocking `accept`.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.core.set_nonblocking(on);
+        Ok(())
+    }
+
+    /// Readable while a connection is ready to be accepted.
+    pub fn readiness_fd(&self) -> BorrowedFd<'_> {
+        self.core.ready_fd()
+    }
+
+    /// Handshakes queued or running (for tests and diagnostics).
+    pub fn handshakes_in_progress(&self) -> usize {
+        self.core.handshakes_in_progress()
+    }
+}
+
+impl AsRawFd for SmcListener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.core.ready_fd().as_raw_fd()
+    }
+}
+
+impl Drop for SmcListener {
+    fn drop(&mut self) {
+        self.core.close();
+    }
+}
+
+/// Iterator returned by [`SmcListener::incoming`].
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    listener: &'a SmcListener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<SmcStream>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(self.listener.accept().map(|(s, _)| s))
+    }
+}

@@ -1,0 +1,458 @@
+//! [`SmcStream`]: a `std::net::TcpStream` look-alike whose bytes travel through shared memory
+//! when both ends are SMC-capable, and through TCP otherwise.
+
+use crate::core::close::SmcState;
+use crate::device::SmcdDevice;
+use crate::driver::conn::{SmcConn, SmcdInfo};
+use crate::driver::connect;
+use crate::driver::engine::Engine;
+use crate::driver::handshake::{Fallback, Outcome};
+use crate::driver::lgr::LinkGroup;
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use smc_proto::clc::ReasonCode;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a connection became.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// SMC-D over the loopback device.
+    SmcD(SmcdSummary),
+    /// Plain TCP, with the fallback reasons.
+    Tcp(Fallback),
+}
+
+/// The SMC-D facts of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmcdSummary {
+    /// Link group id.
+    pub lgr_id: u32,
+    /// Our GID.
+    pub local_gid: u128,
+    /// The peer's GID.
+    pub peer_gid: u128,
+    /// Our DMB token.
+    pub local_token: u64,
+    /// The peer's DMB token.
+    pub peer_token: u64,
+    /// Our DMB size (receive buffer).
+    pub rmbe_size: usize,
+    /// The peer's DMB size (what we can send into).
+    pub peer_rmbe_size: usize,
+    /// The close state.
+    pub state: SmcState,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mode::SmcD(s) => write!(
+                f,
+                "SMC-D (link group {:#010x}, token {:#018x}, DMB {} B, peer DMB {} B)",
+                s.lgr_id, s.local_token, s.rmbe_size, s.peer_rmbe_size
+            ),
+            Mode::Tcp(fb) => {
+                write!(f, "TCP fallback {:#010x} ({})", fb.local.0, fb.local)?;
+                if fb.peer.0 != 0 {
+                    write!(f, ", peer {:#010x} ({})", fb.peer.0, fb.peer)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Kind {
+    Smc {
+        conn: SmcConn,
+        lgr: Arc<LinkGroup>,
+    },
+    Tcp {
+        sock: TcpStream,
+        fallback: Fallback,
+    },
+}
+
+#[derive(Debug)]
+struct Inner {
+    kind: Kind,
+    engine: Arc<Engine>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Kind::Smc { conn, lgr } = &self.kind {
+            let reusable = conn.close_now();
+            let aborted = conn.is_aborted();
+            if let Some(dev) = self.engine.device() {
+                lgr.put_dmb(
+                    dev.as_ref() as &dyn SmcdDevice,
+                    Arc::clone(conn.own_dmb()),
+                    reusable,
+                    aborted,
+                );
+            }
+            if aborted {
+                // The peer wrote garbage or vanished: nothing of it is to be trusted again.
+                lgr.detach(conn.info.peer_token);
+                lgr.kill();
+            }
+            lgr.release_slot();
+        }
+    }
+}
+
+/// A connected stream, SMC-D or TCP. Clones (by [`SmcStream::try_clone`]) share the
+/// connection; it closes when the last one is dropped.
+#[derive(Debug, Clone)]
+pub struct SmcStream {
+    inner: Arc<Inner>,
+}
+
+impl SmcStream {
+    /// Connects to `addr` through the process-wide engine.
+    pub fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<SmcStream> {
+        Self::connect_with(Engine::global(), addr)
+    }
+
+    /// Connects through `engine`.
+    pub fn connect_with<A: ToSocketAddrs>(engine: &Arc<Engine>, addr: A) -> io::Result<SmcStream> {
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match connect::connect(engine, a, None) {
+                Ok(o) => return Ok(Self::from_outcome(engine, o)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "could not resolve to any address")
+        }))
+    }
+
+    /// Connects with a timeout (TCP connect and the CLC handshake each get at most this).
+    pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<SmcStream> {
+        Self::connect_timeout_with(Engine::global(), addr, timeout)
+    }
+
+    /// [`SmcStream::connect_timeout`] through `engine`.
+    pub fn connect_timeout_with(
+        engine: &Arc<Engine>,
+        addr: &SocketAddr,
+        timeout: Duration,
+    ) -> io::Result<SmcStream> {
+        connect::connect(engine, *addr, Some(timeout)).map(|o| Self::from_outcome(engine, o))
+    }
+
+    pub(crate) fn from_outcome(engine: &Arc<Engine>, o: Outcome) -> SmcStream {
+        let kind = match o {
+            Outcome::Smc { conn, lgr } => Kind::Smc { conn, lgr },
+            Outcome::Tcp(sock, fallback) => Kind::Tcp { sock, fallback },
+        };
+        SmcStream {
+            inner: Arc::new(Inner {
+                kind,
+                engine: Arc::clone(engine),
+            }),
+        }
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.clcsock(),
+            Kind::Tcp { sock, .. } => sock,
+        }
+    }
+
+    /// What this connection became.
+    pub fn mode(&self) -> Mode {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => {
+                let i: &SmcdInfo = &conn.info;
+                Mode::SmcD(SmcdSummary {
+                    lgr_id: i.lgr_id,
+                    local_gid: i.local_gid,
+                    peer_gid: i.peer_gid,
+                    local_token: i.local_token,
+                    peer_token: i.peer_token,
+                    rmbe_size: i.rmbe_size,
+                    peer_rmbe_size: i.peer_rmbe_size,
+                    state: conn.state(),
+                })
+            }
+            Kind::Tcp { fallback, .. } => Mode::Tcp(*fallback),
+        }
+    }
+
+    /// Whether the bytes go through shared memory.
+    pub fn is_smc(&self) -> bool {
+        matches!(self.inner.kind, Kind::Smc { .. })
+    }
+
+    /// The fallback reasons, if this is TCP.
+    pub fn fallback(&self) -> Option<Fallback> {
+        match &self.inner.kind {
+            Kind::Tcp { fallback, .. } => Some(*fallback),
+            Kind::Smc { .. } => None,
+        }
+    }
+
+    /// The SMC connection, if any (statistics, diagnostics).
+    pub fn smc_conn(&self) -> Option<&SmcConn> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => Some(conn),
+            Kind::Tcp { .. } => None,
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.tcp().peer_addr()
+    }
+
+    /// Our address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.tcp().local_addr()
+    }
+
+    /// Shuts down reading, writing or both, as `shutdown(2)`.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.shutdown(how),
+            Kind::Tcp { sock, .. } => sock.shutdown(how),
+        }
+    }
+
+    /// `TCP_NODELAY`. On SMC it pushes data held back by cork.
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => {
+                conn.set_nodelay(on);
+                Ok(())
+            }
+            Kind::Tcp { sock, .. } => sock.set_nodelay(on),
+        }
+    }
+
+    /// Current `TCP_NODELAY`.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => Ok(conn.nodelay()),
+            Kind::Tcp { sock, .. } => sock.nodelay(),
+        }
+    }
+
+    /// `TCP_CORK`: while set, small writes are held back until the buffer fills or the cork
+    /// is removed (which pushes them).
+    pub fn set_cork(&self, on: bool) -> io::Result<()> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => {
+                conn.set_cork(on);
+                Ok(())
+            }
+            Kind::Tcp { sock, .. } => {
+                rustix::net::sockopt::set_tcp_cork(sock, on).map_err(io::Error::from)
+            }
+        }
+    }
+
+    /// Current `TCP_CORK`.
+    pub fn cork(&self) -> io::Result<bool> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => Ok(conn.cork()),
+            Kind::Tcp { sock, .. } => rustix::net::sockopt::tcp_cork(sock).map_err(io::Error::from),
+        }
+    }
+
+    /// Non-blocking mode: calls that would wait return `WouldBlock`.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => {
+                conn.set_nonblocking(on);
+                Ok(())
+            }
+            Kind::Tcp { sock, .. } => sock.set_nonblocking(on),
+        }
+    }
+
+    /// Read timeout (`None`: wait forever). A read that times out returns `WouldBlock`, as
+    /// `std`'s sockets do.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        if t == Some(Duration::ZERO) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "zero timeout"));
+        }
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => {
+                conn.set_read_timeout(t);
+                Ok(())
+            }
+            Kind::Tcp { sock, .. } => sock.set_read_timeout(t),
+        }
+    }
+
+    /// Write timeout.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        if t == Some(Duration::ZERO) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "zero timeout"));
+        }
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => {
+                conn.set_write_timeout(t);
+                Ok(())
+            }
+            Kind::Tcp { sock, .. } => sock.set_write_timeout(t),
+        }
+    }
+
+    /// Read timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => Ok(conn.read_timeout()),
+            Kind::Tcp { sock, .. } => sock.read_timeout(),
+        }
+    }
+
+    /// Write timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => Ok(conn.write_timeout()),
+            Kind::Tcp { sock, .. } => sock.write_timeout(),
+        }
+    }
+
+    /// Another handle on the same connection.
+    pub fn try_clone(&self) -> io::Result<SmcStream> {
+        Ok(self.clone())
+    }
+
+    /// Sends with `MSG_MORE`: the data may be held back until a later write without it.
+    pub fn write_more(&self, buf: &[u8]) -> io::Result<usize> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.write_with(buf, true),
+            Kind::Tcp { sock, .. } => {
+                rustix::net::send(sock, buf, rustix::net::SendFlags::MORE | rustix::net::SendFlags::NOSIGNAL)
+                    .map_err(io::Error::from)
+            }
+        }
+    }
+
+    /// The descriptor to wait on with `poll`/`epoll` for this stream.
+    ///
+    /// For TCP it is the socket itself (readable/writable as usual). For SMC-D it becomes
+    /// readable whenever something changed (data arrived, space freed, the peer closed):
+    /// register it for `EPOLLIN` (edge-triggered works), and when it fires call both
+    /// [`read`](Read::read) and [`write`](Write::write) until they return `WouldBlock`,
+    /// which re-arms the notification. Call [`SmcStream::arm`] once before the first wait.
+    pub fn readiness_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.readiness_fd(),
+            Kind::Tcp { sock, .. } => Ok(sock.as_fd()),
+        }
+    }
+
+    /// Arms both directions of the readiness descriptor (see [`SmcStream::readiness_fd`]).
+    pub fn arm(&self) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.arm_readiness();
+        }
+    }
+
+    fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.read(buf),
+            Kind::Tcp { sock, .. } => (&*sock).read(buf),
+        }
+    }
+
+    fn write_impl(&self, buf: &[u8]) -> io::Result<usize> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.write_with(buf, false),
+            Kind::Tcp { sock, .. } => (&*sock).write(buf),
+        }
+    }
+
+    fn flush_impl(&self) -> io::Result<()> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.flush(),
+            Kind::Tcp { .. } => Ok(()),
+        }
+    }
+
+    /// The local fallback reason a TCP stream records (`PEERNOSMC` etc.).
+    pub fn fallback_reason(&self) -> Option<ReasonCode> {
+        self.fallback().map(|f| f.local)
+    }
+}
+
+impl Read for SmcStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_impl(buf)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let buf = bufs.iter_mut().find(|b| !b.is_empty()).map_or(&mut [][..], |b| &mut **b);
+        self.read_impl(buf)
+    }
+}
+
+impl Read for &SmcStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_impl(buf)
+    }
+}
+
+impl Write for SmcStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_impl(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let buf = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &**b);
+        self.write_impl(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.flush_impl()
+    }
+}
+
+impl Write for &SmcStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_impl(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.flush_impl()
+    }
+}
+
+impl AsRawFd for SmcStream {
+    /// The readiness descriptor ([`SmcStream::readiness_fd`]); `-1` if it cannot be created.
+    fn as_raw_fd(&self) -> RawFd {
+        self.readiness_fd().map_or(-1, |fd| fd.as_raw_fd())
+    }
+}
+
+impl SmcStream {
+    /// Whether `e` on this stream means the SMC peer is gone for good.
+    pub fn is_reset(e: &io::Error) -> bool {
+        matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+        )
+    }
+
+    /// Waits for the stream to be readable, at most `timeout` (a helper for simple loops).
+    pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        let fd = self.readiness_fd()?;
+        self.arm();
+        let ts = timeout.map(|t| rustix::time::Timespec {
+            tv_sec: t.as_secs() as i64,
+            tv_nsec: i64::from(t.subsec_nanos()),
+        });
+        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        Ok(rustix::event::poll(&mut fds, ts.as_ref())? > 0)
+    }
+}

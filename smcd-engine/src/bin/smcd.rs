@@ -1,0 +1,81 @@
+//! `smcd`: the per-host SMC control plane. It owns the loopback ISM device (GIDs, DMB tokens
+//! and the memory behind them), knows the SMC listeners, and serves its socket. Runs in the
+//! foreground, logs through `tracing` (`RUST_LOG`), removes its socket and exits cleanly on
+//! SIGTERM or SIGINT.
+
+use anyhow::Context;
+use clap::Parser;
+use rustix::fd::{FromRawFd, OwnedFd};
+use smcd_engine::control::device::DeviceState;
+use smcd_engine::control::server::Server;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "User-space SMC daemon: the loopback ISM device and the control socket")]
+struct Args {
+    /// Socket path.
+    #[arg(long, env = "SMCD_SOCKET", default_value = smcd_engine::driver::channel::DEFAULT_SOCKET)]
+    socket: PathBuf,
+}
+
+/// Blocks SIGTERM and SIGINT and returns a signalfd that becomes readable when one arrives.
+fn signal_fd() -> anyhow::Result<OwnedFd> {
+    // SAFETY: plain libc calls on a zeroed sigset_t we own; called before any thread starts, so
+    // the mask is inherited by none we did not intend.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            anyhow::bail!("pthread_sigmask failed");
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("signalfd");
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// The host's system EID. The kernel has none off s390 (there a user EID must be set);
+/// `smcd` serves exactly one host, so a SEID derived from the machine id names that host's
+/// communication space and lets SMC-D work without configuration.
+fn system_eid() -> String {
+    let id = std::fs::read_to_string("/etc/machine-id").unwrap_or_default();
+    let hex: String = id
+        .trim()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(12)
+        .collect::<String>()
+        .to_ascii_uppercase();
+    format!("SMCD-USERSPACE-SEID-{hex:0>12}")
+}
+
+fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let sig = signal_fd()?;
+    let device = DeviceState::new(system_eid(), hostname());
+    let mut server = Server::bind(&args.socket, device, Some(&sig))
+        .with_context(|| format!("cannot listen on {}", args.socket.display()))?;
+    tracing::info!(socket = %args.socket.display(), seid = %server.device.seid, "smcd ready");
+    server.run().context("server loop")?;
+    tracing::info!("smcd stopping");
+    drop(server);
+    Ok(())
+}

@@ -1,0 +1,5 @@
+//! The daemon's state and its socket server (`smcd`): the loopback device registry, and the
+//! control-plane families served over netlink.
+
+pub mod device;
+pub mod server;

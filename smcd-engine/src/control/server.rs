@@ -1,0 +1,350 @@
+//! The `smcd` socket server: one thread, one epoll set, non-blocking everything.
+//!
+//! Clients connect to a Unix `SOCK_SEQPACKET` socket and send netlink messages, one per
+//! record. The server dispatches on the netlink message type (the family id): the loopback
+//! device family goes to [`DeviceState`](super::device::DeviceState); other families are
+//! added by the control-plane modules. A client that sends garbage gets an `NLMSG_ERROR`; a
+//! client that does not read its replies is dropped once its queue is full, so no client can
+//! stall the others.
+
+use super::device::{ClientCtx, ClientId, DeviceState, Listener};
+use crate::driver::channel::{self, MAX_RECORD};
+use netlink_packet_core::{ErrorMessage, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_generic::GenlMessage;
+use rustix::event::epoll;
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
+use smc_proto::netlink::loopback::{LOOPBACK_FAMILY_ID, LoopbackCmd, LoopbackMessage, Verdict};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::num::NonZeroI32;
+use std::path::{Path, PathBuf};
+
+/// Replies queued for a slow client before it is dropped.
+const MAX_QUEUED: usize = 256;
+/// Token of the listening socket in the epoll set.
+const LISTEN_TOKEN: u64 = u64::MAX;
+/// Token of the wake-up descriptor (signals, shutdown).
+const WAKE_TOKEN: u64 = u64::MAX - 1;
+
+#[derive(Debug)]
+struct Client {
+    sock: OwnedFd,
+    ctx: ClientCtx,
+    /// Replies that could not be sent yet (without descriptors: those are only sent in
+    /// direct replies, which are never queued behind others).
+    queue: VecDeque<Vec<u8>>,
+}
+
+/// The server: socket, clients and the daemon state.
+#[derive(Debug)]
+pub struct Server {
+    path: PathBuf,
+    listen: OwnedFd,
+    epoll: OwnedFd,
+    clients: HashMap<ClientId, Client>,
+    next_id: ClientId,
+    buf: Vec<u8>,
+    /// The loopback device state.
+    pub device: DeviceState,
+}
+
+impl Server {
+    /// Binds the socket at `path` (replacing a stale socket file) and creates the epoll set.
+    /// `wake` (if any) is a descriptor whose readability ends [`Server::run`].
+    pub fn bind(path: &Path, device: DeviceState, wake: Option<&OwnedFd>) -> io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let listen = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )?;
+        rustix::net::bind(&listen, &SocketAddrUnix::new(path)?)?;
+        // Everyone may connect; what they may do is checked per request (SO_PEERCRED).
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
+        rustix::net::listen(&listen, 1024)?;
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &epoll,
+            &listen,
+            epoll::EventData::new_u64(LISTEN_TOKEN),
+            epoll::EventFlags::IN,
+        )?;
+        if let Some(w) = wake {
+            epoll::add(&epoll, w, epoll::EventData::new_u64(WAKE_TOKEN), epoll::EventFlags::IN)?;
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            listen,
+            epoll,
+            clients: HashMap::new(),
+            next_id: 1,
+            buf: vec![0u8; MAX_RECORD],
+            device,
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves until the wake descriptor becomes readable.
+    pub fn run(&mut self) -> io::Result<()> {
+        let mut events = Vec::with_capacity(256);
+        loop {
+            events.clear();
+            match epoll::wait(&self.epoll, rustix::buffer::spare_capacity(&mut events), None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            for ev in &events {
+                match ev.data.u64() {
+                    LISTEN_TOKEN => self.accept_all(),
+                    WAKE_TOKEN => return Ok(()),
+                    id => {
+                        if ev.flags.contains(epoll::EventFlags::OUT) {
+                            self.flush(id);
+                        }
+                        if ev.flags.intersects(
+                            epoll::EventFlags::IN | epoll::EventFlags::HUP | epoll::EventFlags::ERR,
+                        ) {
+                            self.read_client(id);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            let sock = match rustix::net::accept_with(
+                &self.listen,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            ) {
+                Ok(s) => s,
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    // EMFILE and friends: leave the rest in the backlog for the next wake.
+                    tracing::warn!("accept: {e}");
+                    return;
+                }
+            };
+            let pid = match rustix::net::sockopt::socket_peercred(&sock) {
+                Ok(c) => c.pid.as_raw_nonzero().get() as u32,
+                Err(_) => 0,
+            };
+            let id = self.next_id;
+            self.next_id += 1;
+            if epoll::add(
+                &self.epoll,
+                &sock,
+                epoll::EventData::new_u64(id),
+                epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+            )
+            .is_err()
+            {
+                continue;
+            }
+            self.clients.insert(
+                id,
+                Client {
+                    sock,
+                    ctx: ClientCtx {
+                        pid,
+                        session: None,
+                    },
+                    queue: VecDeque::new(),
+                },
+            );
+        }
+    }
+
+    fn read_client(&mut self, id: ClientId) {
+        // Bounded per wake so one chatty client cannot starve the others.
+        for _ in 0..64 {
+            let Some(c) = self.clients.get(&id) else { return };
+            match channel::recv_record(c.sock.as_fd(), &mut self.buf, RecvFlags::DONTWAIT) {
+                Ok((0, _)) => return self.drop_client(id),
+                Ok((n, _fds)) => {
+                    let record = self.buf[..n].to_vec();
+                    self.dispatch(id, &record);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    // A truncated record: say so and carry on.
+                    self.send_error(id, &[0u8; 16], rustix::io::Errno::MSGSIZE.raw_os_error());
+                }
+                Err(_) => return self.drop_client(id),
+            }
+        }
+    }
+
+    fn drop_client(&mut self, id: ClientId) {
+        if let Some(c) = self.clients.remove(&id) {
+            let _ = epoll::delete(&self.epoll, &c.sock);
+            let notes = self.device.client_gone(id, &c.ctx);
+            for n in notes {
+                self.deliver(n.to, &n.msg);
+            }
+        }
+    }
+
+    fn dispatch(&mut self, id: ClientId, record: &[u8]) {
+        let Some(header) = channel::peek_header(record) else {
+            return self.send_error(id, record, rustix::io::Errno::INVAL.raw_os_error());
+        };
+        match header.message_type {
+            LOOPBACK_FAMILY_ID => self.dispatch_loopback(id, header, record),
+            _ => self.send_error(id, record, rustix::io::Errno::OPNOTSUPP.raw_os_error()),
+        }
+    }
+
+    fn dispatch_loopback(&mut self, id: ClientId, header: NetlinkHeader, record: &[u8]) {
+        let msg = match channel::decode::<GenlMessage<LoopbackMessage>>(record) {
+            Ok(NetlinkMessage {
+                payload: NetlinkPayload::InnerMessage(g),
+                ..
+            }) => g.payload,
+            _ => return self.send_error(id, record, rustix::io::Errno::INVAL.raw_os_error()),
+        };
+        let Some(client) = self.clients.get_mut(&id) else { return };
+        let mut ctx = client.ctx;
+        // Listener congestion is decided by the control plane; without one, never congested.
+        let mut ok = |_: &Listener| true;
+        let out = self.device.handle(id, &mut ctx, msg, &mut ok);
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.ctx = ctx;
+        }
+        // Notifications first: a client's CONNECT is answered only after the listener has the
+        // intent in its socket buffer, so its accept() can never see the connection first.
+        let mut reply = out.reply;
+        let fds: Vec<OwnedFd> = out
+            .fds
+            .iter()
+            .filter_map(|fd| rustix::io::fcntl_dupfd_cloexec(fd, 0).ok())
+            .collect();
+        let mut failed = Vec::new();
+        for n in out.notes {
+            if !self.deliver(n.to, &n.msg) {
+                failed.push(n.msg);
+            }
+        }
+        for msg in failed {
+            self.device.undeliverable(&msg);
+            if msg.cmd == LoopbackCmd::Intent {
+                reply = Some(Ok(LoopbackMessage::new(
+                    LoopbackCmd::Connect,
+                    vec![
+                        smc_proto::netlink::loopback::LoopbackAttr::Verdict(Verdict::Tcp),
+                        smc_proto::netlink::loopback::LoopbackAttr::Reason(
+                            smc_proto::clc::ReasonCode::PEERNOSMC.0,
+                        ),
+                    ],
+                )));
+            }
+        }
+        match reply {
+            None => {}
+            Some(Ok(m)) => {
+                let mut h = NetlinkHeader::default();
+                h.sequence_number = header.sequence_number;
+                let bytes = channel::encode(NetlinkMessage::new(
+                    h,
+                    NetlinkPayload::from(GenlMessage::from_payload(m)),
+                ));
+                let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+                self.send(id, bytes, &borrowed);
+            }
+            Some(Err(errno)) => self.send_error(id, record, errno),
+        }
+    }
+
+    /// Sends a notification to a listener channel without ever blocking; false if it could not
+    /// be queued.
+    fn deliver(&mut self, to: ClientId, msg: &LoopbackMessage) -> bool {
+        let Some(c) = self.clients.get(&to) else { return false };
+        if !c.queue.is_empty() {
+            return false;
+        }
+        let bytes = channel::encode(NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::from(GenlMessage::from_payload(msg.clone())),
+        ));
+        channel::send_record(c.sock.as_fd(), &bytes, &[]).is_ok()
+    }
+
+    /// Sends an `NLMSG_ERROR` carrying `-errno` and the request's header.
+    pub fn send_error(&mut self, id: ClientId, request: &[u8], errno: i32) {
+        let mut h = NetlinkHeader::default();
+        h.sequence_number = channel::peek_header(request).map_or(0, |h| h.sequence_number);
+        let mut e = ErrorMessage::default();
+        e.code = NonZeroI32::new(-errno.abs());
+        e.header = request[..request.len().min(16)].to_vec();
+        let bytes = channel::encode(NetlinkMessage::<GenlMessage<LoopbackMessage>>::new(
+            h,
+            NetlinkPayload::Error(e),
+        ));
+        self.send(id, bytes, &[]);
+    }
+
+    /// Sends a record to a client, queueing it if the socket is full (then without fds: a
+    /// reply carrying descriptors to a client that does not read is dropped with the client).
+    pub fn send(&mut self, id: ClientId, bytes: Vec<u8>, fds: &[rustix::fd::BorrowedFd<'_>]) {
+        let Some(c) = self.clients.get_mut(&id) else { return };
+        if c.queue.is_empty() {
+            match channel::send_record(c.sock.as_fd(), &bytes, fds) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && fds.is_empty() => {}
+                Err(_) => return self.drop_client(id),
+            }
+        }
+        if c.queue.len() >= MAX_QUEUED {
+            return self.drop_client(id);
+        }
+        c.queue.push_back(bytes);
+        let _ = epoll::modify(
+            &self.epoll,
+            &c.sock,
+            epoll::EventData::new_u64(id),
+            epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::OUT,
+        );
+    }
+
+    fn flush(&mut self, id: ClientId) {
+        let Some(c) = self.clients.get_mut(&id) else { return };
+        while let Some(b) = c.queue.front() {
+            match channel::send_record(c.sock.as_fd(), b, &[]) {
+                Ok(()) => {
+                    c.queue.pop_front();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return self.drop_client(id),
+            }
+        }
+        let _ = epoll::modify(
+            &self.epoll,
+            &c.sock,
+            epoll::EventData::new_u64(id),
+            epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,71 @@
+//! Between the engine's absolute byte positions and the SMC-D CDC cursor words in shared
+//! memory (`union smcd_cdc_cursor` in `smc_cdc.h`).
+//!
+//! A cursor on the wire is `(wrap: u16, count: u32)` with `count < ring_len`: a position modulo
+//! `65536 × ring_len`. The engine keeps absolute `u64` positions and turns a received cursor
+//! back into one relative to the last position it accepted, rejecting anything that moves
+//! backwards or further than the ring allows (ARCHITECTURE rule 4: the peer is untrusted).
+
+use smc_proto::cdc::{ConnStateFlags, Cursor, ProducerFlags, SmcdCursorWord};
+
+/// The wire cursor for absolute position `pos` in a ring of `ring_len` bytes.
+pub fn to_cursor(pos: u64, ring_len: usize) -> Cursor {
+    let ring = ring_len as u64;
+    Cursor {
+        wrap: ((pos / ring) & 0xffff) as u16,
+        count: (pos % ring) as u32,
+    }
+}
+
+/// Why a received cursor was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CursorError {
+    /// `count` was not inside the ring.
+    #[error("cursor count {count} outside a ring of {ring_len} bytes")]
+    CountOutOfRing {
+        /// The count received.
+        count: u32,
+        /// The ring length.
+        ring_len: usize,
+    },
+    /// The cursor moved further than the peer could have moved it.
+    #[error("cursor advanced by {advance} bytes, at most {max} possible")]
+    TooFar {
+        /// How far it moved.
+        advance: u64,
+        /// How far it could have moved.
+        max: u64,
+    },
+}
+
+/// The absolute position a received cursor stands for, given the last accepted position
+/// `last` and the furthest position the peer could legitimately have reached (`limit`).
+/// A cursor equal to `last` gives `last`; anything that would move backwards shows up as an
+/// advance of almost `65536 × ring_len` and is refused as too far.
+pub fn from_cursor(c: Cursor, ring_len: usize, last: u64, limit: u64) -> Result<u64, CursorError> {
+    let ring = ring_len as u64;
+    if u64::from(c.count) >= ring {
+        return Err(CursorError::CountOutOfRing {
+            count: c.count,
+            ring_len,
+        });
+    }
+    let modulus = ring * 65536;
+    let encoded = u64::from(c.wrap) * ring + u64::from(c.count);
+    let advance = (encoded + modulus - last % modulus) % modulus;
+    let max = limit.saturating_sub(last);
+    if advance > max {
+        return Err(CursorError::TooFar { advance, max });
+    }
+    Ok(last + advance)
+}
+
+/// A producer-cursor word (flags bytes zero).
+pub fn prod_word(pos: u64, ring_len: usize) -> u64 {
+    SmcdCursorWord::encode(to_cursor(pos, ring_len), ProducerFlags::default(), ConnStateFlags::default())
+}
+
+/// A consumer-cursor word carrying the sender's producer and connection-state flags.
+pub fn cons_word(pos: u64, ring_len: usize, pflags: ProducerFlags, cflags: ConnStateFlags) -> u64 {
+    SmcdCursorWord::encode(to_cursor(pos, ring_len), pflags, cflags)
+}

@@ -1,0 +1,263 @@
+//! The loopback ISM device as an engine sees it: DMBs and peer discovery through `smcd`
+//! (the kernel's `smc_loopback.c` plus the SYN-option half of `af_smc.c`).
+//!
+//! An engine keeps a small pool of channels to `smcd`; all carry the same session key, so
+//! `smcd` sees one engine with one GID. A request takes a channel from the pool for one round
+//! trip and puts it back, so concurrent connection setups do not queue behind each other.
+
+use super::shm::{DmbMap, random_u64};
+use super::{Dmb, Doorbell, Gid, SmcdDevice};
+use crate::driver::channel::Channel;
+use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage, Verdict};
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Version of the device protocol this engine speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Channels kept for reuse.
+const POOL_MAX: usize = 8;
+
+/// What `smcd` said about this engine.
+#[derive(Debug, Clone)]
+pub struct Hello {
+    /// This engine's 128-bit GID.
+    pub gid: Gid,
+    /// smcd's small id for this engine.
+    pub engine_id: u32,
+    /// The host's system EID.
+    pub seid: String,
+    /// The host name.
+    pub hostname: String,
+    /// The device CHID.
+    pub chid: u16,
+}
+
+/// What `smcd` answered to a connect intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectVerdict {
+    /// Propose SMC or go plain TCP.
+    pub smc: bool,
+    /// Fallback reason when not SMC.
+    pub reason: u32,
+    /// The intent to report back with [`LoopbackDevice::intent_done`].
+    pub intent: u64,
+    /// The listener's GID, to check the Accept against.
+    pub peer_gid: Option<Gid>,
+}
+
+/// An engine's handle on the loopback device served by `smcd`.
+#[derive(Debug)]
+pub struct LoopbackDevice {
+    path: PathBuf,
+    session_key: u64,
+    netns: u64,
+    hello: Hello,
+    pool: Mutex<Vec<Channel>>,
+}
+
+/// The inode of this thread's network namespace (0 if unknown).
+pub fn current_netns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .map(|m| m.ino())
+        .unwrap_or(0)
+}
+
+fn missing(msg: &LoopbackMessage, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("smcd reply to {:?} lacks {what}", msg.cmd),
+    )
+}
+
+impl LoopbackDevice {
+    /// Connects to `smcd` at `path` and registers this engine.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let session_key = random_u64();
+        let netns = current_netns();
+        let mut ch = Channel::connect(path)?;
+        let hello = Self::hello(&mut ch, session_key, netns)?;
+        Ok(Self {
+            path: path.to_owned(),
+            session_key,
+            netns,
+            hello,
+            pool: Mutex::new(vec![ch]),
+        })
+    }
+
+    fn hello(ch: &mut Channel, session_key: u64, netns: u64) -> io::Result<Hello> {
+        let (r, _) = ch.request(
+            LoopbackMessage::new(
+                LoopbackCmd::Hello,
+                vec![
+                    LoopbackAttr::Version(PROTOCOL_VERSION),
+                    LoopbackAttr::Pid(std::process::id()),
+                    LoopbackAttr::SessionKey(session_key),
+                    LoopbackAttr::Netns(netns),
+                ],
+            ),
+            &[],
+        )?;
+        Ok(Hello {
+            gid: r.gid().ok_or_else(|| missing(&r, "GID"))?,
+            engine_id: r.engine_id().unwrap_or(0),
+            seid: r.seid().unwrap_or_default(),
+            hostname: r.hostname().unwrap_or_default(),
+            chid: r.chid().unwrap_or(super::LOOPBACK_CHID),
+        })
+    }
+
+    /// What `smcd` said at registration.
+    pub fn info(&self) -> &Hello {
+        &self.hello
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a pooled channel (opening one if all are busy).
+    fn with_channel<R>(&self, f: impl FnOnce(&mut Channel) -> io::Result<R>) -> io::Result<R> {
+        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut ch = match pooled {
+            Some(ch) => ch,
+            None => {
+                let mut ch = Channel::connect(&self.path)?;
+                let h = Self::hello(&mut ch, self.session_key, self.netns)?;
+                if h.gid != self.hello.gid {
+                    return Err(io::Error::other("smcd restarted: engine identity changed"));
+                }
+                ch
+            }
+        };
+        let r = f(&mut ch);
+        // A channel that failed at the transport level is dropped, not reused.
+        let healthy = match &r {
+            Ok(_) => true,
+            Err(e) => e.raw_os_error().is_some() && e.kind() != io::ErrorKind::ConnectionAborted,
+        };
+        if healthy {
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < POOL_MAX {
+                pool.push(ch);
+            }
+        }
+        r
+    }
+
+    /// Asks whether an SMC listener expects a connection from `local` to `remote` (the role the
+    /// SMC option in the TCP SYN plays in the kernel).
+    pub fn connect_intent(&self, local: SocketAddr, remote: SocketAddr) -> io::Result<ConnectVerdict> {
+        self.with_channel(|ch| {
+            let (r, _) = ch.request(
+                LoopbackMessage::new(
+                    LoopbackCmd::Connect,
+                    vec![LoopbackAttr::LocalAddr(local), LoopbackAttr::RemoteAddr(remote)],
+                ),
+                &[],
+            )?;
+            Ok(ConnectVerdict {
+                smc: r.verdict() == Some(Verdict::Smc),
+                reason: r.reason().unwrap_or(0),
+                intent: r.intent_id().unwrap_or(0),
+                peer_gid: r.gid(),
+            })
+        })
+    }
+
+    /// Reports how the TCP connect of an intent ended.
+    pub fn intent_done(&self, intent: u64, ok: bool) {
+        let _ = self.with_channel(|ch| {
+            ch.notify(
+                LoopbackMessage::new(
+                    LoopbackCmd::IntentDone,
+                    vec![LoopbackAttr::IntentId(intent), LoopbackAttr::Ok(ok)],
+                ),
+                &[],
+            )
+        });
+    }
+
+    /// Opens a dedicated channel registering a listener on `addr`; `smcd` then sends intents
+    /// on it.
+    pub fn listen(&self, addr: SocketAddr, backlog: u32, hs_limit: bool) -> io::Result<(Channel, u32)> {
+        let mut ch = Channel::connect(&self.path)?;
+        Self::hello(&mut ch, self.session_key, self.netns)?;
+        let (r, _) = ch.request(
+            LoopbackMessage::new(
+                LoopbackCmd::Listen,
+                vec![
+                    LoopbackAttr::LocalAddr(addr),
+                    LoopbackAttr::Backlog(backlog),
+                    LoopbackAttr::HsLimit(hs_limit),
+                ],
+            ),
+            &[],
+        )?;
+        let id = r.listener_id().ok_or_else(|| missing(&r, "listener id"))?;
+        Ok((ch, id))
+    }
+
+    fn dmb_from_reply(r: &LoopbackMessage, mut fds: Vec<rustix::fd::OwnedFd>, token: u64) -> io::Result<Dmb> {
+        let size = r.size().ok_or_else(|| missing(r, "size"))? as usize;
+        if fds.len() != 2 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("DMB reply carried {} descriptors, expected 2", fds.len()),
+            ));
+        }
+        let bell = Doorbell::from_fd(fds.pop().expect("two fds"));
+        let memfd = fds.pop().expect("two fds");
+        let map = DmbMap::map(&memfd, size)?;
+        Ok(Dmb { token, map, bell })
+    }
+}
+
+impl SmcdDevice for LoopbackDevice {
+    fn gid(&self) -> Gid {
+        self.hello.gid
+    }
+
+    fn chid(&self) -> u16 {
+        self.hello.chid
+    }
+
+    fn register_dmb(&self, len: usize, peer: Gid) -> io::Result<Dmb> {
+        self.with_channel(|ch| {
+            let (r, fds) = ch.request(
+                LoopbackMessage::new(
+                    LoopbackCmd::DmbRegister,
+                    vec![LoopbackAttr::Size(len as u32), LoopbackAttr::PeerGid(peer)],
+                ),
+                &[],
+            )?;
+            let token = r.token().ok_or_else(|| missing(&r, "token"))?;
+            let dmb = Self::dmb_from_reply(&r, fds, token)?;
+            dmb.map.reset();
+            Ok(dmb)
+        })
+    }
+
+    fn attach_dmb(&self, token: u64) -> io::Result<Dmb> {
+        self.with_channel(|ch| {
+            let (r, fds) = ch.request(
+                LoopbackMessage::new(LoopbackCmd::DmbAttach, vec![LoopbackAttr::Token(token)]),
+                &[],
+            )?;
+            Self::dmb_from_reply(&r, fds, token)
+        })
+    }
+
+    fn unregister_dmb(&self, token: u64) {
+        let _ = self.with_channel(|ch| {
+            ch.notify(
+                LoopbackMessage::new(LoopbackCmd::DmbUnregister, vec![LoopbackAttr::Token(token)]),
+                &[],
+            )
+        });
+    }
+}

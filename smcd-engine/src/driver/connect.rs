@@ -1,0 +1,128 @@
+//! The client's connect (`smc_connect` / `__smc_connect`): ask `smcd` whether an SMC
+//! listener expects this connection (the SYN option's role), connect TCP, then run CLC or
+//! fall back.
+//!
+//! The source address and port are fixed before `smcd` is asked, so the listener can match the
+//! connection it accepts to the intent without reading a byte from it.
+
+use super::engine::Engine;
+use super::handshake::{self, Fallback, Outcome};
+use rustix::fd::OwnedFd;
+use rustix::net::{AddressFamily, SocketFlags, SocketType};
+use smc_proto::clc::ReasonCode;
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn family(a: &SocketAddr) -> AddressFamily {
+    if a.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    }
+}
+
+fn to_std(a: rustix::net::SocketAddrAny) -> io::Result<SocketAddr> {
+    SocketAddr::try_from(a).map_err(|_| io::Error::other("not an IP socket address"))
+}
+
+/// The source address the kernel picks for `dst` (a connected UDP socket says, without
+/// sending anything).
+fn source_for(dst: SocketAddr) -> io::Result<IpAddr> {
+    let udp = rustix::net::socket_with(family(&dst), SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
+    rustix::net::connect(&udp, &dst)?;
+    Ok(to_std(rustix::net::getsockname(&udp)?)?.ip())
+}
+
+/// Connects `sock` to `addr`, waiting at most `timeout`.
+fn tcp_connect(sock: OwnedFd, addr: SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
+    let Some(timeout) = timeout else {
+        loop {
+            match rustix::net::connect(&sock, &addr) {
+                Ok(()) => return Ok(TcpStream::from(sock)),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    if timeout.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "zero connect timeout"));
+    }
+    let stream = TcpStream::from(sock);
+    stream.set_nonblocking(true)?;
+    match rustix::net::connect(&stream, &addr) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::INPROGRESS) => {
+            let deadline = Instant::now() + timeout;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "connection timed out"));
+                }
+                let ts = rustix::time::Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                };
+                let mut fds = [rustix::event::PollFd::new(&stream, rustix::event::PollFlags::OUT)];
+                match rustix::event::poll(&mut fds, Some(&ts)) {
+                    Ok(0) => continue,
+                    Ok(_) => break,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if let Some(e) = stream.take_error()? {
+                return Err(e);
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+fn plain(addr: SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
+    match timeout {
+        Some(t) => TcpStream::connect_timeout(&addr, t),
+        None => TcpStream::connect(addr),
+    }
+}
+
+/// Connects to `addr` with `engine`: SMC-D when the listener is ours, else TCP with the reason.
+pub fn connect(engine: &Arc<Engine>, addr: SocketAddr, timeout: Option<Duration>) -> io::Result<Outcome> {
+    let Some(dev) = engine.device() else {
+        // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before it
+        // proposes anything.
+        let s = plain(addr, timeout)?;
+        return Ok(Outcome::Tcp(s, Fallback::local(ReasonCode::NOSMCDEV)));
+    };
+    let settings = engine.settings();
+    let sock = rustix::net::socket_with(family(&addr), SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    let src = source_for(addr)?;
+    rustix::net::bind(&sock, &SocketAddr::new(src, 0))?;
+    let local = to_std(rustix::net::getsockname(&sock)?)?;
+    let verdict = match dev.connect_intent(local, addr) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::debug!("smcd connect intent failed: {e}");
+            engine.device_failed(&dev);
+            let s = tcp_connect(sock, addr, timeout)?;
+            return Ok(Outcome::Tcp(s, Fallback::local(ReasonCode::NOSMCDEV)));
+        }
+    };
+    let stream = match tcp_connect(sock, addr, timeout) {
+        Ok(s) => s,
+        Err(e) => {
+            if verdict.smc {
+                dev.intent_done(verdict.intent, false);
+            }
+            return Err(e);
+        }
+    };
+    if !verdict.smc {
+        return Ok(Outcome::Tcp(stream, Fallback::local(ReasonCode(verdict.reason))));
+    }
+    dev.intent_done(verdict.intent, true);
+    handshake::client(engine, &dev, stream, verdict.peer_gid, &settings)
+}

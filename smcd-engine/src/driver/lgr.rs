@@ -1,0 +1,304 @@
+//! SMC-D link groups of one engine (the kernel's `smc_core.c` for SMC-D): connections between
+//! the same two GIDs share a link group up to its connection limit; each connection has one
+//! DMB (RMBE) from the group's pool; DMBs of closed connections are reused, peer DMBs stay
+//! attached for reuse; an idle group is freed after the idle time.
+//!
+//! Locking: the table lock is held only to look up or insert a group; a group's lock only for
+//! its bookkeeping. Device round trips (registering or attaching a DMB through `smcd`) happen
+//! with no lock held, so a slow first contact never holds up other connections (the lesson
+//! of the kernel's `smc_server_lgr_pending` / `smc_client_lgr_pending` patches).
+
+use crate::device::{Dmb, Gid, SmcdDevice};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Which side created the link group (the kernel's `lgr->role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// We sent the first-contact Confirm.
+    Client,
+    /// We sent the first-contact Accept.
+    Server,
+}
+
+/// What the peer told us in the first-contact exchange (CLC v2).
+#[derive(Debug, Clone, Default)]
+pub struct PeerV2 {
+    /// SMC version of the link group (1 or 2).
+    pub version: u8,
+    /// Peer's release.
+    pub release: u8,
+    /// Peer's OS type.
+    pub os: u8,
+    /// Peer's host name.
+    pub hostname: String,
+    /// The negotiated EID.
+    pub eid: String,
+}
+
+#[derive(Debug)]
+struct Pool {
+    conns: u32,
+    free: Vec<Arc<Dmb>>,
+    /// DMBs of connections closed locally whose peer had not closed yet.
+    draining: Vec<Arc<Dmb>>,
+    attached: HashMap<u64, Arc<Dmb>>,
+    idle_since: Option<Instant>,
+    dead: bool,
+    dmb_bytes: usize,
+    sndbuf_bytes: usize,
+}
+
+/// One SMC-D link group.
+#[derive(Debug)]
+pub struct LinkGroup {
+    /// The 4-byte link group id (the CLC "link id").
+    pub id: u32,
+    /// The peer's GID.
+    pub peer_gid: Gid,
+    /// Our GID when the group was made.
+    pub local_gid: Gid,
+    /// Who created it.
+    pub role: Role,
+    /// First-contact information.
+    pub peer: PeerV2,
+    pool: Mutex<Pool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether the peer has put its close or abort flag into this DMB: it will not write again.
+pub fn peer_done_with(dmb: &Dmb) -> bool {
+    let w = smc_proto::cdc::SmcdCursorWord::decode(
+        dmb.map.cons_word().load(Ordering::Acquire),
+    );
+    w.conn_flags.peer_conn_closed() || w.conn_flags.peer_conn_abort()
+}
+
+impl LinkGroup {
+    fn new(id: u32, peer_gid: Gid, local_gid: Gid, role: Role, peer: PeerV2) -> Self {
+        Self {
+            id,
+            peer_gid,
+            local_gid,
+            role,
+            peer,
+            pool: Mutex::new(Pool {
+                conns: 0,
+                free: Vec::new(),
+                draining: Vec::new(),
+                attached: HashMap::new(),
+                idle_since: None,
+                dead: false,
+                dmb_bytes: 0,
+                sndbuf_bytes: 0,
+            }),
+        }
+    }
+
+    /// Live connections.
+    pub fn conns(&self) -> u32 {
+        lock(&self.pool).conns
+    }
+
+    /// Bytes of DMBs this group holds (ours) and of attached peer DMBs (our send buffers).
+    pub fn buffer_totals(&self) -> (usize, usize) {
+        let p = lock(&self.pool);
+        (p.sndbuf_bytes, p.dmb_bytes)
+    }
+
+    /// Whether the group still takes new connections.
+    pub fn is_dead(&self) -> bool {
+        lock(&self.pool).dead
+    }
+
+    /// Stops new connections from using this group (peer lost, device restarted).
+    pub fn kill(&self) {
+        lock(&self.pool).dead = true;
+    }
+
+    /// Takes a connection slot if the group is alive and below `max_conns`.
+    fn try_reserve(&self, max_conns: u32) -> bool {
+        let mut p = lock(&self.pool);
+        if p.dead || p.conns >= max_conns {
+            return false;
+        }
+        p.conns += 1;
+        p.idle_since = None;
+        true
+    }
+
+    /// Gives back a connection slot (connection freed or handshake failed).
+    pub fn release_slot(&self) {
+        let mut p = lock(&self.pool);
+        p.conns = p.conns.saturating_sub(1);
+        if p.conns == 0 {
+            p.idle_since = Some(Instant::now());
+        }
+    }
+
+    /// A DMB of exactly `len` bytes for a new connection: a free one, a drained one whose
+    /// peer has closed, or a new registration. The header is reset.
+    pub fn get_dmb(&self, dev: &dyn SmcdDevice, len: usize) -> io::Result<(Arc<Dmb>, bool)> {
+        {
+            let mut p = lock(&self.pool);
+            let mut i = 0;
+            while i < p.draining.len() {
+                if peer_done_with(&p.draining[i]) {
+                    let d = p.draining.swap_remove(i);
+                    p.free.push(d);
+                } else {
+                    i += 1;
+                }
+            }
+            if let Some(pos) = p.free.iter().position(|d| d.map.dmb_len() == len) {
+                let d = p.free.swap_remove(pos);
+                d.map.reset();
+                return Ok((d, true));
+            }
+        }
+        let d = Arc::new(dev.register_dmb(len, self.peer_gid)?);
+        lock(&self.pool).dmb_bytes += len;
+        Ok((d, false))
+    }
+
+    /// The peer's DMB `token`, attached once and kept for reuse.
+    pub fn attach(&self, dev: &dyn SmcdDevice, token: u64) -> io::Result<Arc<Dmb>> {
+        if let Some(d) = lock(&self.pool).attached.get(&token) {
+            return Ok(Arc::clone(d));
+        }
+        let d = Arc::new(dev.attach_dmb(token)?);
+        let mut p = lock(&self.pool);
+        let len = d.map.dmb_len();
+        let d = Arc::clone(p.attached.entry(token).or_insert_with(|| d));
+        p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();
+        let _ = len;
+        Ok(d)
+    }
+
+    /// Returns a connection's DMB: `reusable` when the peer has closed too, else it waits in
+    /// the draining list; a DMB of an aborted connection is dropped (and unregistered).
+    pub fn put_dmb(&self, dev: &dyn SmcdDevice, dmb: Arc<Dmb>, reusable: bool, aborted: bool) {
+        if aborted {
+            let mut p = lock(&self.pool);
+            p.dmb_bytes = p.dmb_bytes.saturating_sub(dmb.map.dmb_len());
+            drop(p);
+            dev.unregister_dmb(dmb.token);
+            return;
+        }
+        let mut p = lock(&self.pool);
+        if reusable {
+            p.free.push(dmb);
+        } else {
+            p.draining.push(dmb);
+        }
+    }
+
+    /// Forgets a cached attachment (the peer's DMB turned out bad).
+    pub fn detach(&self, token: u64) {
+        let mut p = lock(&self.pool);
+        p.attached.remove(&token);
+        p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();
+    }
+
+    /// Frees the group's buffers (it is idle or dead and has no connections).
+    fn free_all(&self, dev: &dyn SmcdDevice) {
+        let mut p = lock(&self.pool);
+        for d in p.free.drain(..).chain(p.draining.drain(..)).collect::<Vec<_>>() {
+            dev.unregister_dmb(d.token);
+        }
+        p.attached.clear();
+        p.dmb_bytes = 0;
+        p.sndbuf_bytes = 0;
+    }
+}
+
+/// All link groups of one engine.
+#[derive(Debug, Default)]
+pub struct LgrTable {
+    groups: Mutex<Vec<Arc<LinkGroup>>>,
+    next: AtomicU32,
+}
+
+impl LgrTable {
+    /// An empty table whose ids start from `base`.
+    pub fn new(base: u32) -> Self {
+        Self {
+            groups: Mutex::new(Vec::new()),
+            next: AtomicU32::new(base),
+        }
+    }
+
+    /// A link group to `peer` with room for one more connection, with the slot taken
+    /// (`smc_conn_create` looking for an existing group).
+    pub fn reuse(&self, peer: Gid, local: Gid, max_conns: u32) -> Option<Arc<LinkGroup>> {
+        let groups = lock(&self.groups);
+        groups
+            .iter()
+            .filter(|g| g.peer_gid == peer && g.local_gid == local)
+            .find(|g| g.try_reserve(max_conns))
+            .cloned()
+    }
+
+    /// The group `id` to `peer`, with a slot taken (the client's side of a reuse the server
+    /// chose).
+    pub fn find(&self, id: u32, peer: Gid, local: Gid) -> Option<Arc<LinkGroup>> {
+        let groups = lock(&self.groups);
+        groups
+            .iter()
+            .find(|g| g.id == id && g.peer_gid == peer && g.local_gid == local)
+            .filter(|g| g.try_reserve(u32::MAX))
+            .cloned()
+    }
+
+    /// A fresh id for a group we create as server.
+    pub fn next_id(&self) -> u32 {
+        // The low byte is left for link ids, as the kernel's ids step by 256.
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        (n << 8) | 0
+    }
+
+    /// Creates and inserts a group with one slot taken.
+    pub fn create(&self, id: u32, peer: Gid, local: Gid, role: Role, v2: PeerV2) -> Arc<LinkGroup> {
+        let g = Arc::new(LinkGroup::new(id, peer, local, role, v2));
+        assert!(g.try_reserve(u32::MAX));
+        lock(&self.groups).push(Arc::clone(&g));
+        g
+    }
+
+    /// A snapshot of the groups.
+    pub fn list(&self) -> Vec<Arc<LinkGroup>> {
+        lock(&self.groups).clone()
+    }
+
+    /// Frees groups idle longer than `idle` (or dead) with no connections.
+    pub fn sweep(&self, dev: &dyn SmcdDevice, idle: Duration) {
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        lock(&self.groups).retain(|g| {
+            let p = lock(&g.pool);
+            let expired = p.conns == 0
+                && (p.dead || p.idle_since.is_some_and(|t| now.duration_since(t) >= idle));
+            drop(p);
+            if expired {
+                gone.push(Arc::clone(g));
+            }
+            !expired
+        });
+        for g in gone {
+            g.free_all(dev);
+        }
+    }
+
+    /// Kills every group (the device went away).
+    pub fn kill_all(&self) {
+        for g in lock(&self.groups).iter() {
+            g.kill();
+        }
+    }
+}
