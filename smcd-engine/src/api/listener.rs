@@ -44,7 +44,10 @@ impl SmcListener {
             }
         }
         Err(last.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "could not resolve to any address")
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "could not resolve to any address",
+            )
         }))
     }
 

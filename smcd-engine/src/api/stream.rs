@@ -66,14 +66,8 @@ impl std::fmt::Display for Mode {
 
 #[derive(Debug)]
 enum Kind {
-    Smc {
-        conn: SmcConn,
-        lgr: Arc<LinkGroup>,
-    },
-    Tcp {
-        sock: TcpStream,
-        fallback: Fallback,
-    },
+    Smc { conn: SmcConn, lgr: Arc<LinkGroup> },
+    Tcp { sock: TcpStream, fallback: Fallback },
 }
 
 #[derive(Debug)]
@@ -128,7 +122,10 @@ impl SmcStream {
             }
         }
         Err(last.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "could not resolve to any address")
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "could not resolve to any address",
+            )
         }))
     }
 
@@ -331,10 +328,12 @@ impl SmcStream {
     pub fn write_more(&self, buf: &[u8]) -> io::Result<usize> {
         match &self.inner.kind {
             Kind::Smc { conn, .. } => conn.write_with(buf, true),
-            Kind::Tcp { sock, .. } => {
-                rustix::net::send(sock, buf, rustix::net::SendFlags::MORE | rustix::net::SendFlags::NOSIGNAL)
-                    .map_err(io::Error::from)
-            }
+            Kind::Tcp { sock, .. } => rustix::net::send(
+                sock,
+                buf,
+                rustix::net::SendFlags::MORE | rustix::net::SendFlags::NOSIGNAL,
+            )
+            .map_err(io::Error::from),
         }
     }
 
@@ -392,7 +391,10 @@ impl Read for SmcStream {
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        let buf = bufs.iter_mut().find(|b| !b.is_empty()).map_or(&mut [][..], |b| &mut **b);
+        let buf = bufs
+            .iter_mut()
+            .find(|b| !b.is_empty())
+            .map_or(&mut [][..], |b| &mut **b);
         self.read_impl(buf)
     }
 }
@@ -409,7 +411,10 @@ impl Write for SmcStream {
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        let buf = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &**b);
+        let buf = bufs
+            .iter()
+            .find(|b| !b.is_empty())
+            .map_or(&[][..], |b| &**b);
         self.write_impl(buf)
     }
 
@@ -452,7 +457,10 @@ impl SmcStream {
             tv_sec: t.as_secs() as i64,
             tv_nsec: i64::from(t.subsec_nanos()),
         });
-        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
         Ok(rustix::event::poll(&mut fds, ts.as_ref())? > 0)
     }
 }

@@ -11,7 +11,10 @@ use smcd_engine::control::server::Server;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(version, about = "User-space SMC daemon: the loopback ISM device and the control socket")]
+#[command(
+    version,
+    about = "User-space SMC daemon: the loopback ISM device and the control socket"
+)]
 struct Args {
     /// Socket path.
     #[arg(long, env = "SMCD_SOCKET", default_value = smcd_engine::driver::channel::DEFAULT_SOCKET)]

@@ -252,9 +252,7 @@ impl DeviceState {
                         LoopbackAttr::Verdict(Verdict::Smc),
                         LoopbackAttr::Reason(0),
                         LoopbackAttr::IntentId(intent),
-                        LoopbackAttr::Gid(
-                            self.sessions.get(&l.session).map_or(0, |s| s.gid),
-                        ),
+                        LoopbackAttr::Gid(self.sessions.get(&l.session).map_or(0, |s| s.gid)),
                     ],
                 );
             }
@@ -419,9 +417,8 @@ impl DeviceState {
             .filter(port_match)
             .filter(|l| l.netns == netns);
         let exact = |l: &&Listener| canonical(l.addr.ip()) == rip;
-        let wildcard = |l: &&Listener| {
-            l.addr.ip().is_unspecified() && (l.addr.is_ipv6() || rip.is_ipv4())
-        };
+        let wildcard =
+            |l: &&Listener| l.addr.ip().is_unspecified() && (l.addr.is_ipv6() || rip.is_ipv4());
         same_ns
             .clone()
             .find(exact)

@@ -79,7 +79,12 @@ impl Server {
             epoll::EventFlags::IN,
         )?;
         if let Some(w) = wake {
-            epoll::add(&epoll, w, epoll::EventData::new_u64(WAKE_TOKEN), epoll::EventFlags::IN)?;
+            epoll::add(
+                &epoll,
+                w,
+                epoll::EventData::new_u64(WAKE_TOKEN),
+                epoll::EventFlags::IN,
+            )?;
         }
         Ok(Self {
             path: path.to_owned(),
@@ -102,20 +107,25 @@ impl Server {
         let mut events = Vec::with_capacity(256);
         loop {
             events.clear();
-            match epoll::wait(&self.epoll, rustix::buffer::spare_capacity(&mut events), None) {
+            match epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                None,
+            ) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
             }
             for ev in &events {
-                match ev.data.u64() {
+                let (flags, data) = (ev.flags, ev.data);
+                match data.u64() {
                     LISTEN_TOKEN => self.accept_all(),
                     WAKE_TOKEN => return Ok(()),
                     id => {
-                        if ev.flags.contains(epoll::EventFlags::OUT) {
+                        if flags.contains(epoll::EventFlags::OUT) {
                             self.flush(id);
                         }
-                        if ev.flags.intersects(
+                        if flags.intersects(
                             epoll::EventFlags::IN | epoll::EventFlags::HUP | epoll::EventFlags::ERR,
                         ) {
                             self.read_client(id);
@@ -161,10 +171,7 @@ impl Server {
                 id,
                 Client {
                     sock,
-                    ctx: ClientCtx {
-                        pid,
-                        session: None,
-                    },
+                    ctx: ClientCtx { pid, session: None },
                     queue: VecDeque::new(),
                 },
             );
@@ -174,7 +181,9 @@ impl Server {
     fn read_client(&mut self, id: ClientId) {
         // Bounded per wake so one chatty client cannot starve the others.
         for _ in 0..64 {
-            let Some(c) = self.clients.get(&id) else { return };
+            let Some(c) = self.clients.get(&id) else {
+                return;
+            };
             match channel::recv_record(c.sock.as_fd(), &mut self.buf, RecvFlags::DONTWAIT) {
                 Ok((0, _)) => return self.drop_client(id),
                 Ok((n, _fds)) => {
@@ -220,7 +229,9 @@ impl Server {
             }) => g.payload,
             _ => return self.send_error(id, record, rustix::io::Errno::INVAL.raw_os_error()),
         };
-        let Some(client) = self.clients.get_mut(&id) else { return };
+        let Some(client) = self.clients.get_mut(&id) else {
+            return;
+        };
         let mut ctx = client.ctx;
         // Listener congestion is decided by the control plane; without one, never congested.
         let mut ok = |_: &Listener| true;
@@ -275,7 +286,9 @@ impl Server {
     /// Sends a notification to a listener channel without ever blocking; false if it could not
     /// be queued.
     fn deliver(&mut self, to: ClientId, msg: &LoopbackMessage) -> bool {
-        let Some(c) = self.clients.get(&to) else { return false };
+        let Some(c) = self.clients.get(&to) else {
+            return false;
+        };
         if !c.queue.is_empty() {
             return false;
         }
@@ -303,7 +316,9 @@ impl Server {
     /// Sends a record to a client, queueing it if the socket is full (then without fds: a
     /// reply carrying descriptors to a client that does not read is dropped with the client).
     pub fn send(&mut self, id: ClientId, bytes: Vec<u8>, fds: &[rustix::fd::BorrowedFd<'_>]) {
-        let Some(c) = self.clients.get_mut(&id) else { return };
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
         if c.queue.is_empty() {
             match channel::send_record(c.sock.as_fd(), &bytes, fds) {
                 Ok(()) => return,
@@ -324,7 +339,9 @@ impl Server {
     }
 
     fn flush(&mut self, id: ClientId) {
-        let Some(c) = self.clients.get_mut(&id) else { return };
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
         while let Some(b) = c.queue.front() {
             match channel::send_record(c.sock.as_fd(), b, &[]) {
                 Ok(()) => {

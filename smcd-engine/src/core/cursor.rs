@@ -62,7 +62,11 @@ pub fn from_cursor(c: Cursor, ring_len: usize, last: u64, limit: u64) -> Result<
 
 /// A producer-cursor word (flags bytes zero).
 pub fn prod_word(pos: u64, ring_len: usize) -> u64 {
-    SmcdCursorWord::encode(to_cursor(pos, ring_len), ProducerFlags::default(), ConnStateFlags::default())
+    SmcdCursorWord::encode(
+        to_cursor(pos, ring_len),
+        ProducerFlags::default(),
+        ConnStateFlags::default(),
+    )
 }
 
 /// A consumer-cursor word carrying the sender's producer and connection-state flags.

@@ -79,7 +79,8 @@ pub fn client_proposal(caps: &LocalCaps) -> Proposal {
     if let Some(seid) = caps.seid {
         b = b.system_eid(seid);
     }
-    b.build().expect("a loopback SMC-D v2 proposal is always valid")
+    b.build()
+        .expect("a loopback SMC-D v2 proposal is always valid")
 }
 
 /// What the client learned from an Accept.
@@ -163,7 +164,12 @@ pub fn client_check_accept(
 
 /// The Confirm a client sends: its GID, its DMB, the link group, the negotiated EID, and the
 /// first contact extension echoing the release and the common feature mask.
-pub fn client_confirm(caps: &LocalCaps, acc: &AcceptInfo, token: u64, dmb_len: usize) -> AcceptConfirm {
+pub fn client_confirm(
+    caps: &LocalCaps,
+    acc: &AcceptInfo,
+    token: u64,
+    dmb_len: usize,
+) -> AcceptConfirm {
     let body = SmcdAcceptConfirm {
         gid: gid_hi(caps.gid),
         token,
@@ -241,11 +247,7 @@ pub fn server_check_proposal(
     if loopback.is_none() || feature_mask == 0 {
         return Err(Refusal::Decline(ReasonCode::NOSMCD2DEV));
     }
-    let peer_seid = v2
-        .smcd
-        .as_ref()
-        .filter(|_| v2.seid)
-        .map(|s| &s.system_eid);
+    let peer_seid = v2.smcd.as_ref().filter(|_| v2.seid).map(|s| &s.system_eid);
     let Some(eid) = match_eid(caps, peer_seid, &v2.user_eids) else {
         return Err(Refusal::Decline(ReasonCode::NOSMCD2DEV));
     };
@@ -356,7 +358,10 @@ mod tests {
 
     #[test]
     fn full_exchange_first_contact() {
-        let (c, s) = (caps(0x1111_2222_3333_4444_5555_6666_7777_8888), caps(0x9999 << 64 | 7));
+        let (c, s) = (
+            caps(0x1111_2222_3333_4444_5555_6666_7777_8888),
+            caps(0x9999 << 64 | 7),
+        );
         let prop = reparse(client_proposal(&c).into());
         let info = server_check_proposal(prop, &s, c.gid).unwrap();
         assert_eq!(info.release, RELEASE);

@@ -73,7 +73,11 @@ pub fn autosplit_chunk(len: usize, autosplit_size: usize) -> usize {
         return len;
     }
     let threshold = autosplit_size.saturating_mul(4) / 3;
-    if len >= threshold { autosplit_size } else { len }
+    if len >= threshold {
+        autosplit_size
+    } else {
+        len
+    }
 }
 
 /// The kernel's autocork test (`smc_should_autocork`): hold back a small send while a CDC send

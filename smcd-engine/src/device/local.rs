@@ -88,7 +88,10 @@ impl SmcdDevice for LocalDevice {
     fn attach_dmb(&self, token: u64) -> io::Result<Dmb> {
         let dmbs = self.fabric.dmbs.lock().unwrap_or_else(|e| e.into_inner());
         let r = dmbs.get(&token).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("no DMB with token {token:#x}"))
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no DMB with token {token:#x}"),
+            )
         })?;
         if r.peer != self.gid {
             return Err(io::Error::new(
@@ -102,7 +105,11 @@ impl SmcdDevice for LocalDevice {
     }
 
     fn unregister_dmb(&self, token: u64) {
-        self.fabric.dmbs.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+        self.fabric
+            .dmbs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&token);
     }
 }
 

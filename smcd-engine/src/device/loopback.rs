@@ -151,12 +151,19 @@ impl LoopbackDevice {
 
     /// Asks whether an SMC listener expects a connection from `local` to `remote` (the role the
     /// SMC option in the TCP SYN plays in the kernel).
-    pub fn connect_intent(&self, local: SocketAddr, remote: SocketAddr) -> io::Result<ConnectVerdict> {
+    pub fn connect_intent(
+        &self,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) -> io::Result<ConnectVerdict> {
         self.with_channel(|ch| {
             let (r, _) = ch.request(
                 LoopbackMessage::new(
                     LoopbackCmd::Connect,
-                    vec![LoopbackAttr::LocalAddr(local), LoopbackAttr::RemoteAddr(remote)],
+                    vec![
+                        LoopbackAttr::LocalAddr(local),
+                        LoopbackAttr::RemoteAddr(remote),
+                    ],
                 ),
                 &[],
             )?;
@@ -184,7 +191,12 @@ impl LoopbackDevice {
 
     /// Opens a dedicated channel registering a listener on `addr`; `smcd` then sends intents
     /// on it.
-    pub fn listen(&self, addr: SocketAddr, backlog: u32, hs_limit: bool) -> io::Result<(Channel, u32)> {
+    pub fn listen(
+        &self,
+        addr: SocketAddr,
+        backlog: u32,
+        hs_limit: bool,
+    ) -> io::Result<(Channel, u32)> {
         let mut ch = Channel::connect(&self.path)?;
         Self::hello(&mut ch, self.session_key, self.netns)?;
         let (r, _) = ch.request(
@@ -202,7 +214,11 @@ impl LoopbackDevice {
         Ok((ch, id))
     }
 
-    fn dmb_from_reply(r: &LoopbackMessage, mut fds: Vec<rustix::fd::OwnedFd>, token: u64) -> io::Result<Dmb> {
+    fn dmb_from_reply(
+        r: &LoopbackMessage,
+        mut fds: Vec<rustix::fd::OwnedFd>,
+        token: u64,
+    ) -> io::Result<Dmb> {
         let size = r.size().ok_or_else(|| missing(r, "size"))? as usize;
         if fds.len() != 2 {
             return Err(io::Error::new(

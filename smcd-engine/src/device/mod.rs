@@ -198,7 +198,9 @@ pub(crate) mod conformance {
         let owned = a.register_dmb(shm::DMB_MIN_LEN, b.gid()).expect("register");
         owned.map.reset();
         assert_ne!(owned.token, 0);
-        let attached = b.attach_dmb(owned.token).expect("the named peer may attach");
+        let attached = b
+            .attach_dmb(owned.token)
+            .expect("the named peer may attach");
         assert_eq!(attached.map.dmb_len(), shm::DMB_MIN_LEN);
         // Bytes written by the peer appear in the owner's mapping.
         attached.map.write_ring(5, b"hello");
@@ -226,17 +228,35 @@ pub(crate) mod conformance {
         attached.map.prod_word().store(9, Ordering::Release);
         attached.notify(Dir::Rx);
         let waited = t.join().unwrap();
-        assert!(waited < Duration::from_secs(4), "woken by notify, not by timeout");
+        assert!(
+            waited < Duration::from_secs(4),
+            "woken by notify, not by timeout"
+        );
         // Eventfd mode: the doorbell becomes readable.
         owned.arm(Dir::Tx, WAIT_EVENTFD);
         attached.notify(Dir::Tx);
-        let mut fds = [rustix::event::PollFd::new(&owned.bell, rustix::event::PollFlags::IN)];
-        let n = rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 1, tv_nsec: 0 }))
-            .unwrap();
+        let mut fds = [rustix::event::PollFd::new(
+            &owned.bell,
+            rustix::event::PollFlags::IN,
+        )];
+        let n = rustix::event::poll(
+            &mut fds,
+            Some(&rustix::time::Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            }),
+        )
+        .unwrap();
         assert_eq!(n, 1);
         owned.bell.drain();
-        let n = rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 }))
-            .unwrap();
+        let n = rustix::event::poll(
+            &mut fds,
+            Some(&rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }),
+        )
+        .unwrap();
         assert_eq!(n, 0, "drained");
         a.unregister_dmb(owned.token);
         // Our mappings stay valid after unregister.

@@ -124,7 +124,8 @@ impl DmbMap {
                 0,
             )?
         };
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        let ptr =
+            NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
         Ok(Self { ptr, dmb_len })
     }
 
@@ -179,7 +180,8 @@ impl DmbMap {
         self.cons_word().store(0, Relaxed);
         self.atomic_u64(24).store(0, Relaxed);
         // Byte 0 is the CDC type 0xFE, bytes 1..8 reserved.
-        self.atomic_u64(0).store(u64::from_ne_bytes([0xFE, 0, 0, 0, 0, 0, 0, 0]), Relaxed);
+        self.atomic_u64(0)
+            .store(u64::from_ne_bytes([0xFE, 0, 0, 0, 0, 0, 0, 0]), Relaxed);
         self.rx_waiting().store(0, Relaxed);
         self.tx_waiting().store(0, Relaxed);
     }

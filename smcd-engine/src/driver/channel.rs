@@ -4,8 +4,8 @@
 //! dump replies, a batch), so a peer can never leave half a message behind.
 
 use netlink_packet_core::{
-    NLM_F_ACK, NLM_F_REQUEST, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
-    NetlinkPayload, NetlinkSerializable,
+    NLM_F_ACK, NLM_F_REQUEST, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    NetlinkSerializable,
 };
 use netlink_packet_generic::GenlMessage;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -77,7 +77,10 @@ pub fn recv_record(
     if msg.flags.contains(rustix::net::ReturnFlags::TRUNC)
         || msg.flags.contains(rustix::net::ReturnFlags::CTRUNC)
     {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "record truncated"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "record truncated",
+        ));
     }
     Ok((msg.bytes, fds))
 }
@@ -118,7 +121,11 @@ impl Channel {
         })
     }
 
-    fn message(&mut self, msg: LoopbackMessage, flags: u16) -> NetlinkMessage<GenlMessage<LoopbackMessage>> {
+    fn message(
+        &mut self,
+        msg: LoopbackMessage,
+        flags: u16,
+    ) -> NetlinkMessage<GenlMessage<LoopbackMessage>> {
         self.seq = self.seq.wrapping_add(1);
         let mut header = NetlinkHeader::default();
         header.flags = flags;
@@ -153,7 +160,10 @@ impl Channel {
     pub fn receive(&mut self) -> io::Result<(io::Result<LoopbackMessage>, Vec<OwnedFd>, u32)> {
         let (n, fds) = recv_record(self.sock.as_fd(), &mut self.buf, RecvFlags::empty())?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "smcd closed the channel"));
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "smcd closed the channel",
+            ));
         }
         decode_reply(&self.buf[..n]).map(|(m, seq)| (m, fds, seq))
     }

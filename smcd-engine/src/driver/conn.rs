@@ -326,7 +326,10 @@ impl SmcConn {
 
     /// The peer broke the shared-memory protocol: abort this connection.
     fn violation(&self, what: &str) -> io::Error {
-        tracing::warn!(lgr = self.info.lgr_id, "SMC-D peer protocol violation: {what}");
+        tracing::warn!(
+            lgr = self.info.lgr_id,
+            "SMC-D peer protocol violation: {what}"
+        );
         self.abort(AbortKind::Aborted);
         io::Error::new(
             io::ErrorKind::ConnectionAborted,
@@ -342,8 +345,16 @@ impl SmcConn {
         // Wake our own sleepers: nobody else will.
         self.own.map.rx_waiting().store(0, Ordering::Release);
         self.own.map.tx_waiting().store(0, Ordering::Release);
-        let _ = rustix::thread::futex::wake(self.own.map.rx_waiting(), rustix::thread::futex::Flags::empty(), u32::MAX);
-        let _ = rustix::thread::futex::wake(self.own.map.tx_waiting(), rustix::thread::futex::Flags::empty(), u32::MAX);
+        let _ = rustix::thread::futex::wake(
+            self.own.map.rx_waiting(),
+            rustix::thread::futex::Flags::empty(),
+            u32::MAX,
+        );
+        let _ = rustix::thread::futex::wake(
+            self.own.map.tx_waiting(),
+            rustix::thread::futex::Flags::empty(),
+            u32::MAX,
+        );
         self.own.bell.ring();
     }
 
@@ -363,11 +374,6 @@ impl SmcConn {
         }
     }
 
-    /// The pending error, if the connection was aborted.
-    fn error(&self) -> Option<io::Error> {
-        lock(&self.close).error().map(aborted_error)
-    }
-
     // ----------------------------------------------------------------------------------
     // Waiting.
 
@@ -375,13 +381,20 @@ impl SmcConn {
     /// reset, or unexpected bytes).
     fn clcsock_dead(&self) -> bool {
         let mut fds = [PollFd::new(&self.clcsock, PollFlags::IN | PollFlags::RDHUP)];
-        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         match rustix::event::poll(&mut fds, Some(&zero)) {
             Ok(0) => false,
             Ok(_) => {
                 let mut b = [0u8; 1];
                 !matches!(
-                    rustix::net::recv(&self.clcsock, &mut b, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT),
+                    rustix::net::recv(
+                        &self.clcsock,
+                        &mut b,
+                        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT
+                    ),
                     Err(rustix::io::Errno::AGAIN)
                 )
             }
@@ -403,7 +416,12 @@ impl SmcConn {
     /// Waits until `changed()` or the deadline: spins for the configured budget, then sleeps
     /// on the futex word for `dir`, checking the TCP connection every [`LIVENESS_PERIOD`].
     /// Returns `Err(WouldBlock)` at the deadline (as std's socket timeouts do).
-    fn wait(&self, dir: Dir, deadline: Option<Instant>, changed: &dyn Fn() -> bool) -> io::Result<()> {
+    fn wait(
+        &self,
+        dir: Dir,
+        deadline: Option<Instant>,
+        changed: &dyn Fn() -> bool,
+    ) -> io::Result<()> {
         if !self.params.spin.is_zero() {
             let until = Instant::now() + self.params.spin;
             loop {
@@ -710,7 +728,12 @@ impl SmcConn {
         }
         use rustix::event::epoll;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        epoll::add(&ep, &self.own.bell, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
+        epoll::add(
+            &ep,
+            &self.own.bell,
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )?;
         epoll::add(
             &ep,
             &self.clcsock,

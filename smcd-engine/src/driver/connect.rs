@@ -30,13 +30,18 @@ fn to_std(a: rustix::net::SocketAddrAny) -> io::Result<SocketAddr> {
 /// The source address the kernel picks for `dst` (a connected UDP socket says, without
 /// sending anything).
 fn source_for(dst: SocketAddr) -> io::Result<IpAddr> {
-    let udp = rustix::net::socket_with(family(&dst), SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
+    let udp =
+        rustix::net::socket_with(family(&dst), SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
     rustix::net::connect(&udp, &dst)?;
     Ok(to_std(rustix::net::getsockname(&udp)?)?.ip())
 }
 
 /// Connects `sock` to `addr`, waiting at most `timeout`.
-fn tcp_connect(sock: OwnedFd, addr: SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
+fn tcp_connect(
+    sock: OwnedFd,
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+) -> io::Result<TcpStream> {
     let Some(timeout) = timeout else {
         loop {
             match rustix::net::connect(&sock, &addr) {
@@ -47,7 +52,10 @@ fn tcp_connect(sock: OwnedFd, addr: SocketAddr, timeout: Option<Duration>) -> io
         }
     };
     if timeout.is_zero() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "zero connect timeout"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "zero connect timeout",
+        ));
     }
     let stream = TcpStream::from(sock);
     stream.set_nonblocking(true)?;
@@ -58,13 +66,19 @@ fn tcp_connect(sock: OwnedFd, addr: SocketAddr, timeout: Option<Duration>) -> io
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "connection timed out"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "connection timed out",
+                    ));
                 }
                 let ts = rustix::time::Timespec {
                     tv_sec: left.as_secs() as i64,
                     tv_nsec: i64::from(left.subsec_nanos()),
                 };
-                let mut fds = [rustix::event::PollFd::new(&stream, rustix::event::PollFlags::OUT)];
+                let mut fds = [rustix::event::PollFd::new(
+                    &stream,
+                    rustix::event::PollFlags::OUT,
+                )];
                 match rustix::event::poll(&mut fds, Some(&ts)) {
                     Ok(0) => continue,
                     Ok(_) => break,
@@ -90,7 +104,11 @@ fn plain(addr: SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
 }
 
 /// Connects to `addr` with `engine`: SMC-D when the listener is ours, else TCP with the reason.
-pub fn connect(engine: &Arc<Engine>, addr: SocketAddr, timeout: Option<Duration>) -> io::Result<Outcome> {
+pub fn connect(
+    engine: &Arc<Engine>,
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+) -> io::Result<Outcome> {
     let Some(dev) = engine.device() else {
         // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before it
         // proposes anything.
@@ -98,7 +116,12 @@ pub fn connect(engine: &Arc<Engine>, addr: SocketAddr, timeout: Option<Duration>
         return Ok(Outcome::Tcp(s, Fallback::local(ReasonCode::NOSMCDEV)));
     };
     let settings = engine.settings();
-    let sock = rustix::net::socket_with(family(&addr), SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    let sock = rustix::net::socket_with(
+        family(&addr),
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
     let src = source_for(addr)?;
     rustix::net::bind(&sock, &SocketAddr::new(src, 0))?;
     let local = to_std(rustix::net::getsockname(&sock)?)?;
@@ -121,7 +144,10 @@ pub fn connect(engine: &Arc<Engine>, addr: SocketAddr, timeout: Option<Duration>
         }
     };
     if !verdict.smc {
-        return Ok(Outcome::Tcp(stream, Fallback::local(ReasonCode(verdict.reason))));
+        return Ok(Outcome::Tcp(
+            stream,
+            Fallback::local(ReasonCode(verdict.reason)),
+        ));
     }
     dev.intent_done(verdict.intent, true);
     handshake::client(engine, &dev, stream, verdict.peer_gid, &settings)

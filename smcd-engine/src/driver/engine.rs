@@ -5,8 +5,8 @@
 
 use super::lgr::LgrTable;
 use crate::core::handshake::LocalCaps;
-use crate::device::loopback::LoopbackDevice;
 use crate::device::SmcdDevice;
+use crate::device::loopback::LoopbackDevice;
 use crate::settings::Settings;
 use smc_proto::clc::{Eid, Hostname};
 use std::path::PathBuf;
@@ -84,7 +84,10 @@ impl Engine {
 
     /// The settings new connections get.
     pub fn settings(&self) -> Settings {
-        self.settings.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Replaces the settings for connections created afterwards.
@@ -99,7 +102,10 @@ impl Engine {
         if let Some(d) = &slot.dev {
             return Some(Arc::clone(d));
         }
-        if slot.last_try.is_some_and(|t| t.elapsed() < RECONNECT_INTERVAL) {
+        if slot
+            .last_try
+            .is_some_and(|t| t.elapsed() < RECONNECT_INTERVAL)
+        {
             return None;
         }
         slot.last_try = Some(Instant::now());

@@ -11,8 +11,8 @@ use super::conn::{ConnParams, SmcConn, SmcdInfo};
 use super::engine::Engine;
 use super::lgr::{LinkGroup, PeerV2, Role};
 use crate::core::handshake::{self as hs, Refusal};
+use crate::device::Gid;
 use crate::device::loopback::LoopbackDevice;
-use crate::device::{Gid, SmcdDevice};
 use crate::settings::Settings;
 use smc_proto::clc::{
     ClcError, ClcMessage, Decline, HEADER_LEN, ReasonCode, SMC_V2, peek_message_len,
@@ -277,7 +277,14 @@ pub fn server(
             return fall(sock, Refusal::Decline(ReasonCode::MEM), version);
         }
     };
-    let accept = hs::server_accept(&caps, &info, own.token, own.map.dmb_len(), lgr.id, first_contact);
+    let accept = hs::server_accept(
+        &caps,
+        &info,
+        own.token,
+        own.map.dmb_len(),
+        lgr.id,
+        first_contact,
+    );
     let give_back = |lgr: &Arc<LinkGroup>, own| {
         lgr.put_dmb(dev.as_ref(), own, true, false);
         lgr.release_slot();

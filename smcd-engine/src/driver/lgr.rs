@@ -74,9 +74,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Whether the peer has put its close or abort flag into this DMB: it will not write again.
 pub fn peer_done_with(dmb: &Dmb) -> bool {
-    let w = smc_proto::cdc::SmcdCursorWord::decode(
-        dmb.map.cons_word().load(Ordering::Acquire),
-    );
+    let w = smc_proto::cdc::SmcdCursorWord::decode(dmb.map.cons_word().load(Ordering::Acquire));
     w.conn_flags.peer_conn_closed() || w.conn_flags.peer_conn_abort()
 }
 
@@ -174,10 +172,8 @@ impl LinkGroup {
         }
         let d = Arc::new(dev.attach_dmb(token)?);
         let mut p = lock(&self.pool);
-        let len = d.map.dmb_len();
         let d = Arc::clone(p.attached.entry(token).or_insert_with(|| d));
         p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();
-        let _ = len;
         Ok(d)
     }
 
@@ -209,7 +205,9 @@ impl LinkGroup {
     /// Frees the group's buffers (it is idle or dead and has no connections).
     fn free_all(&self, dev: &dyn SmcdDevice) {
         let mut p = lock(&self.pool);
-        for d in p.free.drain(..).chain(p.draining.drain(..)).collect::<Vec<_>>() {
+        let mut all: Vec<_> = p.free.drain(..).collect();
+        all.append(&mut p.draining);
+        for d in all {
             dev.unregister_dmb(d.token);
         }
         p.attached.clear();

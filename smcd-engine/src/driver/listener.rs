@@ -11,8 +11,8 @@
 use super::channel::Channel;
 use super::engine::Engine;
 use super::handshake::{self, Fallback, Outcome};
-use crate::control::device::canonical;
 use crate::api::SmcStream;
+use crate::control::device::canonical;
 use crate::device::{Doorbell, Gid};
 use smc_proto::clc::ReasonCode;
 use smc_proto::netlink::loopback::LoopbackCmd;
@@ -169,7 +169,9 @@ impl ListenerCore {
         loop {
             {
                 let mut st = lock(&self.state);
-                while st.in_progress + st.ready.len() >= self.backlog && !self.closed.load(Ordering::Acquire) {
+                while st.in_progress + st.ready.len() >= self.backlog
+                    && !self.closed.load(Ordering::Acquire)
+                {
                     st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
                 }
             }
@@ -237,7 +239,9 @@ impl ListenerCore {
                     if let Some(j) = st.jobs.pop_front() {
                         break Some(j);
                     }
-                    if self.closed.load(Ordering::Acquire) || st.workers > MIN_WORKERS && st.idle_workers > 0 {
+                    if self.closed.load(Ordering::Acquire)
+                        || st.workers > MIN_WORKERS && st.idle_workers > 0
+                    {
                         break None;
                     }
                     st.idle_workers += 1;
@@ -317,7 +321,10 @@ impl ListenerCore {
                 return Ok(a);
             }
             if self.closed.load(Ordering::Acquire) {
-                return Err(io::Error::new(io::ErrorKind::NotConnected, "listener closed"));
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "listener closed",
+                ));
             }
             if self.nonblocking.load(Ordering::Relaxed) {
                 return Err(io::ErrorKind::WouldBlock.into());
