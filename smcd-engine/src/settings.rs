@@ -28,6 +28,11 @@ pub struct Settings {
     pub lgr_idle: Duration,
     /// Engine: window-update rule (only changed to show what the 2022 fix bought).
     pub wnd_update_rule: WndUpdateRule,
+    /// Engine: a long write publishes its producer cursor at least every this many bytes, so
+    /// the reader copies out while the writer copies in (autosplit's idea at shared-memory
+    /// granularity, where a publication costs one store). 0 keeps only the kernel's publication
+    /// points (autosplit cut, full ring, end of write).
+    pub tx_chunk: u32,
 }
 
 impl Default for Settings {
@@ -42,6 +47,7 @@ impl Default for Settings {
             spin: Duration::from_micros(50),
             lgr_idle: Duration::from_secs(600),
             wnd_update_rule: WndUpdateRule::Max,
+            tx_chunk: 8 * 1024,
         }
     }
 }

@@ -66,8 +66,14 @@ impl std::fmt::Display for Mode {
 
 #[derive(Debug)]
 enum Kind {
-    Smc { conn: SmcConn, lgr: Arc<LinkGroup> },
-    Tcp { sock: TcpStream, fallback: Fallback },
+    Smc {
+        conn: Box<SmcConn>,
+        lgr: Arc<LinkGroup>,
+    },
+    Tcp {
+        sock: TcpStream,
+        fallback: Fallback,
+    },
 }
 
 #[derive(Debug)]

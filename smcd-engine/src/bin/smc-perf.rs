@@ -147,14 +147,18 @@ enum Conn {
 }
 
 impl Conn {
-    fn connect(addr: SocketAddr, tcp: bool) -> io::Result<Conn> {
+    /// Connects; `nodelay` as the test wants it (qperf's `tcp_bw` leaves Nagle on, the
+    /// ping-pong tests turn it off).
+    fn connect(addr: SocketAddr, tcp: bool, nodelay: bool) -> io::Result<Conn> {
         if tcp {
             let s = TcpStream::connect(addr)?;
-            s.set_nodelay(true)?;
+            s.set_nodelay(nodelay)?;
             Ok(Conn::Tcp(s))
         } else {
             let s = SmcStream::connect(addr)?;
-            s.set_nodelay(true)?;
+            if nodelay {
+                s.set_nodelay(true)?;
+            }
             Ok(Conn::Smc(s))
         }
     }
@@ -315,17 +319,17 @@ fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Resul
                 if now_busy >= total.load(Ordering::SeqCst) && total.load(Ordering::SeqCst) < 4096 {
                     spawn(Arc::clone(&l), Arc::clone(&busy), Arc::clone(&total), cpu);
                 }
-                if let Err(e) = serve_conn(c) {
-                    if !matches!(
+                if let Err(e) = serve_conn(c)
+                    && !matches!(
                         e.downcast_ref::<io::Error>().map(io::Error::kind),
                         Some(
                             io::ErrorKind::UnexpectedEof
                                 | io::ErrorKind::ConnectionReset
                                 | io::ErrorKind::BrokenPipe
                         )
-                    ) {
-                        eprintln!("smc-perf: connection: {e:#}");
-                    }
+                    )
+                {
+                    eprintln!("smc-perf: connection: {e:#}");
                 }
                 busy.fetch_sub(1, Ordering::SeqCst);
             }
@@ -393,7 +397,7 @@ fn client_bw(
     time: Duration,
     warmup: Duration,
 ) -> anyhow::Result<Report> {
-    let mut c = Conn::connect(addr, tcp)?;
+    let mut c = Conn::connect(addr, tcp, false)?;
     write_header(&mut c, Test::Bw, msg)?;
     let mut rep = Report::new(Test::Bw, &c, msg);
     let mut off = 0u64;
@@ -403,7 +407,7 @@ fn client_bw(
     let mut at_warm = None;
     let mut msgs = 0u64;
     loop {
-        let now_check = msgs % 64 == 0;
+        let now_check = msgs.is_multiple_of(64);
         if now_check {
             let now = Instant::now();
             if at_warm.is_none() && now >= warm_end {
@@ -443,7 +447,7 @@ fn client_lat(
     time: Duration,
     warmup: Duration,
 ) -> anyhow::Result<Report> {
-    let mut c = Conn::connect(addr, tcp)?;
+    let mut c = Conn::connect(addr, tcp, true)?;
     write_header(&mut c, Test::Lat, msg)?;
     let mut rep = Report::new(Test::Lat, &c, msg);
     let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
@@ -502,7 +506,7 @@ fn client_crr(
                 let mut buf = vec![0u8; msg];
                 while !stop.load(Ordering::Relaxed) {
                     let r = (|| -> io::Result<bool> {
-                        let mut c = Conn::connect(addr, tcp)?;
+                        let mut c = Conn::connect(addr, tcp, true)?;
                         let is_smc = c.transport() == "smcd";
                         write_header(&mut c, Test::Crr, msg)?;
                         c.write_all(expected(0, msg))?;

@@ -315,12 +315,12 @@ impl DeviceState {
             }
             LoopbackCmd::DmbUnregister => {
                 let session = ctx.session.expect("checked");
-                if let Some(token) = req.token() {
-                    if self.dmbs.get(&token).is_some_and(|e| e.owner == session) {
-                        self.dmbs.remove(&token);
-                        if let Some(s) = self.sessions.get_mut(&session) {
-                            s.dmbs.remove(&token);
-                        }
+                if let Some(token) = req.token()
+                    && self.dmbs.get(&token).is_some_and(|e| e.owner == session)
+                {
+                    self.dmbs.remove(&token);
+                    if let Some(s) = self.sessions.get_mut(&session) {
+                        s.dmbs.remove(&token);
                     }
                 }
             }
@@ -344,10 +344,10 @@ impl DeviceState {
             // A process may only speak for itself.
             return Err(errno(rustix::io::Errno::PERM));
         }
-        if let Some(old) = ctx.session {
-            if old != (key, pid) {
-                return Err(errno(rustix::io::Errno::INVAL));
-            }
+        if let Some(old) = ctx.session
+            && old != (key, pid)
+        {
+            return Err(errno(rustix::io::Errno::INVAL));
         }
         let next_id = &mut self.next_engine_id;
         let s = self.sessions.entry((key, pid)).or_insert_with(|| {
@@ -450,12 +450,11 @@ impl DeviceState {
     /// A notification for `to` could not be delivered (the listener does not keep up):
     /// forget the intent it announced.
     pub fn undeliverable(&mut self, msg: &LoopbackMessage) {
-        if let (LoopbackCmd::Intent, Some(id)) = (msg.cmd, msg.intent_id()) {
-            if let Some(i) = self.intents.remove(&id) {
-                if let Some(s) = self.sessions.get_mut(&i.session) {
-                    s.intents.remove(&id);
-                }
-            }
+        if let (LoopbackCmd::Intent, Some(id)) = (msg.cmd, msg.intent_id())
+            && let Some(i) = self.intents.remove(&id)
+            && let Some(s) = self.sessions.get_mut(&i.session)
+        {
+            s.intents.remove(&id);
         }
     }
 

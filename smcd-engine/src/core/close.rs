@@ -297,10 +297,8 @@ impl CloseMachine {
                         }
                     }
                 }
-                SmcState::PeerFinCloseWait => {
-                    if self.rcvd.any_close() {
-                        self.state = SmcState::Closed;
-                    }
+                SmcState::PeerFinCloseWait if self.rcvd.any_close() => {
+                    self.state = SmcState::Closed;
                 }
                 _ => {}
             }

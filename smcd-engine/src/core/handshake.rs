@@ -58,10 +58,10 @@ impl Refusal {
 /// `smc_clc_match_eid`: the SEID when both have it enabled and they are equal, else the first
 /// of the peer's user EIDs that is also in ours.
 pub fn match_eid(local: &LocalCaps, peer_seid: Option<&Eid>, peer_ueids: &[Eid]) -> Option<Eid> {
-    if let (Some(mine), Some(theirs)) = (&local.seid, peer_seid) {
-        if mine == theirs {
-            return Some(*mine);
-        }
+    if let (Some(mine), Some(theirs)) = (&local.seid, peer_seid)
+        && mine == theirs
+    {
+        return Some(*mine);
     }
     peer_ueids.iter().find(|e| local.ueids.contains(e)).copied()
 }

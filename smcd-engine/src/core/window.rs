@@ -148,7 +148,8 @@ mod tests {
     /// has consumed everything (the liveness argument the kernel relies on).
     #[test]
     fn a_fully_blocked_writer_always_gets_an_update() {
-        for ring in [1000usize, 16352, 65504] {
+        // Real rings are at least SMC_BUF_MIN_SIZE - 32 bytes, so the limit is below the ring.
+        for ring in [16352usize, 65504, 1048544] {
             let limit = rmbe_update_limit(ring, WndUpdateRule::Max);
             for confirmed in [0u64, 17, 5000] {
                 let produced = confirmed + ring as u64; // writer sees zero free space

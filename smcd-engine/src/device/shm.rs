@@ -140,14 +140,14 @@ impl DmbMap {
     }
 
     fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= self.dmb_len);
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.dmb_len);
         // SAFETY: offset is 8-aligned inside the mapping (page-aligned base), the mapping lives
         // as long as &self, and AtomicU64 has the same layout as u64.
         unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU64>() }
     }
 
     fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset % 4 == 0 && offset + 4 <= self.dmb_len + META_LEN);
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= self.dmb_len + META_LEN);
         // SAFETY: as for atomic_u64, with 4-byte alignment.
         unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU32>() }
     }

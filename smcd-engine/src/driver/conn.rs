@@ -37,9 +37,12 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use smc_proto::cdc::{ConnStateFlags, ProducerFlags, SmcdCursorWord};
 use std::io;
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+
+/// Smallest piece a long read copies before it may publish its consumer cursor.
+const RX_CHUNK_MIN: usize = 8 * 1024;
 
 /// How often a sleeping side checks its TCP connection.
 pub const LIVENESS_PERIOD: Duration = Duration::from_millis(200);
@@ -56,6 +59,9 @@ pub struct ConnParams {
     pub wnd_rule: WndUpdateRule,
     /// Autocork threshold (kept for the rule's sake; see [`window::should_autocork`]).
     pub autocorking_size: usize,
+    /// Publish the producer cursor at least every this many bytes of a long write (0: only
+    /// where the kernel would: autosplit cuts, a full ring, the end of the write).
+    pub tx_chunk: usize,
 }
 
 /// What the connection is, for `smcss`-like reports.
@@ -85,6 +91,8 @@ pub struct SmcdInfo {
 struct Rx {
     consumed: u64,
     produced: u64,
+    /// Consumer position last published to the peer (`rx_curs_confirmed`).
+    confirmed: u64,
     last_prod_word: u64,
     last_cons_word: u64,
     peer_pflags: ProducerFlags,
@@ -122,11 +130,14 @@ pub struct SmcConn {
     seen_cflags: AtomicU8,
     /// Set once the connection aborted locally; waiters check it.
     aborted: AtomicBool,
+    /// The close state still allows sending (a lock-free copy for the send fast path).
+    send_ok: AtomicBool,
     nonblocking: AtomicBool,
     nodelay: AtomicBool,
     cork: AtomicBool,
-    read_timeout: Mutex<Option<Duration>>,
-    write_timeout: Mutex<Option<Duration>>,
+    /// Timeouts in nanoseconds, 0 = none (atomics: read on every call).
+    read_timeout: AtomicU64,
+    write_timeout: AtomicU64,
     readiness: OnceLock<OwnedFd>,
     params: ConnParams,
     /// Identity and sizes.
@@ -137,6 +148,14 @@ pub struct SmcConn {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn to_nanos(t: Option<Duration>) -> u64 {
+    t.map_or(0, |d| d.as_nanos().clamp(1, u128::from(u64::MAX)) as u64)
+}
+
+fn from_nanos(ns: u64) -> Option<Duration> {
+    (ns != 0).then(|| Duration::from_nanos(ns))
 }
 
 fn to_cstate(f: ConnFlags) -> ConnStateFlags {
@@ -180,6 +199,7 @@ impl SmcConn {
             rx: Mutex::new(Rx {
                 consumed: 0,
                 produced: 0,
+                confirmed: 0,
                 last_prod_word: 0,
                 last_cons_word: 0,
                 peer_pflags: ProducerFlags::EMPTY,
@@ -200,11 +220,12 @@ impl SmcConn {
             close: Mutex::new(CloseMachine::active()),
             seen_cflags: AtomicU8::new(0),
             aborted: AtomicBool::new(false),
+            send_ok: AtomicBool::new(true),
             nonblocking: AtomicBool::new(false),
             nodelay: AtomicBool::new(false),
             cork: AtomicBool::new(false),
-            read_timeout: Mutex::new(None),
-            write_timeout: Mutex::new(None),
+            read_timeout: AtomicU64::new(0),
+            write_timeout: AtomicU64::new(0),
             readiness: OnceLock::new(),
             params,
             info,
@@ -360,6 +381,8 @@ impl SmcConn {
 
     /// Carries out what the close machine asked for.
     fn apply(&self, acts: CloseActions) {
+        let can_send = lock(&self.close).can_send();
+        self.send_ok.store(can_send, Ordering::Release);
         if let Some(flags) = acts.send {
             self.publish_out(|o| o.cflags = to_cstate(flags));
             self.peer.notify(Dir::Rx);
@@ -469,8 +492,11 @@ impl SmcConn {
         self.own.arm(dir, WAIT_EVENTFD);
     }
 
-    fn deadline(&self, t: &Mutex<Option<Duration>>) -> Option<Instant> {
-        lock(t).map(|d| Instant::now() + d)
+    fn deadline(&self, t: &AtomicU64) -> Option<Instant> {
+        match t.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Instant::now() + Duration::from_nanos(ns)),
+        }
     }
 
     // ----------------------------------------------------------------------------------
@@ -492,11 +518,20 @@ impl SmcConn {
             let avail = self.rx_refresh(&mut rx)?;
             if avail > 0 {
                 let n = (avail as usize).min(buf.len());
-                let at = (rx.consumed % self.rx_ring() as u64) as usize;
-                self.own.map.read_ring(at, &mut buf[..n]);
-                rx.consumed += n as u64;
+                // Copy out in chunks and let the window rule run after each, so a writer
+                // waiting for space refills the ring while we copy the rest (the receive-side
+                // half of the copy pipeline; the kernel runs the rule once per loop).
+                let chunk = (self.rx_ring() / 4).max(RX_CHUNK_MIN);
+                let mut done = 0;
+                while done < n {
+                    let k = chunk.min(n - done);
+                    let at = (rx.consumed % self.rx_ring() as u64) as usize;
+                    self.own.map.read_ring(at, &mut buf[done..done + k]);
+                    rx.consumed += k as u64;
+                    done += k;
+                    self.consumer_update(&mut rx, false);
+                }
                 self.stats.rx(n);
-                self.consumer_update(&rx, false);
                 return Ok(n);
             }
             if rx.read_shutdown {
@@ -534,12 +569,11 @@ impl SmcConn {
     }
 
     /// Publishes our consumer cursor if the kernel's rule says so (`smc_tx_consumer_update`).
-    fn consumer_update(&self, rx: &Rx, force: bool) {
+    fn consumer_update(&self, rx: &mut Rx, force: bool) {
         let ring = self.rx_ring();
-        let confirmed = lock(&self.out).confirmed;
         let view = ConsumerView {
             ring_len: ring,
-            confirmed,
+            confirmed: rx.confirmed,
             consumed: rx.consumed,
             produced: rx.produced,
             peer_write_blocked: rx.peer_pflags.write_blocked(),
@@ -548,6 +582,7 @@ impl SmcConn {
         let limit = window::rmbe_update_limit(ring, self.params.wnd_rule);
         if window::should_update_consumer(&view, limit, force) {
             let consumed = rx.consumed;
+            rx.confirmed = consumed;
             self.publish_out(|o| o.confirmed = consumed);
             self.peer.notify(Dir::Tx);
         }
@@ -557,6 +592,9 @@ impl SmcConn {
     // The send path (smc_tx_sendmsg).
 
     fn check_send(&self) -> io::Result<()> {
+        if self.send_ok.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let close = lock(&self.close);
         if let Some(kind) = close.error() {
             return Err(aborted_error(kind));
@@ -600,14 +638,17 @@ impl SmcConn {
             }
             if free > 0 {
                 let want = (buf.len() - written).min(free as usize);
-                let n = window::autosplit_chunk(want, self.params.autosplit_size);
+                let mut n = window::autosplit_chunk(want, self.params.autosplit_size);
+                if self.params.tx_chunk > 0 {
+                    n = n.min(self.params.tx_chunk);
+                }
                 let at = (tx.produced % ring) as usize;
                 self.peer.map.write_ring(at, &buf[written..written + n]);
                 tx.produced += n as u64;
                 written += n;
                 if n < want {
-                    // Autosplit: publish this chunk now so the reader copies it out while we
-                    // copy the next one in.
+                    // Autosplit (or the engine's finer pipeline chunk): publish this chunk now
+                    // so the reader copies it out while we copy the next one in.
                     self.publish_prod(&mut tx);
                 }
                 continue;
@@ -701,22 +742,22 @@ impl SmcConn {
 
     /// Read timeout.
     pub fn set_read_timeout(&self, t: Option<Duration>) {
-        *lock(&self.read_timeout) = t;
+        self.read_timeout.store(to_nanos(t), Ordering::Relaxed);
     }
 
     /// Write timeout.
     pub fn set_write_timeout(&self, t: Option<Duration>) {
-        *lock(&self.write_timeout) = t;
+        self.write_timeout.store(to_nanos(t), Ordering::Relaxed);
     }
 
     /// Read timeout.
     pub fn read_timeout(&self) -> Option<Duration> {
-        *lock(&self.read_timeout)
+        from_nanos(self.read_timeout.load(Ordering::Relaxed))
     }
 
     /// Write timeout.
     pub fn write_timeout(&self) -> Option<Duration> {
-        *lock(&self.write_timeout)
+        from_nanos(self.write_timeout.load(Ordering::Relaxed))
     }
 
     /// A descriptor `poll`/`epoll` can wait on: readable when the peer published data, freed

@@ -50,7 +50,7 @@ pub enum Outcome {
     /// SMC-D is up.
     Smc {
         /// The connection.
-        conn: SmcConn,
+        conn: Box<SmcConn>,
         /// Its link group (one slot held).
         lgr: Arc<LinkGroup>,
     },
@@ -99,6 +99,7 @@ pub fn params(s: &Settings) -> ConnParams {
         autosplit_size: s.autosplit_size as usize,
         wnd_rule: s.wnd_update_rule,
         autocorking_size: s.autocorking_size as usize,
+        tx_chunk: s.tx_chunk as usize,
     }
 }
 
@@ -217,7 +218,7 @@ pub fn client(
         client: true,
     };
     Ok(Outcome::Smc {
-        conn: SmcConn::new(sock, own, peer, params(settings), info),
+        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info)),
         lgr,
     })
 }
@@ -338,7 +339,7 @@ pub fn server(
         client: false,
     };
     Ok(Outcome::Smc {
-        conn: SmcConn::new(sock, own, peer, params(settings), info),
+        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info)),
         lgr,
     })
 }

@@ -258,7 +258,7 @@ impl LgrTable {
     pub fn next_id(&self) -> u32 {
         // The low byte is left for link ids, as the kernel's ids step by 256.
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        (n << 8) | 0
+        n << 8
     }
 
     /// Creates and inserts a group with one slot taken.
