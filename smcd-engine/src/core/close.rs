@@ -164,8 +164,12 @@ impl CloseMachine {
     }
 
     /// Whether the application may still send.
+    ///
+    /// Also false once the peer closed or aborted: the kernel would still copy into the
+    /// peer's buffer in APPCLOSEWAIT1, but nobody will read it, and a TCP programmer expects
+    /// `BrokenPipe` for a write after the peer closed.
     pub fn can_send(&self) -> bool {
-        self.state.can_send() && !self.sent.any() && self.error.is_none()
+        self.state.can_send() && !self.sent.any() && self.error.is_none() && !self.rcvd.any_close()
     }
 
     fn send(&mut self, flags: ConnFlags) -> Option<ConnFlags> {
