@@ -182,7 +182,7 @@ fn interop_with_plain_tcp_peers() {
         eprintln!("skipping the nc half: nc is not installed");
     }
 
-    let py = Command::new("python3")
+    let mut py = Command::new("python3")
         .args([
             "-c",
             "import socket\n\
@@ -195,7 +195,7 @@ fn interop_with_plain_tcp_peers() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
-    let mut out = std::io::BufReader::new(py.stdout.unwrap());
+    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     let pyport: u16 = line.trim().parse().unwrap();
@@ -206,6 +206,7 @@ fn interop_with_plain_tcp_peers() {
     let mut got = Vec::new();
     (&c).read_to_end(&mut got).unwrap();
     assert_eq!(got, b"HELLO PYTHON\n");
+    assert!(py.wait().unwrap().success());
 }
 
 /// 1000 SMC-D connections open at once between two processes (several link groups: 255
