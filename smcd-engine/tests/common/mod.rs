@@ -447,6 +447,21 @@ pub fn child_main() {
             drop(l);
             report_leaks();
         }
+        // Accept one connection and read (checking) until that fails.
+        "sink-server" => {
+            let l = SmcListener::bind("127.0.0.1:0").unwrap();
+            say("PORT", l.local_addr().unwrap().port());
+            let (s, _) = l.accept().unwrap();
+            say("MODE", mode_name(&s));
+            let mut rng = Rng::new(1);
+            match recv_pattern(&s, &mut rng, 65536) {
+                Ok(n) => say("EOF", n),
+                Err(e) => say("ERROR", format!("{:?} {}", e.kind(), unix_ms())),
+            }
+            drop(s);
+            drop(l);
+            report_leaks();
+        }
         // Connect to 127.0.0.1:ARG0 and read (checking) until that fails.
         "sink-client" => {
             let s = SmcStream::connect(("127.0.0.1", arg(0) as u16)).unwrap();
