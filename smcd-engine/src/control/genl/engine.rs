@@ -218,10 +218,12 @@ fn sysctl_info(ctx: &Ctx<'_>, ns: u64, k: &Knob) -> SysctlInfo {
     }
 }
 
-/// Every namespace smcd knows (or only `only`), with what lives in it.
+/// Every namespace smcd knows and the caller's (or only `only`), with what lives in it.
 fn netns_list(ctx: &Ctx<'_>, only: Option<u64>) -> Vec<NetnsInfo> {
     let names = netns::names();
     let mut set = netns::known(ctx.daemon);
+    // The caller's own namespace, even before smcd has state for it.
+    set.extend(ctx.caller_netns().ok());
     if let Some(o) = only {
         set.retain(|&i| i == o);
         set.insert(o);
