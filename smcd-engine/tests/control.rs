@@ -859,3 +859,58 @@ fn real_connections_show_up() {
     assert!(st.smcd.clnt_v2_succ + st.smcd.clnt_v1_succ >= 1);
     assert!(st.smcd.srv_v2_succ + st.smcd.srv_v1_succ >= 1);
 }
+
+/// CPU ticks (user + system) a process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Kills a process when dropped (a failing test must not leave its daemon behind).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Out of descriptors: smcd keeps serving the clients it has, does not spin on the listening
+/// socket, and takes the waiting clients as others leave.
+#[test]
+fn out_of_descriptors() {
+    let dir = std::env::temp_dir().join(format!("smcd-nofile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("smcd.sock");
+    let daemon = KillOnDrop(
+        Command::new("prlimit")
+            .arg("--nofile=40:40")
+            .arg(env!("CARGO_BIN_EXE_smcd"))
+            .arg("--socket")
+            .arg(&socket)
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(eventually(Duration::from_secs(10), || socket.exists()));
+    let mut clients: Vec<Ctl> = (0..80).map(|_| Ctl::connect(&socket)).collect();
+    assert_eq!(clients[0].smc(SmcCmd::GetSysInfo).end, DONE);
+    // The waiting clients cost no CPU (a spinning daemon would use ~100 ticks a second).
+    let before = cpu_ticks(daemon.0.id());
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        cpu_ticks(daemon.0.id()) - before < 50,
+        "smcd spins at its descriptor limit"
+    );
+    // Everyone else leaves; the last one to connect is taken and answered.
+    let mut last = clients.pop().unwrap();
+    drop(clients);
+    assert_eq!(last.smc(SmcCmd::GetSysInfo).end, DONE);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}

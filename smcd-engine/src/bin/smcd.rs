@@ -82,6 +82,21 @@ fn system_eid() -> String {
     format!("SMCD-USERSPACE-SEID-{hex:0>12}")
 }
 
+/// Every client holds a descriptor here: allow as many as the hard limit does.
+fn raise_nofile() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current != lim.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: lim.maximum,
+                maximum: lim.maximum,
+            },
+        );
+    }
+}
+
 fn hostname() -> String {
     rustix::system::uname()
         .nodename()
@@ -98,6 +113,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    raise_nofile();
     let sig = signal_fd()?;
     let mut device = DeviceState::new(system_eid(), hostname()).context("device state")?;
     device.max_dmbs = args.max_dmbs;

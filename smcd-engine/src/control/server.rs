@@ -46,6 +46,9 @@ pub struct Server {
     clients: HashMap<ClientId, Client>,
     next_id: ClientId,
     buf: Vec<u8>,
+    /// The listening socket is out of the epoll set because we ran out of descriptors; it
+    /// goes back when a client leaves.
+    accept_paused: bool,
     /// The daemon state.
     pub daemon: Daemon,
 }
@@ -94,6 +97,7 @@ impl Server {
             clients: HashMap::new(),
             next_id: 1,
             buf: vec![0u8; MAX_RECORD],
+            accept_paused: false,
             daemon,
         })
     }
@@ -146,8 +150,17 @@ impl Server {
                 Ok(s) => s,
                 Err(rustix::io::Errno::AGAIN) => return,
                 Err(rustix::io::Errno::INTR) => continue,
+                Err(e @ (rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)) => {
+                    // Out of descriptors: the rest wait in the backlog. The listening socket
+                    // stays readable, so take it out of the epoll set until a client leaves
+                    // rather than spin on it.
+                    tracing::warn!("accept: {e}; pausing until a client leaves");
+                    if epoll::delete(&self.epoll, &self.listen).is_ok() {
+                        self.accept_paused = true;
+                    }
+                    return;
+                }
                 Err(e) => {
-                    // EMFILE and friends: leave the rest in the backlog for the next wake.
                     tracing::warn!("accept: {e}");
                     return;
                 }
@@ -214,6 +227,17 @@ impl Server {
     fn drop_client(&mut self, id: ClientId) {
         if let Some(c) = self.clients.remove(&id) {
             let _ = epoll::delete(&self.epoll, &c.sock);
+            if self.accept_paused
+                && epoll::add(
+                    &self.epoll,
+                    &self.listen,
+                    epoll::EventData::new_u64(LISTEN_TOKEN),
+                    epoll::EventFlags::IN,
+                )
+                .is_ok()
+            {
+                self.accept_paused = false;
+            }
             let (notes, session) = self.daemon.device.client_gone(id, &c.ctx);
             if let Some(s) = session {
                 self.daemon.session_gone(s);
