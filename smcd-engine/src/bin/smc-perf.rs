@@ -50,6 +50,10 @@ enum Cmd {
         /// Pin the server's threads to this CPU.
         #[arg(long)]
         pin: Option<usize>,
+        /// Handshake limitation for this listener: on, off, or (unset) the namespace's
+        /// limit_smc_hs.
+        #[arg(long)]
+        limit_hs: Option<bool>,
     },
     /// Run one test against a server.
     Client {
@@ -273,7 +277,13 @@ fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Result<()> {
+fn server(
+    port: u16,
+    bind: &str,
+    tcp: bool,
+    cpu: Option<usize>,
+    limit_hs: Option<bool>,
+) -> anyhow::Result<()> {
     pin(cpu);
     let addr: SocketAddr = format!("{bind}:{port}")
         .parse()
@@ -285,10 +295,13 @@ fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Resul
     let l = Arc::new(if tcp {
         L::Tcp(TcpListener::bind(addr)?)
     } else {
-        L::Smc(SmcListener::bind_with_backlog(
+        L::Smc(SmcListener::bind_with_options(
             smcd_engine::Engine::global(),
             addr,
-            1024,
+            smcd_engine::driver::listener::ListenOptions {
+                backlog: 1024,
+                limit_hs,
+            },
         )?)
     });
     eprintln!(
@@ -541,7 +554,8 @@ fn client_crr(
     for t in threads {
         let _ = t.join();
     }
-    let n_smc = smc.load(Ordering::Relaxed);
+    // A loop may finish one more connection after `n` was read: clamp.
+    let n_smc = smc.load(Ordering::Relaxed).min(n);
     Ok(Report {
         test: Test::Crr,
         transport: if tcp { "tcp".into() } else { "smcd".into() },
@@ -579,7 +593,8 @@ fn main() -> anyhow::Result<()> {
             bind,
             tcp,
             pin: cpu,
-        } => server(port, &bind, tcp, cpu),
+            limit_hs,
+        } => server(port, &bind, tcp, cpu, limit_hs),
         Cmd::Client {
             target,
             test,

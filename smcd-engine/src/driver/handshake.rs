@@ -75,6 +75,29 @@ pub fn read_clc(sock: &TcpStream) -> io::Result<Result<ClcMessage, ClcError>> {
     Ok(ClcMessage::parse(&buf))
 }
 
+/// Whether the next bytes on the stream start a CLC message, without consuming them
+/// (waits for 8 bytes, at most [`CLC_WAIT_TIME`]). The server asks this before its first read:
+/// a connection taken for an announced SMC client but not carrying CLC (which only a stale
+/// announcement could cause) then stays plain TCP with every byte intact.
+pub fn peek_is_clc(sock: &TcpStream) -> io::Result<bool> {
+    let mut hdr = [0u8; HEADER_LEN];
+    let n = loop {
+        match rustix::net::recv(
+            sock,
+            &mut hdr,
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::WAITALL,
+        ) {
+            Ok((n, _)) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    Ok(
+        n >= 4
+            && smc_proto::clc::Eyecatcher::from_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]).is_some(),
+    )
+}
+
 /// Writes one CLC message.
 pub fn write_clc(sock: &TcpStream, msg: &ClcMessage) -> io::Result<()> {
     let mut s = sock;
@@ -290,6 +313,10 @@ pub fn server(
     settings: &Settings,
 ) -> io::Result<Outcome> {
     sock.set_read_timeout(Some(CLC_WAIT_TIME))?;
+    if !peek_is_clc(&sock).map_err(timeout_err)? {
+        sock.set_read_timeout(None)?;
+        return Ok(Outcome::Tcp(sock, Fallback::local(ReasonCode::PEERNOSMC)));
+    }
     let caps = engine.caps(dev);
     let fall = |sock: TcpStream, refusal: Refusal, version: u8| -> io::Result<Outcome> {
         if let Refusal::Decline(r) = refusal {
