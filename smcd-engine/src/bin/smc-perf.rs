@@ -54,6 +54,9 @@ enum Cmd {
         /// limit_smc_hs.
         #[arg(long)]
         limit_hs: Option<bool>,
+        /// Do not count in the data path (to measure what counting costs).
+        #[arg(long)]
+        no_stats: bool,
     },
     /// Run one test against a server.
     Client {
@@ -80,6 +83,10 @@ enum Cmd {
         /// Pin the client's threads to this CPU.
         #[arg(long)]
         pin: Option<usize>,
+        /// Do not count in the data path (to measure what counting costs; the server needs
+        /// it too).
+        #[arg(long)]
+        no_stats: bool,
     },
 }
 
@@ -594,7 +601,11 @@ fn main() -> anyhow::Result<()> {
             tcp,
             pin: cpu,
             limit_hs,
-        } => server(port, &bind, tcp, cpu, limit_hs),
+            no_stats,
+        } => {
+            smcd_engine::layout::status::set_counting(!no_stats);
+            server(port, &bind, tcp, cpu, limit_hs)
+        }
         Cmd::Client {
             target,
             test,
@@ -604,7 +615,9 @@ fn main() -> anyhow::Result<()> {
             tcp,
             concurrency,
             pin: cpu,
+            no_stats,
         } => {
+            smcd_engine::layout::status::set_counting(!no_stats);
             if msg_size == 0 || msg_size > MAX_MSG {
                 bail!("--msg-size must be 1..={MAX_MSG}");
             }

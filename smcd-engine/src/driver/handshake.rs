@@ -124,6 +124,7 @@ pub fn params(s: &Settings) -> ConnParams {
         wnd_rule: s.wnd_update_rule,
         autocorking_size: s.autocorking_size as usize,
         tx_chunk: s.tx_chunk as usize,
+        sndbuf: s.sndbuf_len(),
     }
 }
 
@@ -147,6 +148,7 @@ fn smcd_slot(
     info: &SmcdInfo,
     own_reused: bool,
     peer_cached: bool,
+    sndbuf: usize,
 ) -> ConnSlot {
     let status = engine.status();
     status.add(st::T_RX_RMB_SIZE + st::bucket(info.rmbe_size as u64), 1);
@@ -188,7 +190,7 @@ fn smcd_slot(
         peer_gid: info.peer_gid,
         rmbe: info.rmbe_size as u64,
         peer_rmbe: info.peer_rmbe_size as u64,
-        sndbuf: (info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN) as u64,
+        sndbuf: sndbuf as u64,
     });
     slot
 }
@@ -296,7 +298,10 @@ pub fn client(
         version: SMC_V2,
         client: true,
     };
-    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached);
+    let sndbuf = settings
+        .sndbuf_len()
+        .min(info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN);
+    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached, sndbuf);
     Ok(Outcome::Smc {
         conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
         lgr,
@@ -434,7 +439,10 @@ pub fn server(
         version: SMC_V2,
         client: false,
     };
-    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached);
+    let sndbuf = settings
+        .sndbuf_len()
+        .min(info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN);
+    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached, sndbuf);
     Ok(Outcome::Smc {
         conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
         lgr,
