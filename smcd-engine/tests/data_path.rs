@@ -51,8 +51,8 @@ fn bulk_transfer_both_directions_byte_exact() {
     assert_eq!(server.expect("RECEIVED"), TOTAL.to_string());
     assert!(server.wait(Duration::from_secs(30)).success());
     let c = s.smc_conn().unwrap();
-    let rx = c.stats.rx_bytes.load(std::sync::atomic::Ordering::Relaxed);
-    let tx = c.stats.tx_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    use smcd_engine::layout::status::Cnt;
+    let (rx, tx) = (c.slot.counter(Cnt::RxBytes), c.slot.counter(Cnt::TxBytes));
     assert_eq!((rx, tx), (TOTAL, TOTAL), "per-connection counters");
 }
 
@@ -294,4 +294,27 @@ fn timeouts_and_options_behave_like_tcp() {
     let t = TcpStream::connect(tl.local_addr().unwrap()).unwrap();
     t.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     assert_eq!((&t).read(&mut b).unwrap_err().kind(), ErrorKind::WouldBlock);
+}
+
+/// IPv6 works like IPv4, and a dual-stack listener on `[::]` takes IPv4 clients over SMC-D.
+#[test]
+fn ipv6_and_dual_stack() {
+    let smcd = Smcd::start();
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l6 = smcd_engine::SmcListener::bind_with(&se, "[::1]:0").expect("bind [::1]");
+    let c6 = SmcStream::connect_with(&ce, l6.local_addr().unwrap()).unwrap();
+    let (s6, peer) = l6.accept().unwrap();
+    assert!(peer.is_ipv6());
+    assert!(c6.is_smc() && s6.is_smc(), "{}", c6.mode());
+    (&c6).write_all(b"v6").unwrap();
+    let mut b = [0u8; 2];
+    (&s6).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"v6");
+
+    let dual = smcd_engine::SmcListener::bind_with(&se, "[::]:0").expect("bind [::]");
+    let port = dual.local_addr().unwrap().port();
+    let c4 = connect(&ce, port);
+    let (s4, peer) = dual.accept().unwrap();
+    assert!(c4.is_smc() && s4.is_smc(), "{}", c4.mode());
+    assert_eq!(peer.ip().to_canonical(), c4.local_addr().unwrap().ip());
 }
