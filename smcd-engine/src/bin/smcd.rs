@@ -19,6 +19,9 @@ struct Args {
     /// Socket path.
     #[arg(long, env = "SMCD_SOCKET", default_value = smcd_engine::driver::channel::DEFAULT_SOCKET)]
     socket: PathBuf,
+    /// Most DMBs the loopback device holds at once (the kernel's loopback-ism: 5000).
+    #[arg(long, default_value_t = smcd_engine::control::device::DEFAULT_MAX_DMBS)]
+    max_dmbs: usize,
 }
 
 /// Blocks SIGTERM and SIGINT and returns a signalfd that becomes readable when one arrives.
@@ -73,7 +76,8 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let sig = signal_fd()?;
-    let device = DeviceState::new(system_eid(), hostname());
+    let mut device = DeviceState::new(system_eid(), hostname());
+    device.max_dmbs = args.max_dmbs;
     let mut server = Server::bind(&args.socket, device, Some(&sig))
         .with_context(|| format!("cannot listen on {}", args.socket.display()))?;
     tracing::info!(socket = %args.socket.display(), seid = %server.device.seid, "smcd ready");

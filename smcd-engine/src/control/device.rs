@@ -113,7 +113,12 @@ pub struct DeviceState {
     pub seid: String,
     /// The host name.
     pub hostname: String,
+    /// Most DMBs registered at once (the kernel's loopback device allows 5000).
+    pub max_dmbs: usize,
 }
+
+/// The kernel's `SMC_LO_MAX_DMBS`.
+pub const DEFAULT_MAX_DMBS: usize = 5000;
 
 fn errno(e: rustix::io::Errno) -> i32 {
     e.raw_os_error()
@@ -132,6 +137,7 @@ impl DeviceState {
             next_intent: 1,
             seid,
             hostname,
+            max_dmbs: DEFAULT_MAX_DMBS,
         }
     }
 
@@ -378,6 +384,12 @@ impl DeviceState {
     }
 
     fn register(&mut self, session: (u64, u32), len: usize, peer: Gid) -> io::Result<u64> {
+        if self.dmbs.len() >= self.max_dmbs {
+            // smc_lo_register_dmb: no free DMB slot.
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::NOSPC.raw_os_error(),
+            ));
+        }
         let memfd = create_dmb_memfd(len)?;
         let bell = rustix::event::eventfd(
             0,
