@@ -1,8 +1,10 @@
 //! A generic netlink client over any [`Transport`]: resolves family names with nlctrl
 //! (`CTRL_CMD_GETFAMILY`, family id 16) before first use, sends dump and do requests built by
-//! `smc_proto::netlink`, and collects replies until `NLMSG_DONE` or the `NLMSG_ERROR`
-//! that ends them (a do request always asks for the ACK, so even commands without a reply
-//! message, such as `STATS_RESET`, have a definite end).
+//! `smc_proto::netlink`, and collects replies until the message that ends them: `NLMSG_DONE`
+//! for a dump; for a do request with a reply message (`GETFAMILY`, `SYSCTL_GET`/`SET`) that
+//! message, for one without (`STATS_RESET`, `ADD_UEID`, ...) the ACK it asks for
+//! (`NLM_F_ACK`); an `NLMSG_ERROR` ends any of them. This is what the kernel sends, so no
+//! reply is awaited that the server has no reason to send.
 
 use std::collections::HashMap;
 use std::io;
@@ -29,6 +31,17 @@ impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         Failure::Other(e)
     }
+}
+
+/// The three request shapes and how each one ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `NLM_F_DUMP`: messages, then `NLMSG_DONE`.
+    Dump,
+    /// A do request answered by one message.
+    DoWithReply,
+    /// A do request without a reply message: `NLM_F_ACK`, then the ACK.
+    DoAck,
 }
 
 /// A connection to one netlink server.
@@ -60,7 +73,11 @@ impl Client {
         if let Some(id) = self.families.get(name) {
             return Ok(*id);
         }
-        let replies = self.request(GENL_ID_CTRL, CtrlMessage::get_family_by_name(name), false)?;
+        let replies = self.request(
+            GENL_ID_CTRL,
+            CtrlMessage::get_family_by_name(name),
+            Kind::DoWithReply,
+        )?;
         let info = replies
             .iter()
             .find_map(|m| FamilyInfo::from_reply(m).ok())
@@ -77,27 +94,31 @@ impl Client {
     /// Sends a dump request (`NLM_F_REQUEST | NLM_F_DUMP`) and returns every payload up to
     /// `NLMSG_DONE`.
     pub fn dump<T: GenlPayload>(&mut self, family: u16, payload: T) -> Result<Vec<T>, Failure> {
-        self.request(family, payload, true)
+        self.request(family, payload, Kind::Dump)
     }
 
-    /// Sends a do request with `NLM_F_ACK` and returns its reply payloads (none for commands
-    /// that only acknowledge).
-    pub fn execute<T: GenlPayload>(&mut self, family: u16, payload: T) -> Result<Vec<T>, Failure> {
-        self.request(family, payload, false)
+    /// Sends a do request whose success is one reply message, and returns it.
+    pub fn query<T: GenlPayload>(&mut self, family: u16, payload: T) -> Result<Vec<T>, Failure> {
+        self.request(family, payload, Kind::DoWithReply)
+    }
+
+    /// Sends a do request whose success is only acknowledged (`NLM_F_ACK`).
+    pub fn execute<T: GenlPayload>(&mut self, family: u16, payload: T) -> Result<(), Failure> {
+        self.request(family, payload, Kind::DoAck).map(|_| ())
     }
 
     fn request<T: GenlPayload>(
         &mut self,
         family: u16,
         payload: T,
-        dump: bool,
+        kind: Kind,
     ) -> Result<Vec<T>, Failure> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        let msg = if dump {
-            framing::dump_request(family, payload, seq, false)
-        } else {
-            framing::do_request(family, payload, seq, true)
+        let msg = match kind {
+            Kind::Dump => framing::dump_request(family, payload, seq, false),
+            Kind::DoWithReply => framing::do_request(family, payload, seq, false),
+            Kind::DoAck => framing::do_request(family, payload, seq, true),
         };
         let bytes = framing::to_bytes(&msg).map_err(|e| self.malformed("request", &e))?;
         self.transport
@@ -116,6 +137,7 @@ impl Client {
             let batch = collect_replies(ours);
             out.extend(batch.payloads);
             match batch.end {
+                None if kind == Kind::DoWithReply && !out.is_empty() => return Ok(out),
                 None => continue,
                 Some(ReplyEnd::Done(0)) | Some(ReplyEnd::Ack) => return Ok(out),
                 Some(ReplyEnd::Done(code)) | Some(ReplyEnd::Error(code)) => {

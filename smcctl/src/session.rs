@@ -93,39 +93,35 @@ impl Session {
     /// Sends an `SMC_GEN_NETLINK` dump request without attributes and maps a refusal.
     pub fn gen_dump(&mut self, cmd: SmcCmd) -> Result<Vec<SmcGenlMessage>, Error> {
         let op = smc_op_name(cmd);
-        self.gen_request(SmcGenlMessage::request(cmd), true)
+        let id = self.family(SMC_GENL_FAMILY_NAME)?;
+        self.client()?
+            .dump(id, SmcGenlMessage::request(cmd))
             .map_err(|f| self.refused(op, f))
     }
 
-    /// Sends an `SMC_GEN_NETLINK` request; the caller maps refusals it has words for and
-    /// hands the rest to [`Session::refused`].
-    pub fn gen_request(
-        &mut self,
-        msg: SmcGenlMessage,
-        dump: bool,
-    ) -> Result<Vec<SmcGenlMessage>, Failure> {
+    /// Sends an `SMC_GEN_NETLINK` do request (all of them are only acknowledged); the caller
+    /// maps refusals it has words for and hands the rest to [`Session::refused`].
+    pub fn gen_execute(&mut self, msg: SmcGenlMessage) -> Result<(), Failure> {
         let id = self.family(SMC_GENL_FAMILY_NAME)?;
-        let c = self.client()?;
-        if dump {
-            c.dump(id, msg)
-        } else {
-            c.execute(id, msg)
-        }
+        self.client()?.execute(id, msg)
     }
 
-    /// Sends an `SMCD_ENGINE` request (dump or do).
-    pub fn engine_request(
-        &mut self,
-        msg: EngineMessage,
-        dump: bool,
-    ) -> Result<Vec<EngineMessage>, Failure> {
+    /// Sends an `SMCD_ENGINE` dump request.
+    pub fn engine_dump(&mut self, msg: EngineMessage) -> Result<Vec<EngineMessage>, Failure> {
         let id = self.family(SMCD_ENGINE_FAMILY_NAME)?;
-        let c = self.client()?;
-        if dump {
-            c.dump(id, msg)
-        } else {
-            c.execute(id, msg)
-        }
+        self.client()?.dump(id, msg)
+    }
+
+    /// Sends an `SMCD_ENGINE` do request answered by one message (`SYSCTL_GET`/`SET`).
+    pub fn engine_query(&mut self, msg: EngineMessage) -> Result<Vec<EngineMessage>, Failure> {
+        let id = self.family(SMCD_ENGINE_FAMILY_NAME)?;
+        self.client()?.query(id, msg)
+    }
+
+    /// Sends an `SMCD_ENGINE` do request that is only acknowledged (`STATS_RESET`).
+    pub fn engine_execute(&mut self, msg: EngineMessage) -> Result<(), Failure> {
+        let id = self.family(SMCD_ENGINE_FAMILY_NAME)?;
+        self.client()?.execute(id, msg)
     }
 
     /// The message for a refusal nobody had more specific words for.

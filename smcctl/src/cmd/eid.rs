@@ -102,7 +102,7 @@ pub fn ueid_show(s: &mut Session) -> Result<String, Error> {
 pub fn ueid_add(s: &mut Session, eid: &str) -> Result<String, Error> {
     let u = parse_ueid(eid)?;
     let op = smc_op_name(SmcCmd::AddUeid);
-    s.gen_request(SmcGenlMessage::add_ueid(&u), false)
+    s.gen_execute(SmcGenlMessage::add_ueid(&u))
         .map_err(|f| match f {
             Failure::Errno(error::EEXIST) => {
                 Error::failed(format!("User EID {} is already defined", u.as_str()))
@@ -125,8 +125,8 @@ pub fn ueid_add(s: &mut Session, eid: &str) -> Result<String, Error> {
 pub fn ueid_del(s: &mut Session, eid: &str) -> Result<String, Error> {
     let u = parse_ueid(eid)?;
     let op = smc_op_name(SmcCmd::RemoveUeid);
-    match s.gen_request(SmcGenlMessage::remove_ueid(&u), false) {
-        Ok(_) => Ok(done(s, Some(&u), None)),
+    match s.gen_execute(SmcGenlMessage::remove_ueid(&u)) {
+        Ok(()) => Ok(done(s, Some(&u), None)),
         // s390: removing the last user EID re-enables the system EID and says so.
         Err(Failure::Errno(error::EAGAIN)) => Ok(done(
             s,
@@ -144,7 +144,7 @@ pub fn ueid_del(s: &mut Session, eid: &str) -> Result<String, Error> {
 /// Runs `ueid flush`.
 pub fn ueid_flush(s: &mut Session) -> Result<String, Error> {
     let op = smc_op_name(SmcCmd::FlushUeid);
-    s.gen_request(SmcGenlMessage::request(SmcCmd::FlushUeid), false)
+    s.gen_execute(SmcGenlMessage::request(SmcCmd::FlushUeid))
         .map_err(|f| s.refused(op, f))?;
     Ok(done(s, None, None))
 }
@@ -177,7 +177,7 @@ pub fn seid_set(s: &mut Session, enable: bool) -> Result<String, Error> {
         SmcCmd::DisableSeid
     };
     let op = smc_op_name(cmd);
-    s.gen_request(SmcGenlMessage::request(cmd), false)
+    s.gen_execute(SmcGenlMessage::request(cmd))
         .map_err(|f| match f {
             Failure::Errno(error::ENOENT) if !enable => Error::failed(
                 "System EID cannot be disabled because no User EID is defined \

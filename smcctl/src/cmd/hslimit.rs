@@ -46,7 +46,7 @@ pub fn set(s: &mut Session, enable: bool) -> Result<String, Error> {
         SmcCmd::DisableHsLimitation
     };
     let op = smc_op_name(cmd);
-    s.gen_request(SmcGenlMessage::request(cmd), false)
+    s.gen_execute(SmcGenlMessage::request(cmd))
         .map_err(|f| s.refused(op, f))?;
     Ok(if s.json {
         json(&HsLimit { enabled: enable })

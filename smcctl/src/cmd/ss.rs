@@ -449,7 +449,7 @@ pub struct Sockets {
 pub fn run(s: &mut Session, o: &SsArgs) -> Result<String, Error> {
     let sel = s.selector();
     let socks: Vec<Socket> = s
-        .engine_request(EngineMessage::sock_dump(sel.as_ref(), state_mask(o)), true)
+        .engine_dump(EngineMessage::sock_dump(sel.as_ref(), state_mask(o)))
         .map_err(|f| s.refused("SMCD_ENGINE SOCK_DUMP", f))?
         .iter()
         .filter_map(EngineMessage::sock)

@@ -494,7 +494,7 @@ pub fn run(s: &mut Session, smcr: bool, reset: bool) -> Result<String, Error> {
             sel.as_ref(),
             Some(ENGINE_STATS_SCOPE_COUNTERS | ENGINE_STATS_SCOPE_FBACK),
         );
-        s.engine_request(msg, false)
+        s.engine_execute(msg)
             .map_err(|f| s.refused("SMCD_ENGINE STATS_RESET", f))?;
     }
     Ok(if s.json {

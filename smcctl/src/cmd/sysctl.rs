@@ -158,7 +158,7 @@ fn knob_name(key: &str) -> &str {
 pub fn show(s: &mut Session) -> Result<String, Error> {
     let sel = s.selector();
     let replies = s
-        .engine_request(EngineMessage::sysctl_list(sel.as_ref()), true)
+        .engine_dump(EngineMessage::sysctl_list(sel.as_ref()))
         .map_err(|f| s.refused("SMCD_ENGINE SYSCTL_LIST", f))?;
     let netns_inode = replies.iter().find_map(EngineMessage::netns_inode);
     let knobs: Vec<Knob> = replies
@@ -178,7 +178,7 @@ pub fn show(s: &mut Session) -> Result<String, Error> {
 fn get_knob(s: &mut Session, name: &str) -> Result<Knob, Error> {
     let sel = s.selector();
     let replies = s
-        .engine_request(EngineMessage::sysctl_get(sel.as_ref(), name), false)
+        .engine_query(EngineMessage::sysctl_get(sel.as_ref(), name))
         .map_err(|f| match f {
             Failure::Errno(error::ENOENT) => Error::failed(format!(
                 "no sysctl named \"{name}\" (`smcctl sysctl show` lists them)"
@@ -261,7 +261,7 @@ pub fn set(s: &mut Session, assignment: &str) -> Result<String, Error> {
     };
     let sel = s.selector();
     let replies = s
-        .engine_request(EngineMessage::sysctl_set(sel.as_ref(), key, new), false)
+        .engine_query(EngineMessage::sysctl_set(sel.as_ref(), key, new))
         .map_err(|f| match f {
             Failure::Errno(error::EINVAL) | Failure::Errno(error::ERANGE) => {
                 invalid_value(&before, val)
