@@ -7,6 +7,8 @@
 
 use super::engine::Engine;
 use super::handshake::{self, Fallback, Outcome};
+use crate::layout::Lookup;
+use crate::layout::status as st;
 use rustix::fd::OwnedFd;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use smc_proto::clc::ReasonCode;
@@ -104,7 +106,33 @@ fn plain(addr: SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
 }
 
 /// Connects to `addr` with `engine`: SMC-D when the listener is ours, else TCP with the reason.
+/// Counts the outcome in the engine's statistics (client successes, fallbacks, handshake
+/// errors).
 pub fn connect(
+    engine: &Arc<Engine>,
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+) -> io::Result<Outcome> {
+    let status = engine.status();
+    let result = connect_inner(engine, addr, timeout);
+    match &result {
+        Ok(Outcome::Smc { .. }) => status.add(st::T_CLNT_V2_SUCC, 1),
+        Ok(Outcome::Tcp(_, fb)) => status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1),
+        Err(_) => {}
+    }
+    result
+}
+
+fn plain_fallback(
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+    reason: ReasonCode,
+) -> io::Result<Outcome> {
+    let s = plain(addr, timeout)?;
+    Ok(Outcome::Tcp(s, Fallback::local(reason)))
+}
+
+fn connect_inner(
     engine: &Arc<Engine>,
     addr: SocketAddr,
     timeout: Option<Duration>,
@@ -112,9 +140,22 @@ pub fn connect(
     let Some(dev) = engine.device() else {
         // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before it
         // proposes anything.
-        let s = plain(addr, timeout)?;
-        return Ok(Outcome::Tcp(s, Fallback::local(ReasonCode::NOSMCDEV)));
+        return plain_fallback(addr, timeout, ReasonCode::NOSMCDEV);
     };
+    // The listener table answers "is there an SMC listener at that address?" without a round
+    // trip: most connections to plain TCP servers and to congested listeners with handshake
+    // limitation never talk to smcd (the kernel's SYN-ACK without the SMC option).
+    if let Some(table) = &dev.table {
+        match table.lookup(addr, dev.netns()) {
+            Lookup::None => return plain_fallback(addr, timeout, ReasonCode::PEERNOSMC),
+            Lookup::Found(e) if e.hs_limit => {
+                if dev.listener_page(e.id).is_ok_and(|p| p.congested()) {
+                    return plain_fallback(addr, timeout, ReasonCode::PEERNOSMC);
+                }
+            }
+            Lookup::Found(_) | Lookup::Ask => {}
+        }
+    }
     let settings = engine.settings();
     let sock = rustix::net::socket_with(
         family(&addr),
@@ -122,7 +163,7 @@ pub fn connect(
         SocketFlags::CLOEXEC,
         None,
     )?;
-    let src = source_for(addr)?;
+    let src = engine.source_for(addr.ip(), || source_for(addr))?;
     rustix::net::bind(&sock, &SocketAddr::new(src, 0))?;
     let local = to_std(rustix::net::getsockname(&sock)?)?;
     let verdict = match dev.connect_intent(local, addr) {
@@ -138,6 +179,7 @@ pub fn connect(
         Ok(s) => s,
         Err(e) => {
             if verdict.smc {
+                // The listener must forget the intent it was told about.
                 dev.intent_done(verdict.intent, false);
             }
             return Err(e);
@@ -149,6 +191,11 @@ pub fn connect(
             Fallback::local(ReasonCode(verdict.reason)),
         ));
     }
-    dev.intent_done(verdict.intent, true);
-    handshake::client(engine, &dev, stream, verdict.peer_gid, &settings)
+    match handshake::client(engine, &dev, stream, verdict.peer_gid, &settings) {
+        Err(e) => {
+            engine.status().add(st::T_CLNT_HS_ERR, 1);
+            Err(e)
+        }
+        ok => ok,
+    }
 }

@@ -13,6 +13,7 @@ use super::lgr::{LinkGroup, PeerV2, Role};
 use crate::core::handshake::{self as hs, Refusal};
 use crate::device::Gid;
 use crate::device::loopback::LoopbackDevice;
+use crate::layout::status::{self as st, ConnIdentity, ConnSlot};
 use crate::settings::Settings;
 use smc_proto::clc::{
     ClcError, ClcMessage, Decline, HEADER_LEN, ReasonCode, SMC_V2, peek_message_len,
@@ -115,6 +116,60 @@ fn peer_v2(fce: Option<smc_proto::clc::FirstContactExt>, eid: smc_proto::clc::Ei
     }
 }
 
+/// A status slot for a new SMC-D connection, published with its identity; also counts the
+/// buffer statistics (`SMC_STAT_RMB_SIZE`, `_REUSE`, `_ALLOC`) for both buffers.
+fn smcd_slot(
+    engine: &Engine,
+    sock: &TcpStream,
+    info: &SmcdInfo,
+    own_reused: bool,
+    peer_cached: bool,
+) -> ConnSlot {
+    let status = engine.status();
+    status.add(st::T_RX_RMB_SIZE + st::bucket(info.rmbe_size as u64), 1);
+    status.add(
+        st::T_RX_RMB
+            + if own_reused {
+                st::RMB_REUSE
+            } else {
+                st::RMB_ALLOC
+            },
+        1,
+    );
+    status.add(
+        st::T_TX_RMB_SIZE + st::bucket(info.peer_rmbe_size as u64),
+        1,
+    );
+    status.add(
+        st::T_TX_RMB
+            + if peer_cached {
+                st::RMB_REUSE
+            } else {
+                st::RMB_ALLOC
+            },
+        1,
+    );
+    let slot = status.conn_slot();
+    slot.publish(&ConnIdentity {
+        state: crate::core::close::SmcState::Active as u8,
+        mode: 2,
+        role: u8::from(!info.client),
+        fallback: (0, 0),
+        local: sock.local_addr().ok(),
+        peer: sock.peer_addr().ok(),
+        inode: rustix::fs::fstat(sock).map_or(0, |s| s.st_ino),
+        lgr: info.lgr_id,
+        token: info.local_token,
+        peer_token: info.peer_token,
+        gid: info.local_gid,
+        peer_gid: info.peer_gid,
+        rmbe: info.rmbe_size as u64,
+        peer_rmbe: info.peer_rmbe_size as u64,
+        sndbuf: (info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN) as u64,
+    });
+    slot
+}
+
 /// The client's handshake on a connected TCP socket whose listener `smcd` said expects SMC.
 pub fn client(
     engine: &Arc<Engine>,
@@ -168,6 +223,7 @@ pub fn client(
             caps.gid,
             Role::Client,
             peer_v2(acc.fce, acc.eid),
+            &engine.status(),
         )
     } else {
         match engine.lgrs.find(acc.lgr_id, acc.peer_gid, caps.gid) {
@@ -176,16 +232,16 @@ pub fn client(
         }
     };
     engine.start_housekeeping();
-    let own = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
-        Ok((d, _)) => d,
+    let (own, own_reused) = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
+        Ok(x) => x,
         Err(e) => {
             tracing::debug!("DMB registration failed: {e}");
             lgr.release_slot();
             return fall(sock, Refusal::Decline(ReasonCode::MEM));
         }
     };
-    let peer = match lgr.attach(dev.as_ref(), acc.token) {
-        Ok(d) if d.map.dmb_len() == acc.dmb_len => d,
+    let (peer, peer_cached) = match lgr.attach(dev.as_ref(), acc.token) {
+        Ok((d, c)) if d.map.dmb_len() == acc.dmb_len => (d, c),
         Ok(_) => {
             lgr.detach(acc.token);
             lgr.put_dmb(dev.as_ref(), own, true, false);
@@ -217,8 +273,9 @@ pub fn client(
         version: SMC_V2,
         client: true,
     };
+    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached);
     Ok(Outcome::Smc {
-        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info)),
+        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
         lgr,
     })
 }
@@ -265,13 +322,14 @@ pub fn server(
                 caps.gid,
                 Role::Server,
                 peer_v2(None, info.eid),
+                &engine.status(),
             );
             (g, true)
         }
     };
     engine.start_housekeeping();
-    let own = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
-        Ok((d, _)) => d,
+    let (own, own_reused) = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
+        Ok(x) => x,
         Err(e) => {
             tracing::debug!("DMB registration failed: {e}");
             lgr.release_slot();
@@ -319,8 +377,8 @@ pub fn server(
             return fall(sock, r, version);
         }
     };
-    let peer = match lgr.attach(dev.as_ref(), conf.token) {
-        Ok(d) if d.map.dmb_len() == conf.dmb_len => d,
+    let (peer, peer_cached) = match lgr.attach(dev.as_ref(), conf.token) {
+        Ok((d, c)) if d.map.dmb_len() == conf.dmb_len => (d, c),
         other => {
             if other.is_ok() {
                 lgr.detach(conf.token);
@@ -334,6 +392,7 @@ pub fn server(
         }
     };
     if first_contact {
+        lgr.set_peer(peer_v2(conf.fce, info.eid));
         lgr.set_ready();
     }
     sock.set_read_timeout(None)?;
@@ -348,8 +407,9 @@ pub fn server(
         version: SMC_V2,
         client: false,
     };
+    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached);
     Ok(Outcome::Smc {
-        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info)),
+        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
         lgr,
     })
 }

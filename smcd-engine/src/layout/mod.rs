@@ -60,8 +60,21 @@ pub fn seq_write(seq: &std::sync::atomic::AtomicU32, f: impl FnOnce()) {
 const SYSCTL_MAGIC: u64 = u64::from_le_bytes(*b"SMCSYSCT");
 const SYSCTL_SEQ: usize = 16;
 const SYSCTL_VALUES: usize = 64;
+const SYSCTL_EIDS: usize = 2048;
 /// Most knobs a page holds.
-pub const SYSCTL_MAX: usize = (PAGE - SYSCTL_VALUES) / 8;
+pub const SYSCTL_MAX: usize = (SYSCTL_EIDS - SYSCTL_VALUES) / 8;
+/// Most user EIDs a page holds (the kernel's `SMC_MAX_UEID`).
+pub const UEID_MAX: usize = 4;
+
+/// What a sysctl page carries besides the knobs: the host's EID state, which the kernel
+/// keeps globally and every engine needs for its proposals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EidState {
+    /// User EIDs (32 bytes each, blank padded).
+    pub ueids: Vec<[u8; 32]>,
+    /// Whether the system EID is enabled.
+    pub seid_enabled: bool,
+}
 
 /// One namespace's knob values, written by smcd and read by its engines.
 #[derive(Debug)]
@@ -71,11 +84,14 @@ pub struct SysctlPage {
 
 impl SysctlPage {
     /// smcd: a new page holding `values`; returns it and the descriptor for engines.
-    pub fn create(values: &[u64]) -> io::Result<(SysctlPage, rustix::fd::OwnedFd)> {
+    pub fn create(
+        values: &[u64],
+        eids: &EidState,
+    ) -> io::Result<(SysctlPage, rustix::fd::OwnedFd)> {
         let (r, fd) = Region::create("smc-sysctl", PAGE)?;
         r.u64_at(0).store(SYSCTL_MAGIC, Relaxed);
         let p = SysctlPage { r };
-        p.store(values);
+        p.store(values, eids);
         Ok((p, fd))
     }
 
@@ -92,7 +108,7 @@ impl SysctlPage {
     }
 
     /// smcd: publishes new values.
-    pub fn store(&self, values: &[u64]) {
+    pub fn store(&self, values: &[u64], eids: &EidState) {
         seq_write(self.r.u32_at(SYSCTL_SEQ), || {
             for (i, v) in values.iter().take(SYSCTL_MAX).enumerate() {
                 self.r.u64_at(SYSCTL_VALUES + 8 * i).store(*v, Relaxed);
@@ -100,16 +116,52 @@ impl SysctlPage {
             self.r
                 .u32_at(8)
                 .store(values.len().min(SYSCTL_MAX) as u32, Relaxed);
+            let n = eids.ueids.len().min(UEID_MAX);
+            self.r.u32_at(SYSCTL_EIDS).store(n as u32, Relaxed);
+            self.r
+                .u32_at(SYSCTL_EIDS + 4)
+                .store(u32::from(eids.seid_enabled), Relaxed);
+            for (i, e) in eids.ueids.iter().take(n).enumerate() {
+                for w in 0..4 {
+                    let b: [u8; 8] = e[8 * w..8 * w + 8].try_into().expect("8");
+                    self.r
+                        .u64_at(SYSCTL_EIDS + 8 + 32 * i + 8 * w)
+                        .store(u64::from_ne_bytes(b), Relaxed);
+                }
+            }
         });
     }
 
-    /// Engine: a consistent copy of the values (`None` if the writer never finished).
-    pub fn load(&self) -> Option<Vec<u64>> {
+    /// Engine: a consistent copy of the values and EID state (`None` if the writer never
+    /// finished a write).
+    pub fn load(&self) -> Option<(Vec<u64>, EidState)> {
         seq_read(self.r.u32_at(SYSCTL_SEQ), 1000, || {
             let n = (self.r.u32_at(8).load(Relaxed) as usize).min(SYSCTL_MAX);
-            (0..n)
+            let values = (0..n)
                 .map(|i| self.r.u64_at(SYSCTL_VALUES + 8 * i).load(Relaxed))
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            let m = (self.r.u32_at(SYSCTL_EIDS).load(Relaxed) as usize).min(UEID_MAX);
+            let ueids = (0..m)
+                .map(|i| {
+                    let mut e = [0u8; 32];
+                    for w in 0..4 {
+                        let v = self
+                            .r
+                            .u64_at(SYSCTL_EIDS + 8 + 32 * i + 8 * w)
+                            .load(Relaxed);
+                        e[8 * w..8 * w + 8].copy_from_slice(&v.to_ne_bytes());
+                    }
+                    e
+                })
+                .collect();
+            let seid_enabled = self.r.u32_at(SYSCTL_EIDS + 4).load(Relaxed) != 0;
+            (
+                values,
+                EidState {
+                    ueids,
+                    seid_enabled,
+                },
+            )
         })
     }
 }
@@ -380,11 +432,16 @@ mod tests {
 
     #[test]
     fn sysctl_page_round_trip() {
-        let (w, fd) = SysctlPage::create(&[1, 2, 3]).unwrap();
+        let eids = EidState::default();
+        let (w, fd) = SysctlPage::create(&[1, 2, 3], &eids).unwrap();
         let r = SysctlPage::open(&fd).unwrap();
-        assert_eq!(r.load().unwrap(), vec![1, 2, 3]);
-        w.store(&[4, 5]);
-        assert_eq!(r.load().unwrap(), vec![4, 5]);
+        assert_eq!(r.load().unwrap(), (vec![1, 2, 3], eids));
+        let eids = EidState {
+            ueids: vec![[b'A'; 32], [b'B'; 32]],
+            seid_enabled: true,
+        };
+        w.store(&[4, 5], &eids);
+        assert_eq!(r.load().unwrap(), (vec![4, 5], eids));
     }
 
     #[test]

@@ -130,6 +130,16 @@ pub const RMB_ALLOC: usize = 5;
 /// RMB statistic: smaller buffer than asked for.
 pub const RMB_DGRADE: usize = 6;
 
+/// The size bucket of `len` bytes: `fls64((len - 1) >> 13)` capped at 8 (`smc_stats.h`).
+pub fn bucket(len: u64) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let v = (len - 1) >> 13;
+    let fls = (u64::BITS - v.leading_zeros()) as usize;
+    fls.min(BUCKETS - 1)
+}
+
 /// The fallback index of a reason code.
 pub fn fback_index(code: ReasonCode) -> usize {
     ReasonCode::ALL
@@ -477,6 +487,32 @@ impl ConnSlot {
             u64::from_le_bytes([rx_p, rx_c, tx_p, tx_c, 0, 0, 0, 0]),
             Relaxed,
         );
+    }
+
+    /// Adds to one of the engine's totals (events such as a full buffer).
+    pub fn total(&self, t: usize, n: u64) {
+        self.area.add(t, n);
+    }
+
+    /// One send of `requested` bytes that sent `sent` (the kernel's `SMC_STAT_PAYLOAD` rules:
+    /// every call counts, bucket by request size, bytes by what was sent).
+    #[inline]
+    pub fn tx(&self, requested: usize, sent: usize) {
+        self.bump(Cnt::TxCnt, 1);
+        if requested > 0 && sent > 0 {
+            self.bump_pd(true, bucket(requested as u64));
+            self.bump(Cnt::TxBytes, sent as u64);
+        }
+    }
+
+    /// One receive that returned `got` bytes.
+    #[inline]
+    pub fn rx(&self, requested: usize, got: usize) {
+        self.bump(Cnt::RxCnt, 1);
+        if requested > 0 && got > 0 {
+            self.bump_pd(false, bucket(got as u64));
+            self.bump(Cnt::RxBytes, got as u64);
+        }
     }
 
     /// Reads a counter back (tests, diagnostics).
@@ -955,6 +991,18 @@ mod tests {
         };
         l.publish(&lr);
         assert_eq!(view.listeners(), vec![lr]);
+    }
+
+    #[test]
+    fn buckets_as_the_kernel() {
+        assert_eq!(bucket(1), 0);
+        assert_eq!(bucket(8192), 0);
+        assert_eq!(bucket(8193), 1);
+        assert_eq!(bucket(16384), 1);
+        assert_eq!(bucket(16385), 2);
+        assert_eq!(bucket(1 << 20), 7);
+        assert_eq!(bucket((1 << 20) + 1), 8);
+        assert_eq!(bucket(u64::MAX), 8);
     }
 
     #[test]
