@@ -485,7 +485,7 @@ fn two_namespaces() {
 #[test]
 fn harness_opens_smc_connections() {
     let smcd = Smcd::start();
-    let c = Conns::open(&smcd, None, 2, 1, 50_000);
+    let c = Conns::open(&smcd, None, 2, 1, 300_000);
     assert!(c.port > 0);
     drop(c);
     if skip_unless_root("harness_opens_smc_connections (namespace)") {
