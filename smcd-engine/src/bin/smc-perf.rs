@@ -50,6 +50,13 @@ enum Cmd {
         /// Pin the server's threads to this CPU.
         #[arg(long)]
         pin: Option<usize>,
+        /// Handshake limitation for this listener: on, off, or (unset) the namespace's
+        /// limit_smc_hs.
+        #[arg(long)]
+        limit_hs: Option<bool>,
+        /// Do not count in the data path (to measure what counting costs).
+        #[arg(long)]
+        no_stats: bool,
     },
     /// Run one test against a server.
     Client {
@@ -76,6 +83,10 @@ enum Cmd {
         /// Pin the client's threads to this CPU.
         #[arg(long)]
         pin: Option<usize>,
+        /// Do not count in the data path (to measure what counting costs; the server needs
+        /// it too).
+        #[arg(long)]
+        no_stats: bool,
     },
 }
 
@@ -273,7 +284,13 @@ fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Result<()> {
+fn server(
+    port: u16,
+    bind: &str,
+    tcp: bool,
+    cpu: Option<usize>,
+    limit_hs: Option<bool>,
+) -> anyhow::Result<()> {
     pin(cpu);
     let addr: SocketAddr = format!("{bind}:{port}")
         .parse()
@@ -285,10 +302,13 @@ fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Resul
     let l = Arc::new(if tcp {
         L::Tcp(TcpListener::bind(addr)?)
     } else {
-        L::Smc(SmcListener::bind_with_backlog(
+        L::Smc(SmcListener::bind_with_options(
             smcd_engine::Engine::global(),
             addr,
-            1024,
+            smcd_engine::driver::listener::ListenOptions {
+                backlog: 1024,
+                limit_hs,
+            },
         )?)
     });
     eprintln!(
@@ -541,7 +561,8 @@ fn client_crr(
     for t in threads {
         let _ = t.join();
     }
-    let n_smc = smc.load(Ordering::Relaxed);
+    // A loop may finish one more connection after `n` was read: clamp.
+    let n_smc = smc.load(Ordering::Relaxed).min(n);
     Ok(Report {
         test: Test::Crr,
         transport: if tcp { "tcp".into() } else { "smcd".into() },
@@ -579,7 +600,12 @@ fn main() -> anyhow::Result<()> {
             bind,
             tcp,
             pin: cpu,
-        } => server(port, &bind, tcp, cpu),
+            limit_hs,
+            no_stats,
+        } => {
+            smcd_engine::layout::status::set_counting(!no_stats);
+            server(port, &bind, tcp, cpu, limit_hs)
+        }
         Cmd::Client {
             target,
             test,
@@ -589,7 +615,9 @@ fn main() -> anyhow::Result<()> {
             tcp,
             concurrency,
             pin: cpu,
+            no_stats,
         } => {
+            smcd_engine::layout::status::set_counting(!no_stats);
             if msg_size == 0 || msg_size > MAX_MSG {
                 bail!("--msg-size must be 1..={MAX_MSG}");
             }

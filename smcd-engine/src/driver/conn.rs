@@ -62,6 +62,8 @@ pub struct ConnParams {
     /// Publish the producer cursor at least every this many bytes of a long write (0: only
     /// where the kernel would: autosplit cuts, a full ring, the end of the write).
     pub tx_chunk: usize,
+    /// The send buffer size (`wmem`): bytes written and not yet consumed by the peer.
+    pub sndbuf: usize,
 }
 
 /// What the connection is, for `smcss`-like reports.
@@ -245,6 +247,12 @@ impl SmcConn {
         self.peer.map.ring_len()
     }
 
+    /// How many bytes may be written and unconsumed at once: the peer's ring, or less when the
+    /// send buffer (`wmem`) is smaller.
+    fn tx_window(&self) -> u64 {
+        self.tx_ring().min(self.params.sndbuf.max(1)) as u64
+    }
+
     /// The TCP connection underneath.
     pub fn clcsock(&self) -> &TcpStream {
         &self.clcsock
@@ -289,10 +297,9 @@ impl SmcConn {
         self.peer.map.prod_word().store(word, Ordering::Release);
         tx.published = tx.produced;
         self.peer.notify(Dir::Rx);
-        // With the loopback device a published byte is sent and finished at once.
+        // With the loopback device a published byte is also sent and finished at once: the
+        // reader of the slot takes tx_sent and tx_fin from tx_prod.
         self.slot.set_cursor(Curs::TxProd, tx.published);
-        self.slot.set_cursor(Curs::TxSent, tx.published);
-        self.slot.set_cursor(Curs::TxFin, tx.published);
     }
 
     // ----------------------------------------------------------------------------------
@@ -650,17 +657,18 @@ impl SmcConn {
         }
         let deadline = self.deadline(&self.write_timeout);
         let ring = self.tx_ring() as u64;
-        if buf.len() as u64 > ring {
+        let window = self.tx_window();
+        if buf.len() as u64 > window {
             // SMC_STAT_RMB_TX_SIZE_SMALL / _PEER_SIZE_SMALL: the send buffer is the peer's ring.
             self.slot.total(st::T_TX_RMB + st::RMB_SIZE_SM, 1);
             self.slot.total(st::T_TX_RMB + st::RMB_SIZE_SM_PEER, 1);
         }
         let mut written = 0usize;
         while written < buf.len() {
-            let mut free = ring - (tx.produced - tx.peer_consumed);
+            let mut free = window.saturating_sub(tx.produced - tx.peer_consumed);
             if free == 0 {
                 self.tx_refresh(&mut tx)?;
-                free = ring - (tx.produced - tx.peer_consumed);
+                free = window.saturating_sub(tx.produced - tx.peer_consumed);
             }
             if free > 0 {
                 let want = (buf.len() - written).min(free as usize);
@@ -693,7 +701,7 @@ impl SmcConn {
                 self.set_write_blocked(&mut tx, true);
                 self.arm_doorbell(Dir::Tx);
                 self.tx_refresh(&mut tx)?;
-                if ring - (tx.produced - tx.peer_consumed) > 0 {
+                if window.saturating_sub(tx.produced - tx.peer_consumed) > 0 {
                     continue;
                 }
                 return Err(io::ErrorKind::WouldBlock.into());
@@ -712,7 +720,7 @@ impl SmcConn {
                 return if written > 0 { Ok(written) } else { Err(e) };
             }
         }
-        let free = ring - (tx.produced - tx.peer_consumed);
+        let free = window.saturating_sub(tx.produced - tx.peer_consumed);
         let corked = (more || self.cork.load(Ordering::Relaxed)) && free > 0;
         if !corked {
             self.publish_prod(&mut tx);

@@ -75,6 +75,29 @@ pub fn read_clc(sock: &TcpStream) -> io::Result<Result<ClcMessage, ClcError>> {
     Ok(ClcMessage::parse(&buf))
 }
 
+/// Whether the next bytes on the stream start a CLC message, without consuming them
+/// (waits for 8 bytes, at most [`CLC_WAIT_TIME`]). The server asks this before its first read:
+/// a connection taken for an announced SMC client but not carrying CLC (which only a stale
+/// announcement could cause) then stays plain TCP with every byte intact.
+pub fn peek_is_clc(sock: &TcpStream) -> io::Result<bool> {
+    let mut hdr = [0u8; HEADER_LEN];
+    let n = loop {
+        match rustix::net::recv(
+            sock,
+            &mut hdr,
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::WAITALL,
+        ) {
+            Ok((n, _)) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    Ok(
+        n >= 4
+            && smc_proto::clc::Eyecatcher::from_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]).is_some(),
+    )
+}
+
 /// Writes one CLC message.
 pub fn write_clc(sock: &TcpStream, msg: &ClcMessage) -> io::Result<()> {
     let mut s = sock;
@@ -101,6 +124,7 @@ pub fn params(s: &Settings) -> ConnParams {
         wnd_rule: s.wnd_update_rule,
         autocorking_size: s.autocorking_size as usize,
         tx_chunk: s.tx_chunk as usize,
+        sndbuf: s.sndbuf_len(),
     }
 }
 
@@ -124,6 +148,7 @@ fn smcd_slot(
     info: &SmcdInfo,
     own_reused: bool,
     peer_cached: bool,
+    sndbuf: usize,
 ) -> ConnSlot {
     let status = engine.status();
     status.add(st::T_RX_RMB_SIZE + st::bucket(info.rmbe_size as u64), 1);
@@ -165,7 +190,7 @@ fn smcd_slot(
         peer_gid: info.peer_gid,
         rmbe: info.rmbe_size as u64,
         peer_rmbe: info.peer_rmbe_size as u64,
-        sndbuf: (info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN) as u64,
+        sndbuf: sndbuf as u64,
     });
     slot
 }
@@ -273,7 +298,10 @@ pub fn client(
         version: SMC_V2,
         client: true,
     };
-    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached);
+    let sndbuf = settings
+        .sndbuf_len()
+        .min(info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN);
+    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached, sndbuf);
     Ok(Outcome::Smc {
         conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
         lgr,
@@ -290,6 +318,10 @@ pub fn server(
     settings: &Settings,
 ) -> io::Result<Outcome> {
     sock.set_read_timeout(Some(CLC_WAIT_TIME))?;
+    if !peek_is_clc(&sock).map_err(timeout_err)? {
+        sock.set_read_timeout(None)?;
+        return Ok(Outcome::Tcp(sock, Fallback::local(ReasonCode::PEERNOSMC)));
+    }
     let caps = engine.caps(dev);
     let fall = |sock: TcpStream, refusal: Refusal, version: u8| -> io::Result<Outcome> {
         if let Refusal::Decline(r) = refusal {
@@ -407,7 +439,10 @@ pub fn server(
         version: SMC_V2,
         client: false,
     };
-    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached);
+    let sndbuf = settings
+        .sndbuf_len()
+        .min(info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN);
+    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached, sndbuf);
     Ok(Outcome::Smc {
         conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
         lgr,

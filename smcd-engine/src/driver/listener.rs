@@ -63,6 +63,9 @@ pub struct Accepted {
     pub peer: SocketAddr,
 }
 
+/// An announced client: its GID, smcd's intent id, and when the announcement arrived.
+type Announced = (Gid, u64, Instant);
+
 #[derive(Debug)]
 struct Job {
     sock: TcpStream,
@@ -106,7 +109,10 @@ pub struct ListenerCore {
     chan_fd: Option<OwnedFd>,
     /// Rung by `close` to stop the acceptor.
     stop: Doorbell,
-    intents: Mutex<HashMap<SocketAddr, (Gid, u64, Instant)>>,
+    /// Announced clients by address. Several may wait for one address (an engine whose
+    /// connect failed because the 4-tuple was still in use leaves one until its cancel
+    /// arrives), oldest first: none is ever lost to a later one.
+    intents: Mutex<HashMap<SocketAddr, VecDeque<Announced>>>,
     page: Option<ListenerPage>,
     _slot: LstSlot,
     closed: AtomicBool,
@@ -196,6 +202,7 @@ impl ListenerCore {
     fn intents_pending(&self) -> bool {
         lock(&self.intents)
             .values()
+            .flatten()
             .any(|(_, _, at)| at.elapsed() < INTENT_ATTENTION)
     }
 
@@ -301,13 +308,20 @@ impl ListenerCore {
                                 if t.len() >= MAX_INTENTS {
                                     t.clear();
                                 }
-                                t.insert(canon(addr), (gid, id, Instant::now()));
+                                t.entry(canon(addr)).or_default().push_back((
+                                    gid,
+                                    id,
+                                    Instant::now(),
+                                ));
                             }
                         }
                         LoopbackCmd::IntentCancel => {
                             // A client that registered and then did not connect (rare).
                             if let Some(id) = msg.intent_id() {
-                                t.retain(|_, v| v.1 != id);
+                                t.retain(|_, q| {
+                                    q.retain(|e| e.1 != id);
+                                    !q.is_empty()
+                                });
                             }
                         }
                         _ => {}
@@ -330,7 +344,18 @@ impl ListenerCore {
         // smcd wrote the intent before it answered the client, and the client connected only
         // after that answer: if there is one, it is in our socket buffer now.
         self.drain_intents();
-        let gid = lock(&self.intents).remove(&canon(peer)).map(|(g, _, _)| g);
+        let gid = {
+            let mut t = lock(&self.intents);
+            let key = canon(peer);
+            let g = t
+                .get_mut(&key)
+                .and_then(VecDeque::pop_front)
+                .map(|(g, _, _)| g);
+            if t.get(&key).is_some_and(VecDeque::is_empty) {
+                t.remove(&key);
+            }
+            g
+        };
         let _ = sock.set_nonblocking(false);
         match gid {
             Some(gid) => {

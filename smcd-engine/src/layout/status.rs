@@ -24,9 +24,18 @@ use super::{seq_read, seq_write};
 use smc_proto::clc::ReasonCode;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
+
+/// Whether the data path counts (on by default). Off only to measure what counting costs:
+/// `smc-perf --no-stats`.
+static COUNTING: AtomicBool = AtomicBool::new(true);
+
+/// Turns per-connection data-path counting on or off for this process.
+pub fn set_counting(on: bool) {
+    COUNTING.store(on, Relaxed);
+}
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SMCSTAT1");
 const VERSION: u32 = 1;
@@ -323,10 +332,15 @@ impl StatusArea {
     /// A slot for a new connection.
     pub fn conn_slot(self: &Arc<Self>) -> ConnSlot {
         let idx = lock(&self.free_conns).pop().unwrap_or(0);
+        let base = CONN_BASE + idx as usize * CONN_SLOT;
+        // Bounds of the whole slot, checked once: its first and last words.
+        let first = self.r.u64_at(base);
+        let _ = self.r.u64_at(base + CONN_SLOT - 8);
         let s = ConnSlot {
             area: Arc::clone(self),
-            base: CONN_BASE + idx as usize * CONN_SLOT,
+            base,
             idx,
+            words: std::ptr::NonNull::from(first),
         };
         if idx != 0 {
             for w in (8..CONN_SLOT).step_by(8) {
@@ -398,11 +412,26 @@ pub struct ConnSlot {
     area: Arc<StatusArea>,
     base: usize,
     idx: u32,
+    /// The slot's first word (checked to lie inside the area when the slot was made).
+    words: std::ptr::NonNull<AtomicU64>,
 }
 
+// SAFETY: `words` points into the status area that `area` keeps mapped; only atomics are
+// accessed through it.
+unsafe impl Send for ConnSlot {}
+// SAFETY: as above.
+unsafe impl Sync for ConnSlot {}
+
 impl ConnSlot {
+    /// The word at byte offset `off` of the slot. The data path calls this on every send and
+    /// receive, so the bound is a compile-time layout fact (debug-checked), not a run-time
+    /// check.
+    #[inline]
     fn w(&self, off: usize) -> &AtomicU64 {
-        self.area.r.u64_at(self.base + off)
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= CONN_SLOT);
+        // SAFETY: the slot [base, base + CONN_SLOT) lies inside the mapped area (checked in
+        // `conn_slot`), the area outlives `self`, and `off` is one of the layout's offsets.
+        unsafe { &*self.words.as_ptr().add(off / 8) }
     }
 
     /// Writes the identity and makes the slot visible.
@@ -478,6 +507,9 @@ impl ConnSlot {
     /// Sets a cursor word.
     #[inline]
     pub fn set_cursor(&self, c: Curs, pos: u64) {
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
         self.w(C_CURS + 8 * c as usize).store(pos, Relaxed);
     }
 
@@ -498,6 +530,9 @@ impl ConnSlot {
     /// every call counts, bucket by request size, bytes by what was sent).
     #[inline]
     pub fn tx(&self, requested: usize, sent: usize) {
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
         self.bump(Cnt::TxCnt, 1);
         if requested > 0 && sent > 0 {
             self.bump_pd(true, bucket(requested as u64));
@@ -508,6 +543,9 @@ impl ConnSlot {
     /// One receive that returned `got` bytes.
     #[inline]
     pub fn rx(&self, requested: usize, got: usize) {
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
         self.bump(Cnt::RxCnt, 1);
         if requested > 0 && got > 0 {
             self.bump_pd(false, bucket(got as u64));
