@@ -1,7 +1,7 @@
 //! `smc-perf`: a qperf/sockperf-like load generator for SMC and TCP.
 //!
 //! ```text
-//! smc-perf server [--port P] [--bind ADDR] [--tcp]
+//! smc-perf server [--port P] [--bind ADDR] [--tcp] [--pin CPU]
 //! smc-perf client HOST:PORT --test bw|lat|crr --msg-size N --time SECONDS [--tcp]
 //!                 [--concurrency C] [--pin CPU] [--warmup SECONDS]
 //! ```
@@ -16,6 +16,9 @@
 //! * `lat`: ping-pong (qperf `tcp_lat`, sockperf `pp`): one-way latency = round trip / 2.
 //! * `crr`: connect, one request/response of `msg-size`, close, in `concurrency` parallel
 //!   loops; `conns_per_s`.
+//!
+//! The server prints `smc-perf: serving smc|tcp on ADDR:PORT` on stderr once it listens, with
+//! the port actually bound, so `--port 0` picks a free one and a harness learns which.
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -291,8 +294,12 @@ fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Resul
             1024,
         )?)
     });
+    let bound = match &*l {
+        L::Smc(l) => l.local_addr()?,
+        L::Tcp(l) => l.local_addr()?,
+    };
     eprintln!(
-        "smc-perf: serving {} on {addr}",
+        "smc-perf: serving {} on {bound}",
         if tcp { "tcp" } else { "smc" }
     );
     // A pool of accepting threads that grows when all are busy, so short connections do not
@@ -536,11 +543,13 @@ fn client_crr(
         .collect();
     std::thread::sleep(time);
     stop.store(true, Ordering::Relaxed);
-    let n = done.load(Ordering::Relaxed);
-    let secs = start.elapsed().as_secs_f64();
     for t in threads {
         let _ = t.join();
     }
+    // Read the counters after every loop has stopped, so the connections that finished while
+    // stopping are in both counts, and time until then.
+    let secs = start.elapsed().as_secs_f64();
+    let n = done.load(Ordering::Relaxed);
     let n_smc = smc.load(Ordering::Relaxed);
     Ok(Report {
         test: Test::Crr,
