@@ -15,7 +15,9 @@
 //!   MB/s (10^6 bytes) at the receiver.
 //! * `lat`: ping-pong (qperf `tcp_lat`, sockperf `pp`): one-way latency = round trip / 2.
 //! * `crr`: connect, one request/response of `msg-size`, close, in `concurrency` parallel
-//!   loops; `conns_per_s`.
+//!   loops; `conns_per_s`. The server closes first, as an HTTP server does after a
+//!   `Connection: close` response (wrk's benchmark), so TIME_WAIT stays on the server and
+//!   the client's ephemeral ports are free again at once.
 //!
 //! The server prints `smc-perf: serving smc|tcp on ADDR:PORT` on stderr once it listens, with
 //! the port actually bound, so `--port 0` picks a free one and a harness learns which.
@@ -260,7 +262,14 @@ fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
             c.write_all(&r)?;
             c.flush()?;
         }
-        Test::Lat | Test::Crr => {
+        Test::Crr => {
+            // One request, one response, then close first (see the module doc).
+            let mut buf = vec![0u8; msg];
+            c.read_exact(&mut buf)?;
+            c.write_all(&buf)?;
+            c.flush()?;
+        }
+        Test::Lat => {
             // Echo messages back; each message is checked by the client.
             let mut buf = vec![0u8; msg];
             loop {
@@ -520,6 +529,11 @@ fn client_crr(
                         c.read_exact(&mut buf)?;
                         if check(0, &buf) != 0 {
                             return Err(io::Error::other("bad response"));
+                        }
+                        // Wait for the server's close before closing (it closes first).
+                        let mut end = [0u8; 1];
+                        if c.read(&mut end)? != 0 {
+                            return Err(io::Error::other("data after the response"));
                         }
                         Ok(is_smc)
                     })();
