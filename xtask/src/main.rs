@@ -30,6 +30,13 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Bench(args) => bench::run(args),
     };
+    if bench::interrupted() {
+        // The signal thread is stopping the children and exits the process with 128 + the
+        // signal; what failed here failed because of that.
+        loop {
+            std::thread::park();
+        }
+    }
     match r {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,

@@ -27,7 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub use procs::{Guard, install_signal_handler};
+pub use procs::{Guard, install_signal_handler, interrupted};
 
 /// `cargo xtask bench` options.
 #[derive(Debug, clap::Args)]
@@ -632,6 +632,8 @@ fn run_client(
             r.errors,
             last_lines(&cap.stderr, 5)
         ));
+    }
+    if !r.ok && !procs::interrupted() {
         eprintln!(
             "bench: {} {} B {}: {}",
             test.arg(),

@@ -19,6 +19,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 struct Registry {
@@ -80,12 +81,22 @@ pub fn install_signal_handler() -> anyhow::Result<()> {
                     break libc::SIGTERM;
                 }
             };
+            INTERRUPTED.store(true, Ordering::SeqCst);
             eprintln!("\nbench: signal {signo}, stopping everything it started");
             cleanup();
             std::process::exit(128 + signo);
         })
         .context("signal thread")?;
     Ok(())
+}
+
+/// Set by the signal thread before it stops everything.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// A signal arrived: the signal thread is stopping everything and will exit the process.
+/// The main thread should report nothing more (its children are dying on purpose).
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
 }
 
 /// Spawns `cmd` as a registered child: own process group, SIGTERM when the bench dies.
