@@ -18,6 +18,7 @@ pub mod control;
 pub mod core;
 pub mod device;
 pub mod driver;
+pub mod layout;
 pub mod settings;
 
 pub use api::{Mode, SmcListener, SmcStream};

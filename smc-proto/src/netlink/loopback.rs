@@ -33,10 +33,12 @@ pub const LOOPBACK_FAMILY_ID: u16 = 0x22;
 pub enum LoopbackCmd {
     /// Engine → smcd, do. Attrs: `Version`, `Pid`, `SessionKey`, `Netns`. Every channel of one
     /// engine sends the same `SessionKey`; the session lives until its last channel closes.
-    /// Reply: `Gid`, `EngineId`, `Seid`, `Hostname`, `Chid`.
+    /// The first HELLO of a session may carry one fd: the engine's status area.
+    /// Reply: `Gid`, `EngineId`, `Seid`, `Hostname`, `Chid`, `Netns` (as smcd sees it); fds:
+    /// the namespace's sysctl page, then the host's listener table.
     Hello,
     /// Engine → smcd, do, on a channel dedicated to one listener. Attrs: `LocalAddr`,
-    /// `Backlog`, `HsLimit`. One fd: the listener's status page (see the engine's docs).
+    /// `Backlog`, `HsLimit`. One fd: the listener's page (its congestion state).
     /// Reply: `ListenerId`. Afterwards smcd sends `Intent` and `IntentCancel` notifications on
     /// this channel; the registration ends when the channel closes.
     Listen,
@@ -58,6 +60,10 @@ pub enum LoopbackCmd {
     DmbAttach,
     /// Engine → smcd, one-way: the owner no longer uses DMB `Token`.
     DmbUnregister,
+    /// Engine → smcd, do: the page of listener `ListenerId` (its congestion state), so a
+    /// client can see without asking whether that listener takes SMC handshakes now. Reply:
+    /// `ListenerId`; one fd, the page (read-only for the receiver).
+    ListenerPage,
     /// A command this version does not know.
     Unknown(u8),
 }
@@ -75,6 +81,7 @@ impl LoopbackCmd {
             Self::DmbRegister => 7,
             Self::DmbAttach => 8,
             Self::DmbUnregister => 9,
+            Self::ListenerPage => 10,
             Self::Unknown(n) => n,
         }
     }
@@ -92,6 +99,7 @@ impl From<u8> for LoopbackCmd {
             7 => Self::DmbRegister,
             8 => Self::DmbAttach,
             9 => Self::DmbUnregister,
+            10 => Self::ListenerPage,
             n => Self::Unknown(n),
         }
     }

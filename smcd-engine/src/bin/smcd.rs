@@ -6,6 +6,7 @@
 use anyhow::Context;
 use clap::Parser;
 use rustix::fd::{FromRawFd, OwnedFd};
+use smcd_engine::control::daemon::Daemon;
 use smcd_engine::control::device::DeviceState;
 use smcd_engine::control::server::Server;
 use std::path::PathBuf;
@@ -19,6 +20,31 @@ struct Args {
     /// Socket path.
     #[arg(long, env = "SMCD_SOCKET", default_value = smcd_engine::driver::channel::DEFAULT_SOCKET)]
     socket: PathBuf,
+    /// Most DMBs the loopback device holds at once (the kernel's loopback-ism: 5000).
+    #[arg(long, default_value_t = smcd_engine::control::device::DEFAULT_MAX_DMBS)]
+    max_dmbs: usize,
+    /// Members of this group (name or number) may change state, besides root.
+    #[arg(long)]
+    admin_group: Option<String>,
+}
+
+/// A group name or number to its id (`/etc/group`).
+fn group_id(g: &str) -> anyhow::Result<u32> {
+    if let Ok(n) = g.parse() {
+        return Ok(n);
+    }
+    let groups = std::fs::read_to_string("/etc/group").context("reading /etc/group")?;
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let _ = f.next();
+            let gid = f.next()?.parse().ok()?;
+            (name == g).then_some(gid)
+        })
+        .next()
+        .with_context(|| format!("no group named {g}"))
 }
 
 /// Blocks SIGTERM and SIGINT and returns a signalfd that becomes readable when one arrives.
@@ -73,10 +99,13 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let sig = signal_fd()?;
-    let device = DeviceState::new(system_eid(), hostname());
-    let mut server = Server::bind(&args.socket, device, Some(&sig))
+    let mut device = DeviceState::new(system_eid(), hostname()).context("device state")?;
+    device.max_dmbs = args.max_dmbs;
+    let mut daemon = Daemon::new(device);
+    daemon.admin_gid = args.admin_group.as_deref().map(group_id).transpose()?;
+    let mut server = Server::bind(&args.socket, daemon, Some(&sig))
         .with_context(|| format!("cannot listen on {}", args.socket.display()))?;
-    tracing::info!(socket = %args.socket.display(), seid = %server.device.seid, "smcd ready");
+    tracing::info!(socket = %args.socket.display(), seid = %server.daemon.device.seid, "smcd ready");
     server.run().context("server loop")?;
     tracing::info!("smcd stopping");
     drop(server);

@@ -3,20 +3,32 @@
 //! `af_smc.c` that decides, from the SYN option, whether a connection will run CLC).
 //!
 //! Everything here is plain state driven by the server loop: a handler takes a request from a
-//! client and returns the reply plus any notifications for other clients; it does no IO
-//! itself except creating memfds and eventfds for new DMBs.
+//! client and returns the reply (with references to descriptors the server attaches) plus
+//! notifications for other clients; it does no IO itself except creating memfds and eventfds
+//! for new DMBs and mapping pages engines hand in.
 
 use crate::device::shm::{create_dmb_memfd, random_u64};
 use crate::device::{Gid, LOOPBACK_CHID};
+use crate::layout::status::StatusView;
+use crate::layout::{ListenerPage, ListenerTable, TableEntry};
 use rustix::fd::OwnedFd;
 use smc_proto::clc::ReasonCode;
 use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage, Verdict};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 /// Identifies one client connection of the server.
 pub type ClientId = u64;
+
+/// A session key: the engine's random key and its pid.
+pub type SessionKey = (u64, u32);
+
+/// Intents remembered per session for cancellation when the engine dies.
+const INTENTS_PER_SESSION: usize = 4096;
+
+/// The kernel's `SMC_LO_MAX_DMBS`.
+pub const DEFAULT_MAX_DMBS: usize = 5000;
 
 /// An engine session: all channels that said HELLO with the same key and pid.
 #[derive(Debug)]
@@ -27,11 +39,15 @@ pub struct Session {
     pub engine_id: u32,
     /// The engine's process.
     pub pid: u32,
-    /// Its network namespace inode.
+    /// Its user.
+    pub uid: u32,
+    /// Its network namespace inode (as `/proc/<pid>/ns/net` says).
     pub netns: u64,
+    /// Its status area, if it sent one.
+    pub status: Option<StatusView>,
     channels: HashSet<ClientId>,
     dmbs: HashSet<u64>,
-    intents: HashSet<u64>,
+    intents: VecDeque<u64>,
 }
 
 #[derive(Debug)]
@@ -39,12 +55,12 @@ struct DmbEntry {
     memfd: OwnedFd,
     bell: OwnedFd,
     len: usize,
-    owner: (u64, u32),
+    owner: SessionKey,
     peer: Gid,
 }
 
 /// A registered SMC listener.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Listener {
     /// smcd's id.
     pub id: u32,
@@ -59,13 +75,23 @@ pub struct Listener {
     /// Handshake limitation as evaluated at listen time.
     pub hs_limit: bool,
     /// The owning engine session.
-    pub session: (u64, u32),
+    pub session: SessionKey,
+    /// The listener's congestion page.
+    pub page: Option<ListenerPage>,
+    page_fd: Option<OwnedFd>,
+    in_table: bool,
+}
+
+impl Listener {
+    /// Whether an SMC handshake would be refused now (limitation on and congested).
+    pub fn refuses_smc(&self) -> bool {
+        self.hs_limit && self.page.as_ref().is_some_and(ListenerPage::congested)
+    }
 }
 
 #[derive(Debug)]
 struct Intent {
     listener: u32,
-    session: (u64, u32),
 }
 
 /// Per-client state the device handler needs.
@@ -73,8 +99,12 @@ struct Intent {
 pub struct ClientCtx {
     /// The peer's process id from `SO_PEERCRED`.
     pub pid: u32,
+    /// Its user id.
+    pub uid: u32,
+    /// Its group id.
+    pub gid: u32,
     /// The session this client belongs to, after HELLO.
-    pub session: Option<(u64, u32)>,
+    pub session: Option<SessionKey>,
 }
 
 /// A message for another client (a listener channel).
@@ -86,43 +116,68 @@ pub struct Notification {
     pub msg: LoopbackMessage,
 }
 
-/// The outcome of a request: the reply (or an errno) with descriptors to pass along, and
-/// notifications for other clients.
+/// A descriptor the server attaches to a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FdRef {
+    /// A DMB's memfd.
+    DmbMem(u64),
+    /// A DMB's doorbell.
+    DmbBell(u64),
+    /// The sysctl page of a namespace.
+    SysctlPage(u64),
+    /// The listener table.
+    Table,
+    /// A listener's page.
+    ListenerPage(u32),
+}
+
+/// The outcome of a request.
 #[derive(Debug, Default)]
-pub struct Outcome<'a> {
-    /// `Ok(Some(reply))`, `Ok(None)` for one-way messages, or `Err(errno)`.
+pub struct Outcome {
+    /// `Some(Ok(reply))`, `None` for one-way messages, or `Some(Err(errno))`.
     pub reply: Option<Result<LoopbackMessage, i32>>,
     /// Descriptors to send with the reply.
-    pub fds: Vec<rustix::fd::BorrowedFd<'a>>,
-    /// Notifications; `deliver` is asked for each before the reply is sent, and a failed
-    /// delivery of an intent turns the reply into a plain-TCP verdict.
+    pub fds: Vec<FdRef>,
+    /// Notifications, delivered before the reply; a failed delivery of an intent turns the
+    /// reply into a plain-TCP verdict.
     pub notes: Vec<Notification>,
 }
 
 /// The device state of one `smcd`.
 #[derive(Debug)]
 pub struct DeviceState {
-    sessions: HashMap<(u64, u32), Session>,
+    sessions: HashMap<SessionKey, Session>,
     next_engine_id: u32,
     dmbs: HashMap<u64, DmbEntry>,
     listeners: HashMap<u32, Listener>,
     next_listener_id: u32,
     intents: HashMap<u64, Intent>,
     next_intent: u64,
+    table: ListenerTable,
+    table_fd: OwnedFd,
     /// The host's system EID, as sent in proposals.
     pub seid: String,
     /// The host name.
     pub hostname: String,
+    /// Most DMBs registered at once.
+    pub max_dmbs: usize,
 }
 
 fn errno(e: rustix::io::Errno) -> i32 {
     e.raw_os_error()
 }
 
+/// The inode of the network namespace of process `pid`.
+pub fn netns_of_pid(pid: u32) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(format!("/proc/{pid}/ns/net"))?.ino())
+}
+
 impl DeviceState {
     /// Empty state for a host with this SEID and host name.
-    pub fn new(seid: String, hostname: String) -> Self {
-        Self {
+    pub fn new(seid: String, hostname: String) -> io::Result<Self> {
+        let (table, table_fd) = ListenerTable::create()?;
+        Ok(Self {
             sessions: HashMap::new(),
             next_engine_id: 1,
             dmbs: HashMap::new(),
@@ -130,9 +185,12 @@ impl DeviceState {
             next_listener_id: 1,
             intents: HashMap::new(),
             next_intent: 1,
+            table,
+            table_fd,
             seid,
             hostname,
-        }
+            max_dmbs: DEFAULT_MAX_DMBS,
+        })
     }
 
     /// Live sessions.
@@ -150,33 +208,67 @@ impl DeviceState {
         self.dmbs.len()
     }
 
-    /// Handles one request of the `SMCD_LOOPBACK` family from `client`.
-    pub fn handle<'s>(
-        &'s mut self,
+    /// The descriptor behind `r`, if it still exists (the server resolves [`FdRef`]s).
+    pub fn fd(&self, r: FdRef) -> Option<rustix::fd::BorrowedFd<'_>> {
+        use rustix::fd::AsFd;
+        match r {
+            FdRef::DmbMem(t) => self.dmbs.get(&t).map(|e| e.memfd.as_fd()),
+            FdRef::DmbBell(t) => self.dmbs.get(&t).map(|e| e.bell.as_fd()),
+            FdRef::Table => Some(self.table_fd.as_fd()),
+            FdRef::ListenerPage(id) => self.listeners.get(&id)?.page_fd.as_ref().map(|f| f.as_fd()),
+            FdRef::SysctlPage(_) => None,
+        }
+    }
+
+    /// Handles one request of the `SMCD_LOOPBACK` family from `client`, with the descriptors
+    /// that came with it.
+    pub fn handle(
+        &mut self,
         client: ClientId,
         ctx: &mut ClientCtx,
         req: LoopbackMessage,
-        listener_ok: &mut dyn FnMut(&Listener) -> bool,
-    ) -> Outcome<'s> {
+        fds: Vec<OwnedFd>,
+    ) -> Outcome {
         let mut out = Outcome::default();
         let reply = |cmd, attrs| Some(Ok(LoopbackMessage::new(cmd, attrs)));
-        if req.cmd != LoopbackCmd::Hello && ctx.session.is_none() {
+        let Some(session) = ctx.session.or(if req.cmd == LoopbackCmd::Hello {
+            Some((0, 0))
+        } else {
+            None
+        }) else {
             out.reply = Some(Err(errno(rustix::io::Errno::PROTO)));
             return out;
-        }
+        };
+        let inval = Some(Err(errno(rustix::io::Errno::INVAL)));
         match req.cmd {
             LoopbackCmd::Hello => {
-                out.reply = Some(self.hello(client, ctx, &req));
+                out = self.hello(client, ctx, &req, fds);
             }
             LoopbackCmd::Listen => {
-                let session = ctx.session.expect("checked");
                 let Some(addr) = req.local_addr() else {
-                    out.reply = Some(Err(errno(rustix::io::Errno::INVAL)));
+                    out.reply = inval;
                     return out;
                 };
                 let netns = self.sessions.get(&session).map_or(0, |s| s.netns);
+                let (page, page_fd) = match fds.into_iter().next() {
+                    Some(fd) => match ListenerPage::open(&fd) {
+                        Ok(p) => (Some(p), Some(fd)),
+                        Err(_) => {
+                            out.reply = inval;
+                            return out;
+                        }
+                    },
+                    None => (None, None),
+                };
                 let id = self.next_listener_id;
                 self.next_listener_id = self.next_listener_id.wrapping_add(1).max(1);
+                let hs_limit = req.hs_limit().unwrap_or(false);
+                let in_table = self.table.insert(TableEntry {
+                    id,
+                    netns,
+                    addr,
+                    hs_limit,
+                });
                 self.listeners.insert(
                     id,
                     Listener {
@@ -185,24 +277,40 @@ impl DeviceState {
                         addr,
                         netns,
                         backlog: req.backlog().unwrap_or(128),
-                        hs_limit: req.hs_limit().unwrap_or(false),
+                        hs_limit,
                         session,
+                        page,
+                        page_fd,
+                        in_table,
                     },
                 );
                 out.reply = reply(LoopbackCmd::Listen, vec![LoopbackAttr::ListenerId(id)]);
             }
-            LoopbackCmd::Connect => {
-                let session = ctx.session.expect("checked");
-                let (Some(local), Some(remote)) = (req.local_addr(), req.remote_addr()) else {
-                    out.reply = Some(Err(errno(rustix::io::Errno::INVAL)));
+            LoopbackCmd::ListenerPage => {
+                let Some(id) = req.listener_id() else {
+                    out.reply = inval;
                     return out;
                 };
-                let (gid, netns) = match self.sessions.get(&session) {
-                    Some(s) => (s.gid, s.netns),
-                    None => {
-                        out.reply = Some(Err(errno(rustix::io::Errno::PROTO)));
-                        return out;
+                match self.listeners.get(&id) {
+                    Some(l) if l.page_fd.is_some() => {
+                        out.fds = vec![FdRef::ListenerPage(id)];
+                        out.reply = reply(
+                            LoopbackCmd::ListenerPage,
+                            vec![LoopbackAttr::ListenerId(id)],
+                        );
                     }
+                    _ => out.reply = Some(Err(errno(rustix::io::Errno::NOENT))),
+                }
+            }
+            LoopbackCmd::Connect => {
+                let (Some(local), Some(remote)) = (req.local_addr(), req.remote_addr()) else {
+                    out.reply = inval;
+                    return out;
+                };
+                let Some((gid, netns)) = self.sessions.get(&session).map(|s| (s.gid, s.netns))
+                else {
+                    out.reply = Some(Err(errno(rustix::io::Errno::PROTO)));
+                    return out;
                 };
                 let tcp = |reason: ReasonCode| {
                     reply(
@@ -213,20 +321,21 @@ impl DeviceState {
                         ],
                     )
                 };
-                let Some(l) = self.find_listener(remote, netns).cloned() else {
+                let Some(l) = self.find_listener(remote, netns) else {
                     out.reply = tcp(ReasonCode::PEERNOSMC);
                     return out;
                 };
-                if !listener_ok(&l) {
-                    // Handshake limitation: the listener is congested, so this connection
-                    // is answered "without the SMC option".
+                if l.refuses_smc() {
+                    // Handshake limitation: the listener is congested, so this connection is
+                    // answered "without the SMC option".
                     out.reply = tcp(ReasonCode::PEERNOSMC);
                     return out;
                 }
+                let (lid, lclient, lsession) = (l.id, l.client, l.session);
                 let intent = self.next_intent;
                 self.next_intent += 1;
                 out.notes.push(Notification {
-                    to: l.client,
+                    to: lclient,
                     msg: LoopbackMessage::new(
                         LoopbackCmd::Intent,
                         vec![
@@ -236,15 +345,14 @@ impl DeviceState {
                         ],
                     ),
                 });
-                self.intents.insert(
-                    intent,
-                    Intent {
-                        listener: l.id,
-                        session,
-                    },
-                );
+                self.intents.insert(intent, Intent { listener: lid });
                 if let Some(s) = self.sessions.get_mut(&session) {
-                    s.intents.insert(intent);
+                    s.intents.push_back(intent);
+                    if s.intents.len() > INTENTS_PER_SESSION
+                        && let Some(old) = s.intents.pop_front()
+                    {
+                        self.intents.remove(&old);
+                    }
                 }
                 out.reply = reply(
                     LoopbackCmd::Connect,
@@ -252,44 +360,41 @@ impl DeviceState {
                         LoopbackAttr::Verdict(Verdict::Smc),
                         LoopbackAttr::Reason(0),
                         LoopbackAttr::IntentId(intent),
-                        LoopbackAttr::Gid(self.sessions.get(&l.session).map_or(0, |s| s.gid)),
+                        LoopbackAttr::Gid(self.sessions.get(&lsession).map_or(0, |s| s.gid)),
                     ],
                 );
             }
             LoopbackCmd::IntentDone => {
-                if let Some(id) = req.intent_id() {
-                    let ok = req.ok().unwrap_or(false);
-                    if let Some(note) = self.finish_intent(id, ok) {
-                        out.notes.push(note);
-                    }
+                if let Some(id) = req.intent_id()
+                    && let Some(note) = self.finish_intent(id, req.ok().unwrap_or(false))
+                {
+                    out.notes.push(note);
                 }
             }
             LoopbackCmd::DmbRegister => {
-                let session = ctx.session.expect("checked");
                 let (Some(size), Some(peer)) = (req.size(), req.peer_gid()) else {
-                    out.reply = Some(Err(errno(rustix::io::Errno::INVAL)));
+                    out.reply = inval;
                     return out;
                 };
                 match self.register(session, size as usize, peer) {
                     Ok(token) => {
-                        let e = &self.dmbs[&token];
-                        out.fds = vec![
-                            rustix::fd::AsFd::as_fd(&e.memfd),
-                            rustix::fd::AsFd::as_fd(&e.bell),
-                        ];
+                        out.fds = vec![FdRef::DmbMem(token), FdRef::DmbBell(token)];
                         out.reply = reply(
                             LoopbackCmd::DmbRegister,
                             vec![LoopbackAttr::Token(token), LoopbackAttr::Size(size)],
                         );
                     }
-                    Err(e) => out.reply = Some(Err(e.raw_os_error().unwrap_or(libc_enomem()))),
+                    Err(e) => {
+                        out.reply = Some(Err(e
+                            .raw_os_error()
+                            .unwrap_or(errno(rustix::io::Errno::NOMEM))))
+                    }
                 }
             }
             LoopbackCmd::DmbAttach => {
-                let session = ctx.session.expect("checked");
                 let gid = self.sessions.get(&session).map(|s| s.gid);
                 let Some(token) = req.token() else {
-                    out.reply = Some(Err(errno(rustix::io::Errno::INVAL)));
+                    out.reply = inval;
                     return out;
                 };
                 match self.dmbs.get(&token) {
@@ -299,10 +404,7 @@ impl DeviceState {
                     }
                     Some(e) => {
                         let owner_gid = self.sessions.get(&e.owner).map_or(0, |s| s.gid);
-                        out.fds = vec![
-                            rustix::fd::AsFd::as_fd(&e.memfd),
-                            rustix::fd::AsFd::as_fd(&e.bell),
-                        ];
+                        out.fds = vec![FdRef::DmbMem(token), FdRef::DmbBell(token)];
                         out.reply = reply(
                             LoopbackCmd::DmbAttach,
                             vec![
@@ -314,7 +416,6 @@ impl DeviceState {
                 }
             }
             LoopbackCmd::DmbUnregister => {
-                let session = ctx.session.expect("checked");
                 if let Some(token) = req.token()
                     && self.dmbs.get(&token).is_some_and(|e| e.owner == session)
                 {
@@ -336,19 +437,26 @@ impl DeviceState {
         client: ClientId,
         ctx: &mut ClientCtx,
         req: &LoopbackMessage,
-    ) -> Result<LoopbackMessage, i32> {
+        fds: Vec<OwnedFd>,
+    ) -> Outcome {
+        let mut out = Outcome::default();
         let (Some(key), Some(pid)) = (req.session_key(), req.pid()) else {
-            return Err(errno(rustix::io::Errno::INVAL));
+            out.reply = Some(Err(errno(rustix::io::Errno::INVAL)));
+            return out;
         };
         if pid != ctx.pid {
             // A process may only speak for itself.
-            return Err(errno(rustix::io::Errno::PERM));
+            out.reply = Some(Err(errno(rustix::io::Errno::PERM)));
+            return out;
         }
         if let Some(old) = ctx.session
             && old != (key, pid)
         {
-            return Err(errno(rustix::io::Errno::INVAL));
+            out.reply = Some(Err(errno(rustix::io::Errno::INVAL)));
+            return out;
         }
+        // The namespace as the kernel reports it for that process, not as it claims.
+        let netns = netns_of_pid(pid).unwrap_or(0);
         let next_id = &mut self.next_engine_id;
         let s = self.sessions.entry((key, pid)).or_insert_with(|| {
             let id = *next_id;
@@ -357,15 +465,26 @@ impl DeviceState {
                 gid: (u128::from(random_u64()) << 64) | u128::from(random_u64()),
                 engine_id: id,
                 pid,
-                netns: req.netns().unwrap_or(0),
+                uid: ctx.uid,
+                netns,
+                status: None,
                 channels: HashSet::new(),
                 dmbs: HashSet::new(),
-                intents: HashSet::new(),
+                intents: VecDeque::new(),
             }
         });
+        if s.status.is_none()
+            && let Some(fd) = fds.into_iter().next()
+        {
+            match StatusView::open(&fd) {
+                Ok(v) => s.status = Some(v),
+                Err(e) => tracing::debug!(pid, "status area refused: {e}"),
+            }
+        }
         s.channels.insert(client);
         ctx.session = Some((key, pid));
-        Ok(LoopbackMessage::new(
+        out.fds = vec![FdRef::SysctlPage(s.netns), FdRef::Table];
+        out.reply = Some(Ok(LoopbackMessage::new(
             LoopbackCmd::Hello,
             vec![
                 LoopbackAttr::Gid(s.gid),
@@ -373,11 +492,19 @@ impl DeviceState {
                 LoopbackAttr::Seid(self.seid.clone()),
                 LoopbackAttr::Hostname(self.hostname.clone()),
                 LoopbackAttr::Chid(LOOPBACK_CHID),
+                LoopbackAttr::Netns(s.netns),
             ],
-        ))
+        )));
+        out
     }
 
-    fn register(&mut self, session: (u64, u32), len: usize, peer: Gid) -> io::Result<u64> {
+    fn register(&mut self, session: SessionKey, len: usize, peer: Gid) -> io::Result<u64> {
+        if self.dmbs.len() >= self.max_dmbs {
+            // smc_lo_register_dmb: no free DMB slot.
+            return Err(io::Error::from_raw_os_error(errno(
+                rustix::io::Errno::NOSPC,
+            )));
+        }
         let memfd = create_dmb_memfd(len)?;
         let bell = rustix::event::eventfd(
             0,
@@ -407,8 +534,8 @@ impl DeviceState {
 
     /// The listener a connection from namespace `netns` to `remote` reaches: one in the same
     /// namespace bound to that address or the wildcard, else one elsewhere bound to exactly
-    /// that address.
-    fn find_listener(&self, remote: SocketAddr, netns: u64) -> Option<&Listener> {
+    /// that address (the same rule engines apply to the listener table).
+    pub fn find_listener(&self, remote: SocketAddr, netns: u64) -> Option<&Listener> {
         let rip = canonical(remote.ip());
         let port_match = |l: &&Listener| l.addr.port() == remote.port();
         let same_ns = self
@@ -434,9 +561,6 @@ impl DeviceState {
 
     fn finish_intent(&mut self, id: u64, ok: bool) -> Option<Notification> {
         let intent = self.intents.remove(&id)?;
-        if let Some(s) = self.sessions.get_mut(&intent.session) {
-            s.intents.remove(&id);
-        }
         if ok {
             return None;
         }
@@ -447,33 +571,37 @@ impl DeviceState {
         })
     }
 
-    /// A notification for `to` could not be delivered (the listener does not keep up):
-    /// forget the intent it announced.
+    /// A notification could not be delivered (the listener does not keep up): forget the
+    /// intent it announced.
     pub fn undeliverable(&mut self, msg: &LoopbackMessage) {
-        if let (LoopbackCmd::Intent, Some(id)) = (msg.cmd, msg.intent_id())
-            && let Some(i) = self.intents.remove(&id)
-            && let Some(s) = self.sessions.get_mut(&i.session)
-        {
-            s.intents.remove(&id);
+        if let (LoopbackCmd::Intent, Some(id)) = (msg.cmd, msg.intent_id()) {
+            self.intents.remove(&id);
         }
     }
 
     /// A client went away: drop its listener, and when it was the last channel of its
-    /// session, the session's DMBs and pending intents. Returns notifications to send.
-    pub fn client_gone(&mut self, client: ClientId, ctx: &ClientCtx) -> Vec<Notification> {
+    /// session, the session (returned, so its final counters can be kept) with its DMBs and
+    /// pending intents. Also returns notifications to send.
+    pub fn client_gone(
+        &mut self,
+        client: ClientId,
+        ctx: &ClientCtx,
+    ) -> (Vec<Notification>, Option<Session>) {
         let mut notes = Vec::new();
-        let gone_listeners: Vec<u32> = self
+        let gone: Vec<u32> = self
             .listeners
             .values()
             .filter(|l| l.client == client)
             .map(|l| l.id)
             .collect();
-        for id in gone_listeners {
-            self.listeners.remove(&id);
+        for id in gone {
+            if let Some(l) = self.listeners.remove(&id) {
+                self.table.remove(id, l.addr.port(), !l.in_table);
+            }
             self.intents.retain(|_, i| i.listener != id);
         }
         let Some(key) = ctx.session else {
-            return notes;
+            return (notes, None);
         };
         let last = match self.sessions.get_mut(&key) {
             Some(s) => {
@@ -482,24 +610,20 @@ impl DeviceState {
             }
             None => false,
         };
-        if last {
-            let s = self.sessions.remove(&key).expect("present");
-            for t in s.dmbs {
-                self.dmbs.remove(&t);
-            }
-            for id in s.intents {
-                if let Some(n) = self.finish_intent(id, false) {
-                    notes.push(n);
-                }
-            }
-            // Listeners of this engine on other channels are gone with their channels.
+        if !last {
+            return (notes, None);
         }
-        notes
+        let mut s = self.sessions.remove(&key).expect("present");
+        for t in s.dmbs.drain() {
+            self.dmbs.remove(&t);
+        }
+        for id in std::mem::take(&mut s.intents) {
+            if let Some(n) = self.finish_intent(id, false) {
+                notes.push(n);
+            }
+        }
+        (notes, Some(s))
     }
-}
-
-fn libc_enomem() -> i32 {
-    rustix::io::Errno::NOMEM.raw_os_error()
 }
 
 /// IPv4-mapped IPv6 addresses compare as IPv4.

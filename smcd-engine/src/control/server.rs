@@ -7,7 +7,8 @@
 //! client that does not read its replies is dropped once its queue is full, so no client can
 //! stall the others.
 
-use super::device::{ClientCtx, ClientId, DeviceState, Listener};
+use super::daemon::Daemon;
+use super::device::{ClientCtx, ClientId, FdRef};
 use crate::driver::channel::{self, MAX_RECORD};
 use netlink_packet_core::{ErrorMessage, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_generic::GenlMessage;
@@ -45,14 +46,14 @@ pub struct Server {
     clients: HashMap<ClientId, Client>,
     next_id: ClientId,
     buf: Vec<u8>,
-    /// The loopback device state.
-    pub device: DeviceState,
+    /// The daemon state.
+    pub daemon: Daemon,
 }
 
 impl Server {
     /// Binds the socket at `path` (replacing a stale socket file) and creates the epoll set.
     /// `wake` (if any) is a descriptor whose readability ends [`Server::run`].
-    pub fn bind(path: &Path, device: DeviceState, wake: Option<&OwnedFd>) -> io::Result<Self> {
+    pub fn bind(path: &Path, daemon: Daemon, wake: Option<&OwnedFd>) -> io::Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -93,7 +94,7 @@ impl Server {
             clients: HashMap::new(),
             next_id: 1,
             buf: vec![0u8; MAX_RECORD],
-            device,
+            daemon,
         })
     }
 
@@ -151,9 +152,13 @@ impl Server {
                     return;
                 }
             };
-            let pid = match rustix::net::sockopt::socket_peercred(&sock) {
-                Ok(c) => c.pid.as_raw_nonzero().get() as u32,
-                Err(_) => 0,
+            let (pid, uid, gid) = match rustix::net::sockopt::socket_peercred(&sock) {
+                Ok(c) => (
+                    c.pid.as_raw_nonzero().get() as u32,
+                    c.uid.as_raw(),
+                    c.gid.as_raw(),
+                ),
+                Err(_) => (0, u32::MAX, u32::MAX),
             };
             let id = self.next_id;
             self.next_id += 1;
@@ -171,7 +176,12 @@ impl Server {
                 id,
                 Client {
                     sock,
-                    ctx: ClientCtx { pid, session: None },
+                    ctx: ClientCtx {
+                        pid,
+                        uid,
+                        gid,
+                        session: None,
+                    },
                     queue: VecDeque::new(),
                 },
             );
@@ -186,9 +196,9 @@ impl Server {
             };
             match channel::recv_record(c.sock.as_fd(), &mut self.buf, RecvFlags::DONTWAIT) {
                 Ok((0, _)) => return self.drop_client(id),
-                Ok((n, _fds)) => {
+                Ok((n, fds)) => {
                     let record = self.buf[..n].to_vec();
-                    self.dispatch(id, &record);
+                    self.dispatch(id, &record, fds);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -204,24 +214,41 @@ impl Server {
     fn drop_client(&mut self, id: ClientId) {
         if let Some(c) = self.clients.remove(&id) {
             let _ = epoll::delete(&self.epoll, &c.sock);
-            let notes = self.device.client_gone(id, &c.ctx);
+            let (notes, session) = self.daemon.device.client_gone(id, &c.ctx);
+            if let Some(s) = session {
+                self.daemon.session_gone(s);
+            }
             for n in notes {
                 self.deliver(n.to, &n.msg);
             }
         }
     }
 
-    fn dispatch(&mut self, id: ClientId, record: &[u8]) {
+    fn dispatch(&mut self, id: ClientId, record: &[u8], fds: Vec<OwnedFd>) {
         let Some(header) = channel::peek_header(record) else {
             return self.send_error(id, record, rustix::io::Errno::INVAL.raw_os_error());
         };
-        match header.message_type {
-            LOOPBACK_FAMILY_ID => self.dispatch_loopback(id, header, record),
-            _ => self.send_error(id, record, rustix::io::Errno::OPNOTSUPP.raw_os_error()),
+        if header.message_type == LOOPBACK_FAMILY_ID {
+            return self.dispatch_loopback(id, header, record, fds);
+        }
+        // Descriptors are only ever expected with the loopback family.
+        drop(fds);
+        let Some(ctx) = self.clients.get(&id).map(|c| c.ctx) else {
+            return;
+        };
+        let records = super::genl::handle(&mut self.daemon, &ctx, record);
+        for r in records {
+            self.send(id, r, &[]);
         }
     }
 
-    fn dispatch_loopback(&mut self, id: ClientId, header: NetlinkHeader, record: &[u8]) {
+    fn dispatch_loopback(
+        &mut self,
+        id: ClientId,
+        header: NetlinkHeader,
+        record: &[u8],
+        fds: Vec<OwnedFd>,
+    ) {
         let msg = match channel::decode::<GenlMessage<LoopbackMessage>>(record) {
             Ok(NetlinkMessage {
                 payload: NetlinkPayload::InnerMessage(g),
@@ -233,20 +260,29 @@ impl Server {
             return;
         };
         let mut ctx = client.ctx;
-        // Listener congestion is decided by the control plane; without one, never congested.
-        let mut ok = |_: &Listener| true;
-        let out = self.device.handle(id, &mut ctx, msg, &mut ok);
+        let out = self.daemon.device.handle(id, &mut ctx, msg, fds);
         if let Some(c) = self.clients.get_mut(&id) {
             c.ctx = ctx;
         }
         // Notifications first: a client's CONNECT is answered only after the listener has the
         // intent in its socket buffer, so its accept() can never see the connection first.
         let mut reply = out.reply;
-        let fds: Vec<OwnedFd> = out
-            .fds
-            .iter()
-            .filter_map(|fd| rustix::io::fcntl_dupfd_cloexec(fd, 0).ok())
-            .collect();
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for &r in &out.fds {
+            let dup = match r {
+                FdRef::SysctlPage(netns) => self
+                    .daemon
+                    .namespace(netns)
+                    .ok()
+                    .and_then(|ns| rustix::io::fcntl_dupfd_cloexec(ns.page_fd(), 0).ok()),
+                r => self
+                    .daemon
+                    .device
+                    .fd(r)
+                    .and_then(|fd| rustix::io::fcntl_dupfd_cloexec(fd, 0).ok()),
+            };
+            fds.extend(dup);
+        }
         let mut failed = Vec::new();
         for n in out.notes {
             if !self.deliver(n.to, &n.msg) {
@@ -254,7 +290,7 @@ impl Server {
             }
         }
         for msg in failed {
-            self.device.undeliverable(&msg);
+            self.daemon.device.undeliverable(&msg);
             if msg.cmd == LoopbackCmd::Intent {
                 reply = Some(Ok(LoopbackMessage::new(
                     LoopbackCmd::Connect,

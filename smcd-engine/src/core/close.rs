@@ -164,8 +164,12 @@ impl CloseMachine {
     }
 
     /// Whether the application may still send.
+    ///
+    /// Also false once the peer closed or aborted: the kernel would still copy into the
+    /// peer's buffer in APPCLOSEWAIT1, but nobody will read it, and a TCP programmer expects
+    /// `BrokenPipe` for a write after the peer closed.
     pub fn can_send(&self) -> bool {
-        self.state.can_send() && !self.sent.any() && self.error.is_none()
+        self.state.can_send() && !self.sent.any() && self.error.is_none() && !self.rcvd.any_close()
     }
 
     fn send(&mut self, flags: ConnFlags) -> Option<ConnFlags> {
@@ -229,6 +233,15 @@ impl CloseMachine {
                 self.state = SmcState::Closed;
             }
             SmcState::PeerAbortWait => self.state = SmcState::Closed,
+            // The peer aborted while we were half-way through an orderly close: the kernel
+            // sends nothing here and a peer waiting in PEERCLOSEWAIT would wait until its link
+            // group goes. Telling it we closed lets it finish and reuse its buffer.
+            SmcState::Closed if self.rcvd.abort && !self.sent.any_close() => {
+                act.send = self.send(ConnFlags {
+                    closed: true,
+                    ..ConnFlags::default()
+                });
+            }
             SmcState::PeerFinCloseWait | SmcState::Closed => {}
         }
         if unread && act.send.is_some_and(|f| f.abort) {
@@ -523,5 +536,99 @@ mod tests {
         let act = m.peer_flags(ABORT);
         assert_eq!(m.state(), SmcState::Closed);
         assert!(act.free);
+    }
+}
+
+#[cfg(test)]
+mod pair_harness {
+    //! Two machines, a queue of CDCs in each direction, and random interleavings of application
+    //! calls and deliveries. Whatever the order, once both sides have closed and every CDC is
+    //! delivered, both are CLOSED, nobody reports an error after an orderly close, and a side
+    //! that closed with unread data makes the other see a reset.
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Close(bool, bool),
+        ShutWr(bool),
+        Deliver(bool),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (any::<bool>(), any::<bool>()).prop_map(|(side, unread)| Step::Close(side, unread)),
+            any::<bool>().prop_map(Step::ShutWr),
+            any::<bool>().prop_map(Step::Deliver),
+            any::<bool>().prop_map(Step::Deliver),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_interleaving_ends_closed(steps in proptest::collection::vec(step(), 0..24)) {
+            let mut m = [CloseMachine::active(), CloseMachine::active()];
+            let mut q: [VecDeque<ConnFlags>; 2] = [VecDeque::new(), VecDeque::new()];
+            let mut aborted_by = [false, false];
+            let mut closed = [false, false];
+            let send = |q: &mut [VecDeque<ConnFlags>; 2], from: usize, act: CloseActions| {
+                if let Some(f) = act.send {
+                    q[1 - from].push_back(f);
+                }
+            };
+            for s in steps {
+                match s {
+                    Step::Close(side, unread) => {
+                        let i = usize::from(side);
+                        if closed[i] { continue; }
+                        closed[i] = true;
+                        let act = m[i].app_close(unread);
+                        if act.send.is_some_and(|f| f.abort) { aborted_by[i] = true; }
+                        send(&mut q, i, act);
+                    }
+                    Step::ShutWr(side) => {
+                        let i = usize::from(side);
+                        if closed[i] { continue; }
+                        let act = m[i].app_shutdown_write();
+                        send(&mut q, i, act);
+                    }
+                    Step::Deliver(side) => {
+                        let i = usize::from(side);
+                        if let Some(f) = q[i].pop_front() {
+                            let act = m[i].peer_flags(f);
+                            send(&mut q, i, act);
+                        }
+                    }
+                }
+            }
+            // Finish: both close, then deliver everything.
+            for i in 0..2 {
+                if !closed[i] {
+                    let act = m[i].app_close(false);
+                    send(&mut q, i, act);
+                }
+            }
+            let mut guard = 0;
+            while !q[0].is_empty() || !q[1].is_empty() {
+                for i in 0..2 {
+                    if let Some(f) = q[i].pop_front() {
+                        let act = m[i].peer_flags(f);
+                        send(&mut q, i, act);
+                    }
+                }
+                guard += 1;
+                prop_assert!(guard < 100, "livelock");
+            }
+            for i in 0..2 {
+                prop_assert_eq!(m[i].state(), SmcState::Closed, "side {} {:?}", i, m[i]);
+                if aborted_by[1 - i] {
+                    prop_assert_eq!(m[i].error(), Some(AbortKind::Reset));
+                }
+                if !aborted_by[0] && !aborted_by[1] {
+                    prop_assert_eq!(m[i].error(), None);
+                }
+            }
+        }
     }
 }

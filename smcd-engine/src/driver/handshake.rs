@@ -275,6 +275,9 @@ pub fn server(
         Err(e) => {
             tracing::debug!("DMB registration failed: {e}");
             lgr.release_slot();
+            if first_contact {
+                lgr.kill();
+            }
             return fall(sock, Refusal::Decline(ReasonCode::MEM), version);
         }
     };
@@ -289,6 +292,10 @@ pub fn server(
     let give_back = |lgr: &Arc<LinkGroup>, own| {
         lgr.put_dmb(dev.as_ref(), own, true, false);
         lgr.release_slot();
+        if first_contact {
+            // The client may not have the group: nobody else may join it.
+            lgr.kill();
+        }
     };
     if let Err(e) = write_clc(&sock, &ClcMessage::Accept(accept)) {
         give_back(&lgr, own);
@@ -326,6 +333,9 @@ pub fn server(
             ));
         }
     };
+    if first_contact {
+        lgr.set_ready();
+    }
     sock.set_read_timeout(None)?;
     let info = SmcdInfo {
         lgr_id: lgr.id,

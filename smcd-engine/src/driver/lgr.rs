@@ -12,7 +12,7 @@ use crate::device::{Dmb, Gid, SmcdDevice};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Which side created the link group (the kernel's `lgr->role`).
@@ -48,6 +48,8 @@ struct Pool {
     attached: HashMap<u64, Arc<Dmb>>,
     idle_since: Option<Instant>,
     dead: bool,
+    /// The first-contact handshake has finished (server side); until then reuse waits.
+    ready: bool,
     dmb_bytes: usize,
     sndbuf_bytes: usize,
 }
@@ -66,6 +68,7 @@ pub struct LinkGroup {
     /// First-contact information.
     pub peer: PeerV2,
     pool: Mutex<Pool>,
+    ready_cv: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -86,6 +89,7 @@ impl LinkGroup {
             local_gid,
             role,
             peer,
+            ready_cv: Condvar::new(),
             pool: Mutex::new(Pool {
                 conns: 0,
                 free: Vec::new(),
@@ -93,6 +97,7 @@ impl LinkGroup {
                 attached: HashMap::new(),
                 idle_since: None,
                 dead: false,
+                ready: role == Role::Client,
                 dmb_bytes: 0,
                 sndbuf_bytes: 0,
             }),
@@ -117,12 +122,27 @@ impl LinkGroup {
 
     /// Stops new connections from using this group (peer lost, device restarted).
     pub fn kill(&self) {
-        lock(&self.pool).dead = true;
+        let mut p = lock(&self.pool);
+        p.dead = true;
+        p.ready = true;
+        self.ready_cv.notify_all();
     }
 
-    /// Takes a connection slot if the group is alive and below `max_conns`.
+    /// The server's first-contact handshake finished: the client has the group, so other
+    /// connections may now be accepted into it.
+    pub fn set_ready(&self) {
+        lock(&self.pool).ready = true;
+        self.ready_cv.notify_all();
+    }
+
+    /// Takes a connection slot if the group is alive and below `max_conns`, first waiting
+    /// for its first-contact handshake to finish (only connections to this peer wait, and only
+    /// while this group is being set up: the kernel's lgr-pending lock, narrowed to one group).
     fn try_reserve(&self, max_conns: u32) -> bool {
         let mut p = lock(&self.pool);
+        while !p.ready {
+            p = self.ready_cv.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
         if p.dead || p.conns >= max_conns {
             return false;
         }
@@ -235,23 +255,23 @@ impl LgrTable {
     /// A link group to `peer` with room for one more connection, with the slot taken
     /// (`smc_conn_create` looking for an existing group).
     pub fn reuse(&self, peer: Gid, local: Gid, max_conns: u32) -> Option<Arc<LinkGroup>> {
-        let groups = lock(&self.groups);
-        groups
+        // Candidates are collected first: waiting for a group's setup never holds the table.
+        let candidates: Vec<_> = lock(&self.groups)
             .iter()
             .filter(|g| g.peer_gid == peer && g.local_gid == local)
-            .find(|g| g.try_reserve(max_conns))
             .cloned()
+            .collect();
+        candidates.into_iter().find(|g| g.try_reserve(max_conns))
     }
 
     /// The group `id` to `peer`, with a slot taken (the client's side of a reuse the server
     /// chose).
     pub fn find(&self, id: u32, peer: Gid, local: Gid) -> Option<Arc<LinkGroup>> {
-        let groups = lock(&self.groups);
-        groups
+        let g = lock(&self.groups)
             .iter()
             .find(|g| g.id == id && g.peer_gid == peer && g.local_gid == local)
-            .filter(|g| g.try_reserve(u32::MAX))
-            .cloned()
+            .cloned()?;
+        g.try_reserve(u32::MAX).then_some(g)
     }
 
     /// A fresh id for a group we create as server.
@@ -261,10 +281,14 @@ impl LgrTable {
         n << 8
     }
 
-    /// Creates and inserts a group with one slot taken.
+    /// Creates and inserts a group with one slot taken. A server's group is not ready for
+    /// other connections until [`LinkGroup::set_ready`].
     pub fn create(&self, id: u32, peer: Gid, local: Gid, role: Role, v2: PeerV2) -> Arc<LinkGroup> {
         let g = Arc::new(LinkGroup::new(id, peer, local, role, v2));
-        assert!(g.try_reserve(u32::MAX));
+        {
+            let mut p = lock(&g.pool);
+            p.conns = 1;
+        }
         lock(&self.groups).push(Arc::clone(&g));
         g
     }

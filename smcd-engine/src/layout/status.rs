@@ -1,0 +1,966 @@
+//! An engine's status area: its counters, sockets, link groups and listeners, written by the
+//! engine and read by `smcd` when an operator asks (the kernel's per-cpu `smc_stats`, the
+//! socket table sock_diag walks and the link-group list, which live in one address space
+//! there).
+//!
+//! Counting stays off the data path's shared cache lines: every connection owns a slot (its
+//! own cache lines) and its send and receive paths each bump their own words with a plain
+//! load and store, no locked instruction. When a connection ends, its counters are folded
+//! into the engine's totals under a sequence word, so a concurrent reader counts it exactly
+//! once. `smcd` sums totals and live slots at dump time.
+//!
+//! # Layout
+//!
+//! ```text
+//! 0      header: magic, version, pid, slot counts, fold sequence
+//! 64     totals: TOTALS u64 counters (see the `T_*` indices)
+//! 4096   CONN_SLOTS x 512 B connection slots
+//! ...    LGR_SLOTS x 256 B link-group slots
+//! ...    LST_SLOTS x 64 B listener slots
+//! ```
+
+use super::region::Region;
+use super::{seq_read, seq_write};
+use smc_proto::clc::ReasonCode;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::{Arc, Mutex};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"SMCSTAT1");
+const VERSION: u32 = 1;
+const H_PID: usize = 12;
+const H_FOLD_SEQ: usize = 32;
+const TOTALS: usize = 64;
+
+/// Connection slots.
+pub const CONN_SLOTS: usize = 16384;
+/// Bytes per connection slot.
+pub const CONN_SLOT: usize = 512;
+/// Link-group slots.
+pub const LGR_SLOTS: usize = 1024;
+/// Bytes per link-group slot.
+pub const LGR_SLOT: usize = 256;
+/// Listener slots.
+pub const LST_SLOTS: usize = 256;
+/// Bytes per listener slot.
+pub const LST_SLOT: usize = 64;
+
+const CONN_BASE: usize = 4096;
+const LGR_BASE: usize = CONN_BASE + CONN_SLOTS * CONN_SLOT;
+const LST_BASE: usize = LGR_BASE + LGR_SLOTS * LGR_SLOT;
+/// Size of a status area.
+pub const STATUS_LEN: usize = LST_BASE + LST_SLOTS * LST_SLOT;
+
+/// Payload-size and buffer-size buckets (`SMC_BUF_MAX`).
+pub const BUCKETS: usize = 9;
+/// RMB statistics per direction (`SMC_NLA_STATS_RMB_*`).
+pub const RMB_STATS: usize = 7;
+/// Fallback reasons counted by index in [`ReasonCode::ALL`], plus one "other".
+pub const FBACK_CODES: usize = ReasonCode::ALL.len() + 1;
+
+// Totals, as word indices.
+/// Client handshakes that ended in SMC v1.
+pub const T_CLNT_V1_SUCC: usize = 0;
+/// Client handshakes that ended in SMC v2.
+pub const T_CLNT_V2_SUCC: usize = 1;
+/// Server handshakes that ended in SMC v1.
+pub const T_SRV_V1_SUCC: usize = 2;
+/// Server handshakes that ended in SMC v2.
+pub const T_SRV_V2_SUCC: usize = 3;
+/// Client handshakes that failed without fallback.
+pub const T_CLNT_HS_ERR: usize = 4;
+/// Server handshakes that failed without fallback.
+pub const T_SRV_HS_ERR: usize = 5;
+/// sendmsg calls.
+pub const T_TX_CNT: usize = 6;
+/// Bytes sent.
+pub const T_TX_BYTES: usize = 7;
+/// recvmsg calls.
+pub const T_RX_CNT: usize = 8;
+/// Bytes received.
+pub const T_RX_BYTES: usize = 9;
+/// Cork pushes.
+pub const T_CORK: usize = 10;
+/// Nodelay pushes.
+pub const T_NDLY: usize = 11;
+/// Urgent data sends (never: no MSG_OOB yet).
+pub const T_URG: usize = 12;
+/// sendpage calls (always 0 in current kernels).
+pub const T_SENDPAGE: usize = 13;
+/// splice calls.
+pub const T_SPLICE: usize = 14;
+/// Send payload-size buckets.
+pub const T_TX_PD: usize = 15;
+/// Receive payload-size buckets.
+pub const T_RX_PD: usize = T_TX_PD + BUCKETS;
+/// Send-buffer size buckets.
+pub const T_TX_RMB_SIZE: usize = T_RX_PD + BUCKETS;
+/// Receive-buffer size buckets.
+pub const T_RX_RMB_SIZE: usize = T_TX_RMB_SIZE + BUCKETS;
+/// Send-side RMB statistics (size small peer, size small, full peer, full, reuse, alloc,
+/// downgrade).
+pub const T_TX_RMB: usize = T_RX_RMB_SIZE + BUCKETS;
+/// Receive-side RMB statistics.
+pub const T_RX_RMB: usize = T_TX_RMB + RMB_STATS;
+/// Send buffer bytes in use (newer kernels' `TX_RMB_USAGE`).
+pub const T_TX_RMB_USAGE: usize = T_RX_RMB + RMB_STATS;
+/// Receive buffer bytes in use.
+pub const T_RX_RMB_USAGE: usize = T_TX_RMB_USAGE + 1;
+/// Client fallbacks by reason.
+pub const T_CLNT_FBACK: usize = T_RX_RMB_USAGE + 1;
+/// Server fallbacks by reason.
+pub const T_SRV_FBACK: usize = T_CLNT_FBACK + FBACK_CODES;
+/// Number of total counters.
+pub const N_TOTALS: usize = T_SRV_FBACK + FBACK_CODES;
+
+/// RMB statistic: peer's buffer too small for a send.
+pub const RMB_SIZE_SM_PEER: usize = 0;
+/// RMB statistic: own buffer too small.
+pub const RMB_SIZE_SM: usize = 1;
+/// RMB statistic: peer's buffer full.
+pub const RMB_FULL_PEER: usize = 2;
+/// RMB statistic: own buffer full.
+pub const RMB_FULL: usize = 3;
+/// RMB statistic: buffer reused.
+pub const RMB_REUSE: usize = 4;
+/// RMB statistic: buffer allocated.
+pub const RMB_ALLOC: usize = 5;
+/// RMB statistic: smaller buffer than asked for.
+pub const RMB_DGRADE: usize = 6;
+
+/// The fallback index of a reason code.
+pub fn fback_index(code: ReasonCode) -> usize {
+    ReasonCode::ALL
+        .iter()
+        .position(|c| *c == code)
+        .unwrap_or(FBACK_CODES - 1)
+}
+
+// Connection slot words (byte offsets).
+const C_SEQ: usize = 0;
+const C_USE: usize = 4;
+/// state u8, mode u8, role u8, family u8, shutdown u8.
+const C_KIND: usize = 8;
+const C_FBACK: usize = 16;
+const C_PORTS: usize = 24;
+const C_LADDR: usize = 32;
+const C_PADDR: usize = 48;
+const C_INODE: usize = 64;
+const C_LGR: usize = 72;
+const C_TOKEN: usize = 80;
+const C_PTOKEN: usize = 88;
+const C_GID: usize = 96;
+const C_PGID: usize = 112;
+const C_RMBE: usize = 128;
+const C_PRMBE: usize = 136;
+const C_SNDBUF: usize = 144;
+/// rx_prod, rx_cons, tx_prod, tx_cons, tx_prep, tx_sent, tx_fin (absolute positions).
+const C_CURS: usize = 152;
+const C_FLAGS: usize = 208;
+/// tx_cnt, tx_bytes, rx_cnt, rx_bytes, cork, ndly, tx_pd[9], rx_pd[9].
+const C_CNT: usize = 216;
+const _: () = assert!(C_CNT + 8 * (6 + 2 * BUCKETS) <= CONN_SLOT);
+
+/// Index of a connection counter word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cnt {
+    /// sendmsg calls.
+    TxCnt = 0,
+    /// Bytes sent.
+    TxBytes = 1,
+    /// recvmsg calls.
+    RxCnt = 2,
+    /// Bytes received.
+    RxBytes = 3,
+    /// Cork pushes.
+    Cork = 4,
+    /// Nodelay pushes.
+    Ndly = 5,
+}
+
+/// The cursor words of a connection slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Curs {
+    /// The peer's producer cursor as last seen (`local_rx_ctrl.prod`).
+    RxProd = 0,
+    /// The peer's consumer cursor as last seen (`local_rx_ctrl.cons`).
+    RxCons = 1,
+    /// Our producer cursor as last sent (`local_tx_ctrl.prod`).
+    TxProd = 2,
+    /// Our consumer cursor as last sent (`local_tx_ctrl.cons`).
+    TxCons = 3,
+    /// Bytes prepared for sending (`tx_curs_prep`).
+    TxPrep = 4,
+    /// Bytes sent (`tx_curs_sent`).
+    TxSent = 5,
+    /// Bytes whose sending finished (`tx_curs_fin`).
+    TxFin = 6,
+}
+
+// Link-group slot words.
+const G_SEQ: usize = 0;
+const G_USE: usize = 4;
+/// id u32, role u8, version u8, release u8, os u8.
+const G_ID: usize = 8;
+const G_CONNS: usize = 16;
+const G_PGID: usize = 24;
+const G_GID: usize = 40;
+const G_SNDBUF: usize = 56;
+const G_DMB: usize = 64;
+const G_HOST: usize = 72;
+const G_EID: usize = 104;
+
+// Listener slot words.
+const L_SEQ: usize = 0;
+const L_USE: usize = 4;
+const L_PORT: usize = 8;
+const L_ADDR: usize = 16;
+const L_INODE: usize = 32;
+const L_INFO: usize = 40;
+
+fn put_addr(r: &Region, off: usize, ip: IpAddr) {
+    let o = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    };
+    r.u64_at(off)
+        .store(u64::from_ne_bytes(o[..8].try_into().expect("8")), Relaxed);
+    r.u64_at(off + 8)
+        .store(u64::from_ne_bytes(o[8..].try_into().expect("8")), Relaxed);
+}
+
+fn get_addr(r: &Region, off: usize) -> IpAddr {
+    let mut o = [0u8; 16];
+    o[..8].copy_from_slice(&r.u64_at(off).load(Relaxed).to_ne_bytes());
+    o[8..].copy_from_slice(&r.u64_at(off + 8).load(Relaxed).to_ne_bytes());
+    let v6 = Ipv6Addr::from(o);
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+}
+
+fn put_str32(r: &Region, off: usize, s: &str) {
+    let mut b = [0u8; 32];
+    let n = s.len().min(32);
+    b[..n].copy_from_slice(&s.as_bytes()[..n]);
+    for i in 0..4 {
+        r.u64_at(off + 8 * i).store(
+            u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().expect("8")),
+            Relaxed,
+        );
+    }
+}
+
+fn get_str32(r: &Region, off: usize) -> String {
+    let mut b = [0u8; 32];
+    for i in 0..4 {
+        b[8 * i..8 * i + 8].copy_from_slice(&r.u64_at(off + 8 * i).load(Relaxed).to_ne_bytes());
+    }
+    let end = b.iter().position(|&c| c == 0).unwrap_or(32);
+    String::from_utf8_lossy(&b[..end]).trim_end().to_string()
+}
+
+// ------------------------------------------------------------------------------------------
+// Writer side (the engine).
+
+/// An engine's status area.
+#[derive(Debug)]
+pub struct StatusArea {
+    r: Region,
+    free_conns: Mutex<Vec<u32>>,
+    free_lgrs: Mutex<Vec<u32>>,
+    free_lsts: Mutex<Vec<u32>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl StatusArea {
+    fn init(r: Region) -> Arc<StatusArea> {
+        r.u64_at(0).store(MAGIC, Relaxed);
+        r.u32_at(8).store(VERSION, Relaxed);
+        r.u32_at(H_PID).store(std::process::id(), Relaxed);
+        r.u32_at(16).store(CONN_SLOTS as u32, Relaxed);
+        r.u32_at(20).store(LGR_SLOTS as u32, Relaxed);
+        r.u32_at(24).store(LST_SLOTS as u32, Release);
+        Arc::new(StatusArea {
+            r,
+            // Slot 0 of each kind is kept as the sink for objects that find the area full.
+            free_conns: Mutex::new((1..CONN_SLOTS as u32).rev().collect()),
+            free_lgrs: Mutex::new((1..LGR_SLOTS as u32).rev().collect()),
+            free_lsts: Mutex::new((1..LST_SLOTS as u32).rev().collect()),
+        })
+    }
+
+    /// A shared area and the descriptor to hand to smcd.
+    pub fn shared() -> io::Result<(Arc<StatusArea>, rustix::fd::OwnedFd)> {
+        let (r, fd) = Region::create("smc-status", STATUS_LEN)?;
+        Ok((Self::init(r), fd))
+    }
+
+    /// An area nobody else reads (no smcd).
+    pub fn private() -> io::Result<Arc<StatusArea>> {
+        Ok(Self::init(super::region::private(STATUS_LEN)?))
+    }
+
+    /// Adds `n` to total counter `t` (events, not bytes: a locked add is fine here).
+    pub fn add(&self, t: usize, n: u64) {
+        debug_assert!(t < N_TOTALS);
+        self.r.u64_at(TOTALS + 8 * t).fetch_add(n, Relaxed);
+    }
+
+    /// A slot for a new connection.
+    pub fn conn_slot(self: &Arc<Self>) -> ConnSlot {
+        let idx = lock(&self.free_conns).pop().unwrap_or(0);
+        let s = ConnSlot {
+            area: Arc::clone(self),
+            base: CONN_BASE + idx as usize * CONN_SLOT,
+            idx,
+        };
+        if idx != 0 {
+            for w in (8..CONN_SLOT).step_by(8) {
+                self.r.u64_at(s.base + w).store(0, Relaxed);
+            }
+        }
+        s
+    }
+
+    /// A slot for a new link group.
+    pub fn lgr_slot(self: &Arc<Self>) -> LgrSlot {
+        let idx = lock(&self.free_lgrs).pop().unwrap_or(0);
+        LgrSlot {
+            area: Arc::clone(self),
+            base: LGR_BASE + idx as usize * LGR_SLOT,
+            idx,
+        }
+    }
+
+    /// A slot for a new listener.
+    pub fn listener_slot(self: &Arc<Self>) -> LstSlot {
+        let idx = lock(&self.free_lsts).pop().unwrap_or(0);
+        LstSlot {
+            area: Arc::clone(self),
+            base: LST_BASE + idx as usize * LST_SLOT,
+            idx,
+        }
+    }
+}
+
+/// Identity of a connection, written once when its slot is published.
+#[derive(Debug, Clone, Default)]
+pub struct ConnIdentity {
+    /// `smc_state`.
+    pub state: u8,
+    /// smc_diag mode: 0 SMCR, 1 TCP, 2 SMCD.
+    pub mode: u8,
+    /// 0 client, 1 server.
+    pub role: u8,
+    /// Fallback reasons (local, peer).
+    pub fallback: (u32, u32),
+    /// Our address.
+    pub local: Option<SocketAddr>,
+    /// The peer's address.
+    pub peer: Option<SocketAddr>,
+    /// Inode of the TCP socket.
+    pub inode: u64,
+    /// Link group id.
+    pub lgr: u32,
+    /// Our DMB token.
+    pub token: u64,
+    /// The peer's DMB token.
+    pub peer_token: u64,
+    /// Our GID.
+    pub gid: u128,
+    /// The peer's GID.
+    pub peer_gid: u128,
+    /// Our DMB size.
+    pub rmbe: u64,
+    /// The peer's DMB size.
+    pub peer_rmbe: u64,
+    /// Our send buffer size (with the loopback device, the peer's ring).
+    pub sndbuf: u64,
+}
+
+/// A connection's slot; freed (counters folded into the totals) when dropped.
+#[derive(Debug)]
+pub struct ConnSlot {
+    area: Arc<StatusArea>,
+    base: usize,
+    idx: u32,
+}
+
+impl ConnSlot {
+    fn w(&self, off: usize) -> &AtomicU64 {
+        self.area.r.u64_at(self.base + off)
+    }
+
+    /// Writes the identity and makes the slot visible.
+    pub fn publish(&self, id: &ConnIdentity) {
+        if self.idx == 0 {
+            return;
+        }
+        let r = &self.area.r;
+        seq_write(r.u32_at(self.base + C_SEQ), || {
+            let fam = match id.local {
+                Some(SocketAddr::V6(_)) => 10,
+                _ => 2,
+            };
+            self.w(C_KIND).store(
+                u64::from(id.state)
+                    | u64::from(id.mode) << 8
+                    | u64::from(id.role) << 16
+                    | fam << 24,
+                Relaxed,
+            );
+            self.w(C_FBACK).store(
+                u64::from(id.fallback.0) | u64::from(id.fallback.1) << 32,
+                Relaxed,
+            );
+            let (lp, pp) = (
+                id.local.map_or(0, |a| a.port()),
+                id.peer.map_or(0, |a| a.port()),
+            );
+            self.w(C_PORTS)
+                .store(u64::from(lp) | u64::from(pp) << 16, Relaxed);
+            if let Some(a) = id.local {
+                put_addr(r, self.base + C_LADDR, a.ip());
+            }
+            if let Some(a) = id.peer {
+                put_addr(r, self.base + C_PADDR, a.ip());
+            }
+            self.w(C_INODE).store(id.inode, Relaxed);
+            self.w(C_LGR).store(u64::from(id.lgr), Relaxed);
+            self.w(C_TOKEN).store(id.token, Relaxed);
+            self.w(C_PTOKEN).store(id.peer_token, Relaxed);
+            self.w(C_GID).store((id.gid >> 64) as u64, Relaxed);
+            self.w(C_GID + 8).store(id.gid as u64, Relaxed);
+            self.w(C_PGID).store((id.peer_gid >> 64) as u64, Relaxed);
+            self.w(C_PGID + 8).store(id.peer_gid as u64, Relaxed);
+            self.w(C_RMBE).store(id.rmbe, Relaxed);
+            self.w(C_PRMBE).store(id.peer_rmbe, Relaxed);
+            self.w(C_SNDBUF).store(id.sndbuf, Relaxed);
+            r.u32_at(self.base + C_USE).store(1, Relaxed);
+        });
+    }
+
+    /// Updates the state byte (and shutdown bits: bit 0 RCV, bit 1 SEND).
+    pub fn set_state(&self, state: u8, shutdown: u8) {
+        let w = self.w(C_KIND);
+        let v = w.load(Relaxed) & !0xff_0000_00ff;
+        w.store(v | u64::from(state) | u64::from(shutdown) << 32, Relaxed);
+    }
+
+    /// Bumps counter `c` by `n` (single writer per counter: a plain load and store).
+    #[inline]
+    pub fn bump(&self, c: Cnt, n: u64) {
+        let w = self.w(C_CNT + 8 * c as usize);
+        w.store(w.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// Bumps payload bucket `b` of the send (`tx`) or receive side.
+    #[inline]
+    pub fn bump_pd(&self, tx: bool, b: usize) {
+        let w = self.w(C_CNT + 8 * (6 + if tx { 0 } else { BUCKETS } + b.min(BUCKETS - 1)));
+        w.store(w.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+
+    /// Sets a cursor word.
+    #[inline]
+    pub fn set_cursor(&self, c: Curs, pos: u64) {
+        self.w(C_CURS + 8 * c as usize).store(pos, Relaxed);
+    }
+
+    /// Sets the flag bytes: rx producer, rx conn state, tx producer, tx conn state.
+    pub fn set_flags(&self, rx_p: u8, rx_c: u8, tx_p: u8, tx_c: u8) {
+        self.w(C_FLAGS).store(
+            u64::from_le_bytes([rx_p, rx_c, tx_p, tx_c, 0, 0, 0, 0]),
+            Relaxed,
+        );
+    }
+
+    /// Reads a counter back (tests, diagnostics).
+    pub fn counter(&self, c: Cnt) -> u64 {
+        self.w(C_CNT + 8 * c as usize).load(Relaxed)
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        if self.idx == 0 {
+            return;
+        }
+        let r = &self.area.r;
+        // Fold under the sequence word: a reader that overlaps retries, so it counts this
+        // connection either in its slot or in the totals, never both or neither.
+        seq_write(r.u32_at(H_FOLD_SEQ), || {
+            let map = [
+                (Cnt::TxCnt, T_TX_CNT),
+                (Cnt::TxBytes, T_TX_BYTES),
+                (Cnt::RxCnt, T_RX_CNT),
+                (Cnt::RxBytes, T_RX_BYTES),
+                (Cnt::Cork, T_CORK),
+                (Cnt::Ndly, T_NDLY),
+            ];
+            for (c, t) in map {
+                let v = self.counter(c);
+                if v != 0 {
+                    self.area.add(t, v);
+                }
+            }
+            for b in 0..BUCKETS {
+                let tx = self.w(C_CNT + 8 * (6 + b)).load(Relaxed);
+                let rx = self.w(C_CNT + 8 * (6 + BUCKETS + b)).load(Relaxed);
+                if tx != 0 {
+                    self.area.add(T_TX_PD + b, tx);
+                }
+                if rx != 0 {
+                    self.area.add(T_RX_PD + b, rx);
+                }
+            }
+            r.u32_at(self.base + C_USE).store(0, Relaxed);
+        });
+        lock(&self.area.free_conns).push(self.idx);
+    }
+}
+
+/// A link group's slot.
+#[derive(Debug)]
+pub struct LgrSlot {
+    area: Arc<StatusArea>,
+    base: usize,
+    idx: u32,
+}
+
+/// What a link-group slot shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LgrRecord {
+    /// Link group id.
+    pub id: u32,
+    /// 0 client, 1 server.
+    pub role: u8,
+    /// SMC version.
+    pub version: u8,
+    /// Peer release.
+    pub release: u8,
+    /// Peer OS.
+    pub os: u8,
+    /// Connections.
+    pub conns: u32,
+    /// Peer GID.
+    pub peer_gid: u128,
+    /// Our GID.
+    pub gid: u128,
+    /// Send buffer bytes (attached peer DMBs).
+    pub sndbuf: u64,
+    /// DMB bytes (ours).
+    pub dmb: u64,
+    /// Peer host name.
+    pub peer_host: String,
+    /// Negotiated EID.
+    pub eid: String,
+}
+
+impl LgrSlot {
+    /// Writes the whole record and makes the slot visible.
+    pub fn publish(&self, g: &LgrRecord) {
+        if self.idx == 0 {
+            return;
+        }
+        let r = &self.area.r;
+        seq_write(r.u32_at(self.base + G_SEQ), || {
+            r.u64_at(self.base + G_ID).store(
+                u64::from(g.id)
+                    | u64::from(g.role) << 32
+                    | u64::from(g.version) << 40
+                    | u64::from(g.release) << 48
+                    | u64::from(g.os) << 56,
+                Relaxed,
+            );
+            r.u64_at(self.base + G_CONNS)
+                .store(u64::from(g.conns), Relaxed);
+            r.u64_at(self.base + G_PGID)
+                .store((g.peer_gid >> 64) as u64, Relaxed);
+            r.u64_at(self.base + G_PGID + 8)
+                .store(g.peer_gid as u64, Relaxed);
+            r.u64_at(self.base + G_GID)
+                .store((g.gid >> 64) as u64, Relaxed);
+            r.u64_at(self.base + G_GID + 8).store(g.gid as u64, Relaxed);
+            r.u64_at(self.base + G_SNDBUF).store(g.sndbuf, Relaxed);
+            r.u64_at(self.base + G_DMB).store(g.dmb, Relaxed);
+            put_str32(r, self.base + G_HOST, &g.peer_host);
+            put_str32(r, self.base + G_EID, &g.eid);
+            r.u32_at(self.base + G_USE).store(1, Relaxed);
+        });
+    }
+}
+
+impl Drop for LgrSlot {
+    fn drop(&mut self) {
+        if self.idx == 0 {
+            return;
+        }
+        let r = &self.area.r;
+        seq_write(r.u32_at(self.base + G_SEQ), || {
+            r.u32_at(self.base + G_USE).store(0, Relaxed)
+        });
+        lock(&self.area.free_lgrs).push(self.idx);
+    }
+}
+
+/// A listener's slot.
+#[derive(Debug)]
+pub struct LstSlot {
+    area: Arc<StatusArea>,
+    base: usize,
+    idx: u32,
+}
+
+/// What a listener slot shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LstRecord {
+    /// Bound address.
+    pub addr: SocketAddr,
+    /// Inode of the TCP listening socket.
+    pub inode: u64,
+    /// Backlog.
+    pub backlog: u32,
+    /// Handshake limitation on.
+    pub hs_limit: bool,
+}
+
+impl LstSlot {
+    /// Writes the record and makes the slot visible.
+    pub fn publish(&self, l: &LstRecord) {
+        if self.idx == 0 {
+            return;
+        }
+        let r = &self.area.r;
+        seq_write(r.u32_at(self.base + L_SEQ), || {
+            let fam: u64 = if l.addr.is_ipv6() { 10 } else { 2 };
+            r.u64_at(self.base + L_PORT)
+                .store(u64::from(l.addr.port()) | fam << 16, Relaxed);
+            put_addr(r, self.base + L_ADDR, l.addr.ip());
+            r.u64_at(self.base + L_INODE).store(l.inode, Relaxed);
+            r.u64_at(self.base + L_INFO)
+                .store(u64::from(l.backlog) | u64::from(l.hs_limit) << 32, Relaxed);
+            r.u32_at(self.base + L_USE).store(1, Relaxed);
+        });
+    }
+}
+
+impl Drop for LstSlot {
+    fn drop(&mut self) {
+        if self.idx == 0 {
+            return;
+        }
+        let r = &self.area.r;
+        seq_write(r.u32_at(self.base + L_SEQ), || {
+            r.u32_at(self.base + L_USE).store(0, Relaxed)
+        });
+        lock(&self.area.free_lsts).push(self.idx);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Reader side (smcd).
+
+/// A connection as smcd reads it from an engine's status area.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnRecord {
+    /// Identity fields.
+    pub state: u8,
+    /// smc_diag mode.
+    pub mode: u8,
+    /// 0 client, 1 server.
+    pub role: u8,
+    /// Shutdown bits (1 RCV, 2 SEND).
+    pub shutdown: u8,
+    /// Fallback reasons.
+    pub fallback: (u32, u32),
+    /// Our address.
+    pub local: Option<SocketAddr>,
+    /// The peer's address.
+    pub peer: Option<SocketAddr>,
+    /// TCP socket inode.
+    pub inode: u64,
+    /// Link group.
+    pub lgr: u32,
+    /// Tokens.
+    pub token: u64,
+    /// Peer token.
+    pub peer_token: u64,
+    /// GIDs.
+    pub gid: u128,
+    /// Peer GID.
+    pub peer_gid: u128,
+    /// Buffer sizes.
+    pub rmbe: u64,
+    /// Peer buffer size.
+    pub peer_rmbe: u64,
+    /// Send buffer size.
+    pub sndbuf: u64,
+    /// Cursors (absolute positions, in [`Curs`] order).
+    pub cursors: [u64; 7],
+    /// Flag bytes.
+    pub flags: [u8; 4],
+}
+
+/// The counters a reader sums.
+pub type Totals = Vec<u64>;
+
+/// smcd's read-only view of one engine's status area.
+#[derive(Debug)]
+pub struct StatusView {
+    r: Region,
+}
+
+impl StatusView {
+    /// Maps a status area received from an engine, checking its header.
+    pub fn open(fd: impl rustix::fd::AsFd) -> io::Result<StatusView> {
+        let r = Region::open_read_only(fd, STATUS_LEN)?;
+        if r.u64_at(0).load(Acquire) != MAGIC || r.u32_at(8).load(Relaxed) != VERSION {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a status area",
+            ));
+        }
+        Ok(StatusView { r })
+    }
+
+    /// The engine's totals plus its live connections' counters, counted once each.
+    pub fn totals(&self) -> Totals {
+        let sum = || {
+            let mut t: Totals = (0..N_TOTALS)
+                .map(|i| self.r.u64_at(TOTALS + 8 * i).load(Relaxed))
+                .collect();
+            for i in 1..CONN_SLOTS {
+                let base = CONN_BASE + i * CONN_SLOT;
+                if self.r.u32_at(base + C_USE).load(Relaxed) == 0 {
+                    continue;
+                }
+                let c = |k: usize| self.r.u64_at(base + C_CNT + 8 * k).load(Relaxed);
+                t[T_TX_CNT] = t[T_TX_CNT].wrapping_add(c(0));
+                t[T_TX_BYTES] = t[T_TX_BYTES].wrapping_add(c(1));
+                t[T_RX_CNT] = t[T_RX_CNT].wrapping_add(c(2));
+                t[T_RX_BYTES] = t[T_RX_BYTES].wrapping_add(c(3));
+                t[T_CORK] = t[T_CORK].wrapping_add(c(4));
+                t[T_NDLY] = t[T_NDLY].wrapping_add(c(5));
+                for b in 0..BUCKETS {
+                    t[T_TX_PD + b] = t[T_TX_PD + b].wrapping_add(c(6 + b));
+                    t[T_RX_PD + b] = t[T_RX_PD + b].wrapping_add(c(6 + BUCKETS + b));
+                }
+            }
+            t
+        };
+        seq_read(self.r.u32_at(H_FOLD_SEQ), 100, sum).unwrap_or_else(sum)
+    }
+
+    /// The live connections.
+    pub fn conns(&self) -> Vec<ConnRecord> {
+        let mut v = Vec::new();
+        for i in 1..CONN_SLOTS {
+            let base = CONN_BASE + i * CONN_SLOT;
+            if self.r.u32_at(base + C_USE).load(Relaxed) == 0 {
+                continue;
+            }
+            let rec = seq_read(self.r.u32_at(base + C_SEQ), 100, || self.conn_at(base));
+            if let Some(Some(rec)) = rec {
+                v.push(rec);
+            }
+        }
+        v
+    }
+
+    fn conn_at(&self, base: usize) -> Option<ConnRecord> {
+        let w = |off: usize| self.r.u64_at(base + off).load(Relaxed);
+        if self.r.u32_at(base + C_USE).load(Relaxed) == 0 {
+            return None;
+        }
+        let kind = w(C_KIND).to_le_bytes();
+        let fam = kind[3];
+        let ports = w(C_PORTS);
+        let fb = w(C_FBACK);
+        let addr = |off: usize, port: u16| {
+            let ip = get_addr(&self.r, base + off);
+            let ip = match (fam, ip) {
+                (10, IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
+                (_, ip) => ip,
+            };
+            Some(SocketAddr::new(ip, port))
+        };
+        let g = |off: usize| u128::from(w(off)) << 64 | u128::from(w(off + 8));
+        let fl = w(C_FLAGS).to_le_bytes();
+        Some(ConnRecord {
+            state: kind[0],
+            mode: kind[1],
+            role: kind[2],
+            shutdown: kind[4],
+            fallback: (fb as u32, (fb >> 32) as u32),
+            local: addr(C_LADDR, ports as u16),
+            peer: addr(C_PADDR, (ports >> 16) as u16),
+            inode: w(C_INODE),
+            lgr: w(C_LGR) as u32,
+            token: w(C_TOKEN),
+            peer_token: w(C_PTOKEN),
+            gid: g(C_GID),
+            peer_gid: g(C_PGID),
+            rmbe: w(C_RMBE),
+            peer_rmbe: w(C_PRMBE),
+            sndbuf: w(C_SNDBUF),
+            cursors: [0, 1, 2, 3, 4, 5, 6].map(|k| w(C_CURS + 8 * k)),
+            flags: [fl[0], fl[1], fl[2], fl[3]],
+        })
+    }
+
+    /// The live link groups.
+    pub fn lgrs(&self) -> Vec<LgrRecord> {
+        let mut v = Vec::new();
+        for i in 1..LGR_SLOTS {
+            let base = LGR_BASE + i * LGR_SLOT;
+            if self.r.u32_at(base + G_USE).load(Relaxed) == 0 {
+                continue;
+            }
+            let rec = seq_read(self.r.u32_at(base + G_SEQ), 100, || {
+                let w = |off: usize| self.r.u64_at(base + off).load(Relaxed);
+                let id = w(G_ID);
+                let g = |off: usize| u128::from(w(off)) << 64 | u128::from(w(off + 8));
+                (self.r.u32_at(base + G_USE).load(Relaxed) != 0).then(|| LgrRecord {
+                    id: id as u32,
+                    role: (id >> 32) as u8,
+                    version: (id >> 40) as u8,
+                    release: (id >> 48) as u8,
+                    os: (id >> 56) as u8,
+                    conns: w(G_CONNS) as u32,
+                    peer_gid: g(G_PGID),
+                    gid: g(G_GID),
+                    sndbuf: w(G_SNDBUF),
+                    dmb: w(G_DMB),
+                    peer_host: get_str32(&self.r, base + G_HOST),
+                    eid: get_str32(&self.r, base + G_EID),
+                })
+            });
+            if let Some(Some(rec)) = rec {
+                v.push(rec);
+            }
+        }
+        v
+    }
+
+    /// The live listeners.
+    pub fn listeners(&self) -> Vec<LstRecord> {
+        let mut v = Vec::new();
+        for i in 1..LST_SLOTS {
+            let base = LST_BASE + i * LST_SLOT;
+            if self.r.u32_at(base + L_USE).load(Relaxed) == 0 {
+                continue;
+            }
+            let rec = seq_read(self.r.u32_at(base + L_SEQ), 100, || {
+                let w = |off: usize| self.r.u64_at(base + off).load(Relaxed);
+                let port = w(L_PORT);
+                let ip = get_addr(&self.r, base + L_ADDR);
+                let ip = match ((port >> 16) as u16, ip) {
+                    (10, IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
+                    (_, ip) => ip,
+                };
+                let info = w(L_INFO);
+                (self.r.u32_at(base + L_USE).load(Relaxed) != 0).then(|| LstRecord {
+                    addr: SocketAddr::new(ip, port as u16),
+                    inode: w(L_INODE),
+                    backlog: info as u32,
+                    hs_limit: (info >> 32) & 1 == 1,
+                })
+            });
+            if let Some(Some(rec)) = rec {
+                v.push(rec);
+            }
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_writes_smcd_reads() {
+        let (area, fd) = StatusArea::shared().unwrap();
+        let view = StatusView::open(&fd).unwrap();
+        area.add(T_SRV_V2_SUCC, 1);
+        area.add(T_SRV_FBACK + fback_index(ReasonCode::PEERNOSMC), 3);
+        let slot = area.conn_slot();
+        slot.publish(&ConnIdentity {
+            state: 1,
+            mode: 2,
+            role: 1,
+            local: Some("127.0.0.1:5000".parse().unwrap()),
+            peer: Some("[::1]:6000".parse().unwrap()),
+            lgr: 0x100,
+            token: 7,
+            gid: 1 << 70 | 5,
+            rmbe: 65536,
+            ..ConnIdentity::default()
+        });
+        slot.bump(Cnt::TxCnt, 2);
+        slot.bump(Cnt::TxBytes, 100);
+        slot.bump_pd(true, 0);
+        slot.set_cursor(Curs::TxPrep, 100);
+        let conns = view.conns();
+        assert_eq!(conns.len(), 1);
+        let c = &conns[0];
+        assert_eq!(
+            (c.state, c.mode, c.role, c.lgr, c.token),
+            (1, 2, 1, 0x100, 7)
+        );
+        assert_eq!(c.local, Some("127.0.0.1:5000".parse().unwrap()));
+        assert_eq!(c.peer, Some("[::1]:6000".parse().unwrap()));
+        assert_eq!(c.gid, 1 << 70 | 5);
+        assert_eq!(c.cursors[Curs::TxPrep as usize], 100);
+        let t = view.totals();
+        assert_eq!((t[T_TX_CNT], t[T_TX_BYTES], t[T_TX_PD]), (2, 100, 1));
+        assert_eq!(t[T_SRV_V2_SUCC], 1);
+        assert_eq!(t[T_SRV_FBACK + fback_index(ReasonCode::PEERNOSMC)], 3);
+        // Closing folds the counters into the totals: counted once, slot gone.
+        drop(slot);
+        assert!(view.conns().is_empty());
+        let t = view.totals();
+        assert_eq!((t[T_TX_CNT], t[T_TX_BYTES], t[T_TX_PD]), (2, 100, 1));
+        // Link groups and listeners.
+        let g = area.lgr_slot();
+        let rec = LgrRecord {
+            id: 0x200,
+            role: 1,
+            version: 2,
+            release: 1,
+            os: 2,
+            conns: 3,
+            peer_gid: 9,
+            gid: 8,
+            sndbuf: 65536,
+            dmb: 131072,
+            peer_host: "peer".into(),
+            eid: "SEID".into(),
+        };
+        g.publish(&rec);
+        assert_eq!(view.lgrs(), vec![rec]);
+        drop(g);
+        assert!(view.lgrs().is_empty());
+        let l = area.listener_slot();
+        let lr = LstRecord {
+            addr: "0.0.0.0:80".parse().unwrap(),
+            inode: 5,
+            backlog: 128,
+            hs_limit: true,
+        };
+        l.publish(&lr);
+        assert_eq!(view.listeners(), vec![lr]);
+    }
+
+    #[test]
+    fn garbage_area_is_refused() {
+        let (r, fd) = Region::create("x", STATUS_LEN).unwrap();
+        drop(r);
+        assert!(StatusView::open(&fd).is_err());
+    }
+}

@@ -1,0 +1,306 @@
+//! Every case that must fall back to TCP rather than fail, with the kernel's reason codes, and
+//! without losing a byte: after the fallback both ends exchange application data and see
+//! exactly what the other wrote.
+//!
+//! The misbehaving peers here are real: a client or server that registers with the real `smcd`
+//! like an engine and then speaks broken CLC over a real TCP connection.
+
+mod common;
+
+use common::{Smcd, listen};
+use rustix::net::{AddressFamily, SocketFlags, SocketType};
+use smc_proto::clc::{AcceptConfirm, ClcMessage, Decline, ReasonCode, SMC_V2, SmcdAcceptConfirm};
+use smcd_engine::device::loopback::LoopbackDevice;
+use smcd_engine::driver::handshake::read_clc;
+use smcd_engine::{Engine, EngineConfig, Fallback, Mode, SmcStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+#[ignore = "entry point of child processes"]
+fn child_entry() {
+    common::child_main();
+}
+
+/// Application bytes go both ways and arrive intact.
+fn exchange(a: &SmcStream, b: &mut TcpStream) {
+    (&*a).write_all(b"app bytes from the engine").unwrap();
+    let mut got = [0u8; 25];
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"app bytes from the engine");
+    b.write_all(b"and back").unwrap();
+    let mut got = [0u8; 8];
+    (&*a).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"and back");
+}
+
+fn fallback(local: ReasonCode, peer: ReasonCode) -> Mode {
+    Mode::Tcp(Fallback { local, peer })
+}
+
+/// `smcd` not running: the client has no SMC-D device (NOSMCDEV) and never proposes; a
+/// listener without `smcd` sees plain clients (PEERNOSMC).
+#[test]
+fn smcd_not_running() {
+    let nowhere = std::env::temp_dir().join(format!("no-smcd-{}.sock", std::process::id()));
+    let engine = Engine::new(EngineConfig {
+        socket: nowhere,
+        ..EngineConfig::default()
+    });
+    let l = listen(&engine);
+    let port = l.local_addr().unwrap().port();
+    let c = SmcStream::connect_with(&engine, ("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(c.mode(), Mode::Tcp(Fallback::local(ReasonCode::NOSMCDEV)));
+    assert_eq!(s.mode(), Mode::Tcp(Fallback::local(ReasonCode::PEERNOSMC)));
+    (&c).write_all(b"ping").unwrap();
+    let mut b = [0u8; 4];
+    (&s).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ping");
+}
+
+/// An SMC client of a plain TCP server: PEERNOSMC, no CLC byte on the wire.
+#[test]
+fn peer_not_smc_capable() {
+    let smcd = Smcd::start();
+    let engine = smcd.engine();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = SmcStream::connect_with(&engine, l.local_addr().unwrap()).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    assert_eq!(c.mode(), Mode::Tcp(Fallback::local(ReasonCode::PEERNOSMC)));
+    exchange(&c, &mut s);
+}
+
+/// The server cannot get a DMB: it declines with MEM; the client records PEERDECL/MEM.
+#[test]
+fn buffer_allocation_failure() {
+    let smcd = Smcd::start_with(&["--max-dmbs", "0"]);
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = listen(&se);
+    let port = l.local_addr().unwrap().port();
+    let c = SmcStream::connect_with(&ce, ("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(s.mode(), Mode::Tcp(Fallback::local(ReasonCode::MEM)));
+    assert_eq!(c.mode(), fallback(ReasonCode::PEERDECL, ReasonCode::MEM));
+    (&s).write_all(b"over tcp").unwrap();
+    let mut b = [0u8; 8];
+    (&c).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"over tcp");
+}
+
+/// A fake SMC server: registered with `smcd` like a listener, it answers the Proposal with
+/// `reply` (raw bytes), then reads what the client sends back (a Decline, when the client
+/// declines) and hands over the TCP stream.
+fn fake_server(
+    smcd: &Smcd,
+    expect_answer: bool,
+    reply: impl FnOnce(&ClcMessage) -> Vec<u8> + Send + 'static,
+) -> (
+    SocketAddr,
+    std::thread::JoinHandle<(TcpStream, ClcMessage, Option<ClcMessage>)>,
+) {
+    let dev = LoopbackDevice::open(&smcd.socket).unwrap();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let (chan, _) = dev.listen(addr, 16, false).unwrap();
+    let h = std::thread::spawn(move || {
+        let _registration = (chan, dev);
+        let (mut s, _) = tcp.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let proposal = read_clc(&s).unwrap().expect("a well-formed proposal");
+        s.write_all(&reply(&proposal)).unwrap();
+        // The client's answer, when it declines.
+        let answer = if expect_answer {
+            read_clc(&s).ok().and_then(Result::ok)
+        } else {
+            None
+        };
+        (s, proposal, answer)
+    });
+    (addr, h)
+}
+
+/// The server declines: the client falls back with PEERDECL and the server's code.
+#[test]
+fn peer_declines() {
+    let smcd = Smcd::start();
+    let (addr, server) = fake_server(&smcd, false, |_| {
+        ClcMessage::Decline(Decline::new(ReasonCode::NOV2DEXT, SMC_V2)).to_vec()
+    });
+    let engine = smcd.engine();
+    let c = SmcStream::connect_with(&engine, addr).unwrap();
+    assert_eq!(
+        c.mode(),
+        fallback(ReasonCode::PEERDECL, ReasonCode::NOV2DEXT)
+    );
+    let (mut s, proposal, _) = server.join().unwrap();
+    assert!(matches!(proposal, ClcMessage::Proposal(_)));
+    exchange(&c, &mut s);
+}
+
+/// A malformed Accept (broken lengths) is declined with a reason, and both go TCP.
+#[test]
+fn malformed_accept() {
+    let smcd = Smcd::start();
+    let (addr, server) = fake_server(&smcd, true, |_| {
+        let body = SmcdAcceptConfirm {
+            gid: 1,
+            token: 2,
+            dmbe_size: 2,
+            chid: 0xffff,
+            ..SmcdAcceptConfirm::default()
+        };
+        let mut bytes = ClcMessage::Accept(AcceptConfirm::smcd_v2(body, None)).to_vec();
+        // Break the trailer: the eyecatcher at the end no longer matches.
+        let n = bytes.len();
+        bytes[n - 1] ^= 0xff;
+        bytes
+    });
+    let engine = smcd.engine();
+    let c = SmcStream::connect_with(&engine, addr).unwrap();
+    let Mode::Tcp(fb) = c.mode() else {
+        panic!("expected a fallback")
+    };
+    assert_ne!(fb.local, ReasonCode(0));
+    assert_eq!(fb.peer, ReasonCode(0));
+    let (mut s, _, answer) = server.join().unwrap();
+    match answer {
+        Some(ClcMessage::Decline(d)) => {
+            assert_eq!(d.reason, fb.local, "the Decline carries our reason")
+        }
+        other => panic!("expected a Decline, got {other:?}"),
+    }
+    exchange(&c, &mut s);
+}
+
+/// An unexpected message (a Confirm where an Accept belongs) is declined (CNFERR).
+#[test]
+fn unexpected_clc_message() {
+    let smcd = Smcd::start();
+    let (addr, server) = fake_server(&smcd, true, |_| {
+        let body = SmcdAcceptConfirm {
+            gid: 1,
+            token: 2,
+            dmbe_size: 2,
+            chid: 0xffff,
+            ..SmcdAcceptConfirm::default()
+        };
+        ClcMessage::Confirm(AcceptConfirm::smcd_v2(body, None)).to_vec()
+    });
+    let engine = smcd.engine();
+    let c = SmcStream::connect_with(&engine, addr).unwrap();
+    assert_eq!(c.mode(), Mode::Tcp(Fallback::local(ReasonCode::CNFERR)));
+    let (mut s, _, answer) = server.join().unwrap();
+    assert!(matches!(answer, Some(ClcMessage::Decline(d)) if d.reason == ReasonCode::CNFERR));
+    exchange(&c, &mut s);
+}
+
+/// An Accept naming an SMC-D device other than the listener's (a GID smcd did not announce) is
+/// declined.
+#[test]
+fn accept_from_an_unexpected_device() {
+    let smcd = Smcd::start();
+    let (addr, server) = fake_server(&smcd, true, |_| {
+        let body = SmcdAcceptConfirm {
+            gid: 0xdead,
+            gid_ext: 0xbeef,
+            token: 2,
+            dmbe_size: 2,
+            chid: 0xffff,
+            link_id: 7u32.to_ne_bytes(),
+            ..SmcdAcceptConfirm::default()
+        };
+        let fce = smc_proto::clc::FirstContactExt::linux_smcd(
+            1,
+            smc_proto::clc::Hostname::new("fake"),
+            1,
+        );
+        ClcMessage::Accept(AcceptConfirm::smcd_v2(body, Some(fce))).to_vec()
+    });
+    let engine = smcd.engine();
+    let c = SmcStream::connect_with(&engine, addr).unwrap();
+    assert_eq!(c.mode(), Mode::Tcp(Fallback::local(ReasonCode::NOSMCD2DEV)));
+    let (mut s, _, answer) = server.join().unwrap();
+    assert!(matches!(answer, Some(ClcMessage::Decline(_))));
+    exchange(&c, &mut s);
+}
+
+/// A fake client: registers an intent with `smcd` like an engine, connects, and sends `clc`
+/// instead of a proper Proposal. Returns the TCP stream.
+fn fake_client(smcd: &Smcd, to: SocketAddr, clc: &[u8]) -> (TcpStream, Arc<LoopbackDevice>) {
+    let dev = Arc::new(LoopbackDevice::open(&smcd.socket).unwrap());
+    let sock = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::bind(&sock, &SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let local = SocketAddr::try_from(rustix::net::getsockname(&sock).unwrap()).unwrap();
+    let v = dev.connect_intent(local, to).unwrap();
+    assert!(v.smc, "smcd knows the listener");
+    rustix::net::connect(&sock, &to).unwrap();
+    dev.intent_done(v.intent, true);
+    let mut s = TcpStream::from(sock);
+    s.write_all(clc).unwrap();
+    (s, dev)
+}
+
+/// A malformed Proposal is declined with a reason; the server's application then reads
+/// exactly the bytes the client sends after the Decline.
+#[test]
+fn malformed_proposal() {
+    let smcd = Smcd::start();
+    let engine = smcd.engine();
+    let l = listen(&engine);
+    let to = l.local_addr().unwrap();
+    // A v2 Proposal header and length with garbage inside (offsets pointing nowhere).
+    let mut bad = vec![0u8; 92];
+    bad[..4].copy_from_slice(&[0xE2, 0xD4, 0xC3, 0xD9]);
+    bad[4] = 1;
+    bad[5..7].copy_from_slice(&92u16.to_be_bytes());
+    bad[7] = 0x20 | (2 << 2) | 1; // version 2, typev2 N... typev1 D (no IP area): malformed
+    bad[38..40].copy_from_slice(&0xffffu16.to_be_bytes());
+    bad[88..92].copy_from_slice(&[0xE2, 0xD4, 0xC3, 0xD9]);
+    let (mut c, _dev) = fake_client(&smcd, to, &bad);
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let answer = read_clc(&c).unwrap().expect("a Decline");
+    let ClcMessage::Decline(d) = answer else {
+        panic!("expected a Decline, got {answer:?}")
+    };
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(s.mode(), Mode::Tcp(Fallback::local(d.reason)));
+    c.write_all(b"first app bytes").unwrap();
+    let mut got = [0u8; 15];
+    (&s).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"first app bytes");
+    (&s).write_all(b"reply").unwrap();
+    let mut got = [0u8; 5];
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"reply");
+}
+
+/// A client whose Proposal names a GID other than the one smcd announced for it is declined.
+#[test]
+fn proposal_from_an_impostor_gid() {
+    let smcd = Smcd::start();
+    let engine = smcd.engine();
+    let l = listen(&engine);
+    let to = l.local_addr().unwrap();
+    let p = smc_proto::clc::ProposalBuilder::smcd_v2_loopback(0x1234, 0x5678)
+        .system_eid(smc_proto::clc::Eid::new("X").unwrap())
+        .build()
+        .unwrap();
+    let (c, _dev) = fake_client(&smcd, to, &ClcMessage::Proposal(p).to_vec());
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let answer = read_clc(&c).unwrap().unwrap();
+    assert!(
+        matches!(answer, ClcMessage::Decline(d) if d.reason == ReasonCode::NOSMCD2DEV),
+        "{answer:?}"
+    );
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(s.mode(), Mode::Tcp(Fallback::local(ReasonCode::NOSMCD2DEV)));
+}

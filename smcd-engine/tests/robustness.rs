@@ -1,0 +1,153 @@
+//! Peers that die or misbehave: SIGKILL of either end mid-transfer (the survivor gets an error
+//! within a second, nothing hangs, nothing leaks), a peer scribbling over shared memory (only
+//! its connection breaks), and `smcd` going away under established connections.
+
+mod common;
+
+use common::{Peer, Smcd, dmb_resources, eventually, listen};
+use smc_proto::clc::ReasonCode;
+use smcd_engine::{Fallback, Mode, SmcStream};
+use std::io::{ErrorKind, Read, Write};
+use std::time::Duration;
+
+#[test]
+#[ignore = "entry point of child processes"]
+fn child_entry() {
+    common::child_main();
+}
+
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Kills `victim` mid-transfer and checks what `survivor` saw: an error of the reset kind,
+/// noticed within a second, and no DMB memory or descriptor left afterwards (in the survivor
+/// and, once it has gone, in smcd).
+fn kill_and_check(smcd: &Smcd, mut victim: Peer, mut survivor: Peer) {
+    std::thread::sleep(Duration::from_millis(200));
+    let killed_at = unix_ms();
+    victim.kill();
+    let err = survivor.expect("ERROR");
+    let (kind, at) = err.split_once(' ').unwrap();
+    let noticed_after = at.parse::<u128>().unwrap().saturating_sub(killed_at);
+    eprintln!("survivor saw {kind} {noticed_after} ms after SIGKILL");
+    assert!(
+        kind == "ConnectionReset" || kind == "ConnectionAborted",
+        "unexpected error kind {kind}"
+    );
+    assert!(noticed_after < 1000, "noticed after {noticed_after} ms");
+    assert_eq!(
+        survivor.expect("LEAKS"),
+        "0 0",
+        "memfds and mappings released"
+    );
+    assert!(survivor.wait(Duration::from_secs(10)).success());
+    assert!(
+        eventually(Duration::from_secs(5), || dmb_resources(smcd.pid())
+            == (0, 0)),
+        "smcd still holds {:?}",
+        dmb_resources(smcd.pid())
+    );
+}
+
+#[test]
+fn sigkill_of_the_server_mid_transfer() {
+    let smcd = Smcd::start();
+    let mut server = Peer::spawn(&smcd.socket, "stream-server", &[]);
+    let port = server.expect("PORT");
+    let mut client = Peer::spawn(&smcd.socket, "sink-client", &[port]);
+    assert_eq!(client.expect("MODE"), "smcd");
+    assert_eq!(server.expect("MODE"), "smcd");
+    kill_and_check(&smcd, server, client);
+}
+
+#[test]
+fn sigkill_of_the_client_mid_transfer() {
+    let smcd = Smcd::start();
+    let mut server = Peer::spawn(&smcd.socket, "stream-server", &[]);
+    let port = server.expect("PORT");
+    let mut client = Peer::spawn(&smcd.socket, "sink-client", &[port]);
+    assert_eq!(client.expect("MODE"), "smcd");
+    assert_eq!(server.expect("MODE"), "smcd");
+    kill_and_check(&smcd, client, server);
+}
+
+#[test]
+fn sigkill_of_a_writing_client() {
+    let smcd = Smcd::start();
+    let mut server = Peer::spawn(&smcd.socket, "sink-server", &[]);
+    let port = server.expect("PORT");
+    let mut client = Peer::spawn(&smcd.socket, "source-client", &[port]);
+    assert_eq!(client.expect("MODE"), "smcd");
+    assert_eq!(server.expect("MODE"), "smcd");
+    kill_and_check(&smcd, client, server);
+}
+
+/// A peer that writes garbage over the header of one connection's DMB breaks that connection
+/// (with an error, on both ends) and no other.
+#[test]
+fn scribbling_peer_breaks_only_its_connection() {
+    let smcd = Smcd::start();
+    let mut server = Peer::spawn(&smcd.socket, "scribble-target", &[]);
+    let port: u16 = server.expect("PORT").parse().unwrap();
+    let engine = smcd.engine();
+    let a = SmcStream::connect_with(&engine, ("127.0.0.1", port)).unwrap();
+    let b = SmcStream::connect_with(&engine, ("127.0.0.1", port)).unwrap();
+    assert_eq!(server.expect("MODES"), "smcd smcd");
+    let (ia, ib) = (a.smc_conn().unwrap(), b.smc_conn().unwrap());
+    assert_eq!(ia.info.lgr_id, ib.info.lgr_id, "both share one link group");
+    let mut rng = common::Rng::new(common::Rng::seed());
+    // Garbage over the producer and consumer words of the server's DMB of connection a: random
+    // bytes, with the producer count forced outside the ring so the damage is always visible.
+    let target = ia.peer_dmb();
+    let mut junk: Vec<u8> = (0..16).map(|_| rng.next() as u8).collect();
+    junk[2..6].copy_from_slice(&u32::MAX.to_ne_bytes());
+    target.map.scribble(8, &junk);
+    target.notify(smcd_engine::device::Dir::Rx);
+    let noticed = server.expect("A");
+    assert_eq!(noticed, "ConnectionAborted", "the server's read on a fails");
+    // Our end of a sees the reset (the server aborted its TCP connection).
+    let mut buf = [0u8; 16];
+    assert!(eventually(Duration::from_secs(2), || {
+        matches!((&a).read(&mut buf), Err(e) if e.kind() == ErrorKind::ConnectionReset || e.kind() == ErrorKind::ConnectionAborted)
+    }));
+    // b still works.
+    (&b).write_all(b"still fine").unwrap();
+    let mut got = [0u8; 10];
+    (&b).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"still fine");
+    b.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(server.expect("B"), "done");
+    assert!(server.wait(Duration::from_secs(10)).success());
+}
+
+/// smcd stops: it exits cleanly and removes its socket; established SMC-D connections keep
+/// working (the data plane is peer to peer); new connections fall back with NOSMCDEV.
+#[test]
+fn established_connections_survive_smcd() {
+    let mut smcd = Smcd::start();
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = listen(&se);
+    let port = l.local_addr().unwrap().port();
+    let c = SmcStream::connect_with(&ce, ("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert!(c.is_smc() && s.is_smc());
+    assert!(smcd.stop(), "smcd exits 0 on SIGTERM");
+    assert!(!smcd.socket.exists(), "smcd removed its socket");
+    for i in 0..100u32 {
+        (&c).write_all(&i.to_be_bytes()).unwrap();
+        let mut b = [0u8; 4];
+        (&s).read_exact(&mut b).unwrap();
+        assert_eq!(u32::from_be_bytes(b), i);
+    }
+    let c2 = SmcStream::connect_with(&ce, ("127.0.0.1", port)).unwrap();
+    assert_eq!(c2.mode(), Mode::Tcp(Fallback::local(ReasonCode::NOSMCDEV)));
+    let (s2, _) = l.accept().unwrap();
+    (&c2).write_all(b"tcp now").unwrap();
+    let mut b = [0u8; 7];
+    (&s2).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"tcp now");
+}
