@@ -69,7 +69,7 @@ enum Cmd {
         /// Measured seconds.
         #[arg(long, default_value_t = 5.0)]
         time: f64,
-        /// Unmeasured seconds before measuring (bw and lat).
+        /// Unmeasured seconds before measuring.
         #[arg(long, default_value_t = 0.2)]
         warmup: f64,
         /// Plain TCP.
@@ -285,6 +285,26 @@ fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Listen backlog of both servers. The same for TCP and SMC so crr compares transports, not
+/// queue lengths (`std`'s `TcpListener::bind` uses 128, which overflows at 512 concurrent
+/// connects and turns into resets).
+const BACKLOG: u32 = 1024;
+
+/// A TCP listener with an explicit backlog, bound as `SmcListener` binds (`SO_REUSEADDR`).
+fn tcp_listener(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let fam = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let sock = rustix::net::socket_with(fam, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    rustix::net::sockopt::set_socket_reuseaddr(&sock, true)?;
+    rustix::net::bind(&sock, &addr)?;
+    rustix::net::listen(&sock, backlog as i32)?;
+    Ok(TcpListener::from(sock))
+}
+
 fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Result<()> {
     pin(cpu);
     let addr: SocketAddr = format!("{bind}:{port}")
@@ -295,12 +315,12 @@ fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Resul
         Tcp(TcpListener),
     }
     let l = Arc::new(if tcp {
-        L::Tcp(TcpListener::bind(addr)?)
+        L::Tcp(tcp_listener(addr, BACKLOG)?)
     } else {
         L::Smc(SmcListener::bind_with_backlog(
             smcd_engine::Engine::global(),
             addr,
-            1024,
+            BACKLOG,
         )?)
     });
     let bound = match &*l {
@@ -505,6 +525,7 @@ fn client_crr(
     tcp: bool,
     msg: usize,
     time: Duration,
+    warmup: Duration,
     concurrency: usize,
     cpu: Option<usize>,
 ) -> anyhow::Result<Report> {
@@ -512,7 +533,6 @@ fn client_crr(
     let errors = Arc::new(AtomicU64::new(0));
     let smc = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
     let threads: Vec<_> = (0..concurrency.max(1))
         .map(|_| {
             let (done, errors, smc, stop) =
@@ -555,6 +575,11 @@ fn client_crr(
             })
         })
         .collect();
+    // The warm-up takes the first connections' one-time costs (link group, buffers) out of
+    // the rate; errors count from the start.
+    std::thread::sleep(warmup);
+    let start = Instant::now();
+    let (n0, smc0) = (done.load(Ordering::Relaxed), smc.load(Ordering::Relaxed));
     std::thread::sleep(time);
     stop.store(true, Ordering::Relaxed);
     for t in threads {
@@ -563,8 +588,8 @@ fn client_crr(
     // Read the counters after every loop has stopped, so the connections that finished while
     // stopping are in both counts, and time until then.
     let secs = start.elapsed().as_secs_f64();
-    let n = done.load(Ordering::Relaxed);
-    let n_smc = smc.load(Ordering::Relaxed);
+    let n = done.load(Ordering::Relaxed) - n0;
+    let n_smc = smc.load(Ordering::Relaxed) - smc0;
     Ok(Report {
         test: Test::Crr,
         transport: if tcp { "tcp".into() } else { "smcd".into() },
@@ -626,7 +651,7 @@ fn main() -> anyhow::Result<()> {
             let rep = match test {
                 Test::Bw => client_bw(addr, tcp, msg_size, time, warmup)?,
                 Test::Lat => client_lat(addr, tcp, msg_size, time, warmup)?,
-                Test::Crr => client_crr(addr, tcp, msg_size, time, concurrency, cpu)?,
+                Test::Crr => client_crr(addr, tcp, msg_size, time, warmup, concurrency, cpu)?,
             };
             println!("{}", serde_json::to_string(&rep)?);
             if rep.errors > 0 {
