@@ -141,6 +141,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
         logs,
         client_cpu,
         server_cpu,
+        ports: Ports::new(),
     };
 
     let mut smcd = start_smcd(&env)?;
@@ -196,7 +197,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
                             (tcp_server.port, Applied::default())
                         };
                         let r = run_client(&env, &cfg, tp.test, pp, v, port, rep);
-                        progress.ran(r.wall_s, tp.test);
+                        progress.ran(r.wall_s);
                         totals.runs += 1;
                         let res = &mut results[vi];
                         if !applied.ok {
@@ -354,6 +355,7 @@ struct Env {
     logs: PathBuf,
     client_cpu: Option<usize>,
     server_cpu: Option<usize>,
+    ports: Ports,
 }
 
 fn workspace_root() -> PathBuf {
@@ -444,7 +446,28 @@ impl PerfServer {
 
 /// Starts `smc-perf server` on a free port of 127.0.0.1 and waits until it listens (it
 /// prints the bound address). Its stderr goes to the log file.
+///
+/// The port is picked below the ephemeral range, not with `--port 0`: on a shared machine
+/// other programs' TIME_WAIT sockets can fill the ephemeral range, and then bind(0) fails.
+/// A port that is taken is skipped.
 fn start_server(env: &Env, smc: bool) -> anyhow::Result<PerfServer> {
+    let mut last = String::new();
+    for _ in 0..64 {
+        let port = env.ports.next();
+        match start_server_on(env, smc, port)? {
+            Ok(s) => return Ok(s),
+            Err(why) if why.contains("Address already in use") => last = why,
+            Err(why) => bail!(
+                "smc-perf server ({}) did not start: {why}",
+                if smc { "smc" } else { "tcp" }
+            ),
+        }
+    }
+    bail!("no free port for smc-perf server: {last}")
+}
+
+/// One attempt: `Ok(Err(why))` when the server exited or never said it listens.
+fn start_server_on(env: &Env, smc: bool, port: u16) -> anyhow::Result<Result<PerfServer, String>> {
     let name = if smc {
         "server-smc.log"
     } else {
@@ -455,7 +478,7 @@ fn start_server(env: &Env, smc: bool) -> anyhow::Result<PerfServer> {
         .append(true)
         .open(env.logs.join(name))?;
     let mut cmd = Command::new(env.bin.join("smc-perf"));
-    cmd.args(["server", "--port", "0", "--bind", "127.0.0.1"]);
+    cmd.args(["server", "--port", &port.to_string(), "--bind", "127.0.0.1"]);
     if !smc {
         cmd.arg("--tcp");
     }
@@ -468,36 +491,77 @@ fn start_server(env: &Env, smc: bool) -> anyhow::Result<PerfServer> {
         .stderr(Stdio::piped());
     let mut child = procs::spawn(&mut cmd)?;
     let stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::channel::<Result<u16, String>>();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
+        let mut first = Vec::new();
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
             let _ = writeln!(log, "{line}");
+            if first.len() < 3 {
+                first.push(line.clone());
+            }
             if let Some(port) = line
                 .strip_prefix("smc-perf: serving ")
                 .and_then(|r| r.rsplit(':').next())
                 .and_then(|p| p.trim().parse::<u16>().ok())
                 && let Some(tx) = tx.take()
             {
-                let _ = tx.send(port);
+                let _ = tx.send(Ok(port));
             }
         }
-    });
-    match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(port) => Ok(PerfServer {
-            child,
-            port,
-            settings: BTreeMap::new(),
-        }),
-        Err(_) => {
-            let _ = procs::stop(&mut child, Duration::from_secs(1));
-            bail!(
-                "smc-perf server ({}) did not start; its log:\n{}",
-                if smc { "smc" } else { "tcp" },
-                tail(&env.logs.join(name), 20)
-            )
+        if let Some(tx) = tx {
+            let _ = tx.send(Err(first.join(" | ")));
         }
+    });
+    let why = match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Ok(port)) => {
+            return Ok(Ok(PerfServer {
+                child,
+                port,
+                settings: BTreeMap::new(),
+            }));
+        }
+        Ok(Err(why)) => why,
+        Err(_) => "did not say it listens within 10 s".to_string(),
+    };
+    let _ = procs::stop(&mut child, Duration::from_secs(1));
+    Ok(Err(why))
+}
+
+/// Server ports below the ephemeral range, handed out round robin from a per-run start.
+#[derive(Debug)]
+struct Ports {
+    low: u16,
+    high: u16,
+    next: std::cell::Cell<u16>,
+}
+
+impl Ports {
+    fn new() -> Ports {
+        let eph_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+            .unwrap_or(32768);
+        let (low, high) = if eph_low > 12000 {
+            (10000, eph_low - 1)
+        } else {
+            // An unusual range: use the ports above it instead.
+            (61000, 65000)
+        };
+        let span = u32::from(high - low);
+        let start = low + (std::process::id().wrapping_mul(7919) % span) as u16;
+        Ports {
+            low,
+            high,
+            next: std::cell::Cell::new(start),
+        }
+    }
+
+    fn next(&self) -> u16 {
+        let p = self.next.get();
+        self.next.set(if p >= self.high { self.low } else { p + 1 });
+        p
     }
 }
 
@@ -816,20 +880,14 @@ impl Progress {
         }
     }
 
-    fn nominal(&self, test: Test) -> f64 {
-        // crr has no warm-up.
-        self.cfg_time
-            + if test == Test::Crr {
-                0.0
-            } else {
-                self.cfg_warmup
-            }
+    fn nominal(&self) -> f64 {
+        self.cfg_time + self.cfg_warmup
     }
 
-    fn ran(&mut self, wall: f64, test: Test) {
+    fn ran(&mut self, wall: f64) {
         self.left_runs = self.left_runs.saturating_sub(1);
         self.done += 1;
-        self.overhead_sum += (wall - self.nominal(test)).max(0.0);
+        self.overhead_sum += (wall - self.nominal()).max(0.0);
     }
 
     fn left(&self) -> String {
