@@ -83,6 +83,33 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// How many sockets are in TIME_WAIT on a local port of the ephemeral range, and the size of
+/// that range (from /proc/net/tcp{,6} and ip_local_port_range).
+pub fn ephemeral_time_wait() -> Option<(usize, usize)> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = range.split_whitespace().map(|x| x.parse::<u32>());
+    let (lo, hi) = (it.next()?.ok()?, it.next()?.ok()?);
+    let mut tw = 0;
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(s) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for line in s.lines().skip(1) {
+            let mut cols = line.split_whitespace();
+            let local = cols.nth(1).unwrap_or_default();
+            let state = cols.nth(1).unwrap_or_default();
+            let port = local
+                .rsplit(':')
+                .next()
+                .and_then(|p| u32::from_str_radix(p, 16).ok());
+            if state == "06" && port.is_some_and(|p| (lo..=hi).contains(&p)) {
+                tw += 1;
+            }
+        }
+    }
+    Some((tw, (hi - lo + 1) as usize))
+}
+
 /// `git describe`-like revision of the workspace: short hash, `-dirty` when modified.
 pub fn git_revision(root: &Path) -> Option<String> {
     let out = Command::new("git")

@@ -149,18 +149,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
     let mut ctl = Control::new(&env);
     let mut smc_server: Option<PerfServer> = None;
 
-    let total_runs: usize = plans
-        .iter()
-        .flat_map(|s| &s.tables)
-        .map(|t| t.points.len() * t.variants.len() * cfg.reps)
-        .sum();
-    let mut progress = Progress::new(total_runs, &cfg);
+    let mut progress = Progress::new(&plans, &cfg);
     let mut suites = Vec::new();
     let mut totals = Totals::default();
     let mut before = ctl.stats().ok();
     for sp in &plans {
         let t0 = Instant::now();
         println!("\n== {} ==", sp.name);
+        let mut notes = Vec::new();
+        if sp.name == "crr"
+            && let Some((tw, range)) = machine::ephemeral_time_wait()
+            && tw * 4 >= range
+        {
+            let n = format!(
+                "{tw} of the {range} ephemeral ports are in TIME_WAIT before crr starts (other \
+                 programs' connections); SMC connects bind their port first and may fail with \
+                 EADDRINUSE"
+            );
+            eprintln!("bench: WARNING: {n}");
+            notes.push(n);
+        }
         let mut tables = Vec::new();
         for tp in &sp.tables {
             let mut points = Vec::new();
@@ -196,8 +204,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
                             }
                             (tcp_server.port, Applied::default())
                         };
-                        let r = run_client(&env, &cfg, tp.test, pp, v, port, rep);
-                        progress.ran(r.wall_s);
+                        let time = cfg.run_time(tp);
+                        let r = run_client(&env, &cfg, time, tp.test, pp, v, port, rep);
+                        progress.ran(r.wall_s, time + cfg.warmup);
                         totals.runs += 1;
                         let res = &mut results[vi];
                         if !applied.ok {
@@ -228,7 +237,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
                 );
                 points.push(point);
             }
-            let t = table_result(tp, points);
+            let t = table_result(tp, cfg.run_time(tp), points);
             print!("{}", report::table(&t, &tp.shown, cfg.reps));
             tables.push(t);
         }
@@ -274,6 +283,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
             tables,
             counters,
             counters_note,
+            notes,
             summary,
             wall_s: t0.elapsed().as_secs_f64(),
         });
@@ -346,6 +356,13 @@ struct Cfg {
     reps: usize,
     time: f64,
     warmup: f64,
+}
+
+impl Cfg {
+    /// Measured seconds of one run of table `t`.
+    fn run_time(&self, t: &TablePlan) -> f64 {
+        t.max_time.map_or(self.time, |m| self.time.min(m))
+    }
 }
 
 #[derive(Debug)]
@@ -614,9 +631,11 @@ fn run_captured(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Captured
 }
 
 /// One `smc-perf client` run.
+#[allow(clippy::too_many_arguments)]
 fn run_client(
     env: &Env,
     cfg: &Cfg,
+    time: f64,
     test: Test,
     p: &PointPlan,
     v: &Variant,
@@ -628,7 +647,7 @@ fn run_client(
         .arg(format!("127.0.0.1:{port}"))
         .args(["--test", test.arg()])
         .args(["--msg-size", &p.msg_size.to_string()])
-        .args(["--time", &cfg.time.to_string()])
+        .args(["--time", &time.to_string()])
         .args(["--warmup", &cfg.warmup.to_string()])
         .env("SMCD_SOCKET", &env.sock);
     if !v.smc {
@@ -641,7 +660,7 @@ fn run_client(
         cmd.args(["--pin", &c.to_string()]);
     }
     let t0 = Instant::now();
-    let timeout = Duration::from_secs_f64(cfg.warmup + cfg.time + 60.0);
+    let timeout = Duration::from_secs_f64(cfg.warmup + time + 60.0);
     let mut r = RepResult {
         rep,
         ok: false,
@@ -689,11 +708,20 @@ fn run_client(
         r.metrics.insert("smc_share".into(), share);
     }
     r.fallback = v.smc && test != Test::Crr && json["transport"].as_str() != Some("smcd");
-    r.ok = r.errors == 0 && !r.fallback && cap.status.is_some_and(|s| s.success());
+    // A run that measured nothing (no message or connection in the window) is no result.
+    let rate = match test {
+        Test::Bw => "mbps",
+        Test::Lat => "msgs_per_s",
+        Test::Crr => "conns_per_s",
+    };
+    let measured = r.metrics.get(rate).is_some_and(|&x| x > 0.0)
+        || json[rate].as_f64().is_some_and(|x| x > 0.0);
+    r.ok = r.errors == 0 && !r.fallback && measured && cap.status.is_some_and(|s| s.success());
     if !r.ok {
         r.error = Some(format!(
-            "errors={} mode={mode}; stderr: {}",
+            "errors={} mode={mode}{}; stderr: {}",
             r.errors,
+            if measured { "" } else { ", nothing measured" },
             last_lines(&cap.stderr, 5)
         ));
     }
@@ -863,31 +891,33 @@ impl Control {
 
 struct Progress {
     left_runs: usize,
+    /// Measured plus warm-up seconds of the runs still to come.
+    left_nominal: f64,
     overhead_sum: f64,
     done: usize,
-    cfg_time: f64,
-    cfg_warmup: f64,
 }
 
 impl Progress {
-    fn new(total: usize, cfg: &Cfg) -> Progress {
+    fn new(plans: &[plan::SuitePlan], cfg: &Cfg) -> Progress {
+        let (mut runs, mut nominal) = (0, 0.0);
+        for t in plans.iter().flat_map(|s| &s.tables) {
+            let n = t.points.len() * t.variants.len() * cfg.reps;
+            runs += n;
+            nominal += n as f64 * (cfg.run_time(t) + cfg.warmup);
+        }
         Progress {
-            left_runs: total,
+            left_runs: runs,
+            left_nominal: nominal,
             overhead_sum: 0.0,
             done: 0,
-            cfg_time: cfg.time,
-            cfg_warmup: cfg.warmup,
         }
     }
 
-    fn nominal(&self) -> f64 {
-        self.cfg_time + self.cfg_warmup
-    }
-
-    fn ran(&mut self, wall: f64) {
+    fn ran(&mut self, wall: f64, nominal: f64) {
         self.left_runs = self.left_runs.saturating_sub(1);
+        self.left_nominal = (self.left_nominal - nominal).max(0.0);
         self.done += 1;
-        self.overhead_sum += (wall - self.nominal()).max(0.0);
+        self.overhead_sum += (wall - nominal).max(0.0);
     }
 
     fn left(&self) -> String {
@@ -896,8 +926,7 @@ impl Progress {
         } else {
             self.overhead_sum / self.done as f64
         };
-        let per_run = self.cfg_time + self.cfg_warmup + overhead;
-        let secs = (self.left_runs as f64 * per_run).round() as u64;
+        let secs = (self.left_nominal + self.left_runs as f64 * overhead).round() as u64;
         if secs >= 60 {
             format!("~{}m{:02}s", secs / 60, secs % 60)
         } else {
@@ -942,9 +971,10 @@ fn point_line(tp: &TablePlan, p: &PointResult) -> String {
     format!("{}: {} {}{ratio}", p.label, vals.join(" · "), plan::unit(m))
 }
 
-fn table_result(tp: &TablePlan, points: Vec<PointResult>) -> TableResult {
+fn table_result(tp: &TablePlan, time_s: f64, points: Vec<PointResult>) -> TableResult {
     TableResult {
         id: tp.id.clone(),
+        time_s,
         title: tp.title.clone(),
         mirrors: tp.mirrors.clone(),
         test: tp.test,
@@ -984,7 +1014,11 @@ fn finish_totals(t: &mut Totals, suites: &[SuiteResult]) {
                 t.complete &= has_tcp && every_smc;
                 for r in &p.results {
                     t.data_errors += r.errors;
-                    t.failed_runs += r.reps.iter().filter(|x| x.report.is_none()).count();
+                    t.failed_runs += r
+                        .reps
+                        .iter()
+                        .filter(|x| !x.ok && x.errors == 0 && !x.fallback)
+                        .count();
                     t.fallback_runs += r.reps.iter().filter(|x| x.fallback).count();
                     t.settings_not_applied += usize::from(!r.settings_applied);
                 }

@@ -132,6 +132,10 @@ pub struct TablePlan {
     /// middle one the feature off.
     pub variants: Vec<Variant>,
     pub points: Vec<PointPlan>,
+    /// Cap on the measured seconds of a run (crr: every SMC connection leaves its client port
+    /// in TIME_WAIT for 60 s, and the engine binds its port before connecting, which cannot
+    /// reuse such ports; longer crr runs would exhaust the ephemeral range).
+    pub max_time: Option<f64>,
 }
 
 /// One point of a table.
@@ -150,7 +154,8 @@ pub struct SuitePlan {
 }
 
 /// Suite names in run order.
-pub const SUITES: [&str; 5] = ["bw", "lat", "pp", "crr", "ablation"];
+/// crr runs last: it is the suite that uses up ports (see `max_time`).
+pub const SUITES: [&str; 5] = ["bw", "lat", "pp", "ablation", "crr"];
 
 const KIB: usize = 1024;
 
@@ -194,6 +199,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                 vec![1, 64, KIB, 16 * KIB, 64 * KIB],
                 vec![64, 64 * KIB],
             )),
+            max_time: None,
         }],
         "lat" => vec![TablePlan {
             id: "lat/pingpong".into(),
@@ -210,6 +216,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                 vec![1, 64, KIB, 16 * KIB, 64 * KIB],
                 vec![64, 64 * KIB],
             )),
+            max_time: None,
         }],
         "pp" => {
             let buf = [("wmem", 512 * KIB as u64), ("rmem", 512 * KIB as u64)];
@@ -234,6 +241,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                     vec![128 * KIB, 1024 * KIB],
                     vec![256 * KIB],
                 )),
+                max_time: None,
             }]
         }
         "crr" => vec![TablePlan {
@@ -257,6 +265,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                     concurrency: Some(c),
                 })
                 .collect(),
+            max_time: Some(0.5),
         }],
         "ablation" => vec![
             TablePlan {
@@ -274,6 +283,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                     smc("smc-cork-on", "SMC cork on", "on", &[("autocorking_size", 65536)]),
                 ],
                 points: sizes(pick(depth, doubling(1, 256), vec![1, 16, 256], vec![16])),
+                max_time: None,
             },
             TablePlan {
                 id: "ablation/wnd".into(),
@@ -296,6 +306,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                     vec![2 * KIB, 8 * KIB],
                     vec![4 * KIB],
                 )),
+                max_time: None,
             },
             TablePlan {
                 id: "ablation/tx_chunk-bw".into(),
@@ -316,6 +327,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                     vec![64 * KIB],
                     vec![64 * KIB],
                 )),
+                max_time: None,
             },
             TablePlan {
                 id: "ablation/tx_chunk-lat".into(),
@@ -336,6 +348,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                     vec![256 * KIB],
                     vec![256 * KIB],
                 )),
+                max_time: None,
             },
         ],
         _ => return None,

@@ -49,7 +49,7 @@ pub struct Totals {
     pub complete: bool,
     /// Data errors reported by smc-perf (wrong bytes, short streams, failed connections).
     pub data_errors: u64,
-    /// Runs that produced no result (crash, timeout).
+    /// Runs that produced no result (crash, timeout, nothing measured) without data errors.
     pub failed_runs: usize,
     /// SMC runs of bw/lat that ran over TCP fallback instead of SMC-D.
     pub fallback_runs: usize,
@@ -66,6 +66,9 @@ pub struct SuiteResult {
     pub counters: Option<BTreeMap<String, f64>>,
     /// Why the counters are missing.
     pub counters_note: Option<String>,
+    /// Conditions that may explain failures (e.g. ports in TIME_WAIT).
+    #[serde(default)]
+    pub notes: Vec<String>,
     pub summary: Vec<String>,
     pub wall_s: f64,
 }
@@ -74,6 +77,9 @@ pub struct SuiteResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TableResult {
     pub id: String,
+    /// Measured seconds per run.
+    #[serde(default)]
+    pub time_s: f64,
     pub title: String,
     pub mirrors: String,
     pub test: Test,
@@ -616,6 +622,7 @@ mod tests {
     fn table_with(points: &[(usize, f64, f64)]) -> TableResult {
         TableResult {
             id: "bw/stream".into(),
+            time_s: 0.5,
             title: "bw".into(),
             mirrors: "qperf".into(),
             test: Test::Bw,
