@@ -63,7 +63,7 @@ fn main() -> std::io::Result<()> {
     const LISTENER: u64 = u64::MAX;
     epoll::add(
         &ep,
-        listener.readiness_fd(),
+        listener.readiness_fd()?,
         epoll::EventData::new_u64(LISTENER),
         epoll::EventFlags::IN,
     )?;

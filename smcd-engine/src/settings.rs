@@ -59,6 +59,15 @@ impl Settings {
         use smc_proto::clc::{SMCD_MAX_BUFSIZE_CODE, compress_bufsize, uncompress_bufsize};
         uncompress_bufsize(compress_bufsize(self.rmem as usize, SMCD_MAX_BUFSIZE_CODE))
     }
+
+    /// The send buffer size: `wmem` through the same sizes. With DMB no-copy the bytes are
+    /// written straight into the peer's DMB, so this is not memory of its own: it bounds how
+    /// many bytes a connection may have written and not yet seen consumed (the amount the
+    /// kernel's send buffer holds), whichever of it and the peer's ring is smaller.
+    pub fn sndbuf_len(&self) -> usize {
+        use smc_proto::clc::{SMCD_MAX_BUFSIZE_CODE, compress_bufsize, uncompress_bufsize};
+        uncompress_bufsize(compress_bufsize(self.wmem as usize, SMCD_MAX_BUFSIZE_CODE))
+    }
 }
 
 /// How a knob's value is held.
@@ -130,7 +139,7 @@ pub const KNOBS: &[Knob] = &[
         min: 16384,
         max: INT_MAX_HALF,
         default: 65536,
-        description: "initial send buffer size; with the loopback device the send buffer is the peer's DMB",
+        description: "send buffer size: bounds the bytes written and not yet consumed (with DMB no-copy they sit in the peer's DMB)",
         kernel: true,
     },
     Knob {

@@ -51,8 +51,8 @@ fn bulk_transfer_both_directions_byte_exact() {
     assert_eq!(server.expect("RECEIVED"), TOTAL.to_string());
     assert!(server.wait(Duration::from_secs(30)).success());
     let c = s.smc_conn().unwrap();
-    let rx = c.stats.rx_bytes.load(std::sync::atomic::Ordering::Relaxed);
-    let tx = c.stats.tx_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    use smcd_engine::layout::status::Cnt;
+    let (rx, tx) = (c.slot.counter(Cnt::RxBytes), c.slot.counter(Cnt::TxBytes));
     assert_eq!((rx, tx), (TOTAL, TOTAL), "per-connection counters");
 }
 

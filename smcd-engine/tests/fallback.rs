@@ -104,7 +104,7 @@ fn fake_server(
     let dev = LoopbackDevice::open(&smcd.socket).unwrap();
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = tcp.local_addr().unwrap();
-    let (chan, _) = dev.listen(addr, 16, false).unwrap();
+    let (chan, _) = dev.listen(addr, 16, false, None).unwrap();
     let h = std::thread::spawn(move || {
         let _registration = (chan, dev);
         let (mut s, _) = tcp.accept().unwrap();

@@ -3,7 +3,7 @@
 
 use super::stream::SmcStream;
 use crate::driver::engine::Engine;
-use crate::driver::listener::ListenerCore;
+use crate::driver::listener::{ListenOptions, ListenerCore};
 use rustix::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -36,9 +36,27 @@ impl SmcListener {
         addr: A,
         backlog: u32,
     ) -> io::Result<SmcListener> {
+        Self::bind_with_options(
+            engine,
+            addr,
+            ListenOptions {
+                backlog,
+                limit_hs: None,
+            },
+        )
+    }
+
+    /// Binds and listens with explicit options: the backlog, and handshake limitation for this
+    /// listener (the kernel's `setsockopt(SOL_SMC, SMC_LIMIT_HS)` before `listen()`; by
+    /// default the namespace's `limit_smc_hs` at the time of listening).
+    pub fn bind_with_options<A: ToSocketAddrs>(
+        engine: &Arc<Engine>,
+        addr: A,
+        opts: ListenOptions,
+    ) -> io::Result<SmcListener> {
         let mut last = None;
         for a in addr.to_socket_addrs()? {
-            match Self::bind_one(engine, a, backlog) {
+            match Self::bind_one(engine, a, opts) {
                 Ok(l) => return Ok(l),
                 Err(e) => last = Some(e),
             }
@@ -51,7 +69,12 @@ impl SmcListener {
         }))
     }
 
-    fn bind_one(engine: &Arc<Engine>, addr: SocketAddr, backlog: u32) -> io::Result<SmcListener> {
+    fn bind_one(
+        engine: &Arc<Engine>,
+        addr: SocketAddr,
+        opts: ListenOptions,
+    ) -> io::Result<SmcListener> {
+        let backlog = opts.backlog.max(1);
         use rustix::net::{AddressFamily, SocketFlags, SocketType};
         let fam = if addr.is_ipv4() {
             AddressFamily::INET
@@ -64,7 +87,7 @@ impl SmcListener {
         rustix::net::listen(&sock, backlog.clamp(1, i32::MAX as u32) as i32)?;
         let tcp = TcpListener::from(sock);
         Ok(SmcListener {
-            core: ListenerCore::start(Arc::clone(engine), tcp, backlog as usize)?,
+            core: ListenerCore::start(Arc::clone(engine), tcp, opts)?,
         })
     }
 
@@ -89,9 +112,15 @@ impl SmcListener {
         Ok(())
     }
 
-    /// Readable while a connection is ready to be accepted.
-    pub fn readiness_fd(&self) -> BorrowedFd<'_> {
-        self.core.ready_fd()
+    /// A descriptor `poll`/`epoll` can wait on: readable when [`SmcListener::accept`] has
+    /// something (a new TCP connection, or a finished handshake).
+    pub fn readiness_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        self.core.readiness_fd()
+    }
+
+    /// Whether handshake limitation is on for this listener.
+    pub fn limit_hs(&self) -> bool {
+        self.core.hs_limit()
     }
 
     /// Handshakes queued or running (for tests and diagnostics).
@@ -101,8 +130,9 @@ impl SmcListener {
 }
 
 impl AsRawFd for SmcListener {
+    /// The readiness descriptor; `-1` if it cannot be created.
     fn as_raw_fd(&self) -> RawFd {
-        self.core.ready_fd().as_raw_fd()
+        self.core.readiness_fd().map_or(-1, |fd| fd.as_raw_fd())
     }
 }
 

@@ -8,6 +8,7 @@ use crate::driver::connect;
 use crate::driver::engine::Engine;
 use crate::driver::handshake::{Fallback, Outcome};
 use crate::driver::lgr::LinkGroup;
+use crate::layout::status::{ConnIdentity, ConnSlot};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use smc_proto::clc::ReasonCode;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
@@ -73,6 +74,7 @@ enum Kind {
     Tcp {
         sock: TcpStream,
         fallback: Fallback,
+        _slot: ConnSlot,
     },
 }
 
@@ -123,7 +125,7 @@ impl SmcStream {
         let mut last = None;
         for a in addr.to_socket_addrs()? {
             match connect::connect(engine, a, None) {
-                Ok(o) => return Ok(Self::from_outcome(engine, o)),
+                Ok(o) => return Ok(Self::from_outcome(engine, o, false)),
                 Err(e) => last = Some(e),
             }
         }
@@ -146,13 +148,31 @@ impl SmcStream {
         addr: &SocketAddr,
         timeout: Duration,
     ) -> io::Result<SmcStream> {
-        connect::connect(engine, *addr, Some(timeout)).map(|o| Self::from_outcome(engine, o))
+        connect::connect(engine, *addr, Some(timeout)).map(|o| Self::from_outcome(engine, o, false))
     }
 
-    pub(crate) fn from_outcome(engine: &Arc<Engine>, o: Outcome) -> SmcStream {
+    pub(crate) fn from_outcome(engine: &Arc<Engine>, o: Outcome, server: bool) -> SmcStream {
         let kind = match o {
             Outcome::Smc { conn, lgr } => Kind::Smc { conn, lgr },
-            Outcome::Tcp(sock, fallback) => Kind::Tcp { sock, fallback },
+            Outcome::Tcp(sock, fallback) => {
+                // A fallback socket shows in socket dumps with its reasons (smcss "TCP 0x...").
+                let slot = engine.status().conn_slot();
+                slot.publish(&ConnIdentity {
+                    state: crate::core::close::SmcState::Active as u8,
+                    mode: 1,
+                    role: u8::from(server),
+                    fallback: (fallback.local.0, fallback.peer.0),
+                    local: sock.local_addr().ok(),
+                    peer: sock.peer_addr().ok(),
+                    inode: rustix::fs::fstat(&sock).map_or(0, |s| s.st_ino),
+                    ..ConnIdentity::default()
+                });
+                Kind::Tcp {
+                    sock,
+                    fallback,
+                    _slot: slot,
+                }
+            }
         };
         SmcStream {
             inner: Arc::new(Inner {

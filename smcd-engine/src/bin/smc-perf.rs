@@ -1,9 +1,9 @@
 //! `smc-perf`: a qperf/sockperf-like load generator for SMC and TCP.
 //!
 //! ```text
-//! smc-perf server [--port P] [--bind ADDR] [--tcp] [--pin CPU]
+//! smc-perf server [--port P] [--bind ADDR] [--tcp] [--pin CPU] [--limit-hs BOOL] [--no-stats]
 //! smc-perf client HOST:PORT --test bw|lat|crr --msg-size N --time SECONDS [--tcp]
-//!                 [--concurrency C] [--pin CPU] [--warmup SECONDS]
+//!                 [--concurrency C] [--pin CPU] [--warmup SECONDS] [--no-stats]
 //! ```
 //!
 //! The client prints one JSON object per run. Every byte received is checked against the
@@ -55,6 +55,13 @@ enum Cmd {
         /// Pin the server's threads to this CPU.
         #[arg(long)]
         pin: Option<usize>,
+        /// Handshake limitation for this listener: on, off, or (unset) the namespace's
+        /// limit_smc_hs.
+        #[arg(long)]
+        limit_hs: Option<bool>,
+        /// Do not count in the data path (to measure what counting costs).
+        #[arg(long)]
+        no_stats: bool,
     },
     /// Run one test against a server.
     Client {
@@ -81,6 +88,10 @@ enum Cmd {
         /// Pin the client's threads to this CPU.
         #[arg(long)]
         pin: Option<usize>,
+        /// Do not count in the data path (to measure what counting costs; the server needs
+        /// it too).
+        #[arg(long)]
+        no_stats: bool,
     },
 }
 
@@ -305,7 +316,13 @@ fn tcp_listener(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
     Ok(TcpListener::from(sock))
 }
 
-fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Result<()> {
+fn server(
+    port: u16,
+    bind: &str,
+    tcp: bool,
+    cpu: Option<usize>,
+    limit_hs: Option<bool>,
+) -> anyhow::Result<()> {
     pin(cpu);
     let addr: SocketAddr = format!("{bind}:{port}")
         .parse()
@@ -317,10 +334,13 @@ fn server(port: u16, bind: &str, tcp: bool, cpu: Option<usize>) -> anyhow::Resul
     let l = Arc::new(if tcp {
         L::Tcp(tcp_listener(addr, BACKLOG)?)
     } else {
-        L::Smc(SmcListener::bind_with_backlog(
+        L::Smc(SmcListener::bind_with_options(
             smcd_engine::Engine::global(),
             addr,
-            BACKLOG,
+            smcd_engine::driver::listener::ListenOptions {
+                backlog: BACKLOG,
+                limit_hs,
+            },
         )?)
     });
     let bound = match &*l {
@@ -628,7 +648,12 @@ fn main() -> anyhow::Result<()> {
             bind,
             tcp,
             pin: cpu,
-        } => server(port, &bind, tcp, cpu),
+            limit_hs,
+            no_stats,
+        } => {
+            smcd_engine::layout::status::set_counting(!no_stats);
+            server(port, &bind, tcp, cpu, limit_hs)
+        }
         Cmd::Client {
             target,
             test,
@@ -638,7 +663,9 @@ fn main() -> anyhow::Result<()> {
             tcp,
             concurrency,
             pin: cpu,
+            no_stats,
         } => {
+            smcd_engine::layout::status::set_counting(!no_stats);
             if msg_size == 0 || msg_size > MAX_MSG {
                 bail!("--msg-size must be 1..={MAX_MSG}");
             }

@@ -92,6 +92,7 @@ impl Listener {
 #[derive(Debug)]
 struct Intent {
     listener: u32,
+    client: SocketAddr,
 }
 
 /// Per-client state the device handler needs.
@@ -152,6 +153,8 @@ pub struct DeviceState {
     listeners: HashMap<u32, Listener>,
     next_listener_id: u32,
     intents: HashMap<u64, Intent>,
+    /// Pending intents by (listener, client address): two may never be pending at once.
+    pending: HashMap<(u32, SocketAddr), u64>,
     next_intent: u64,
     table: ListenerTable,
     table_fd: OwnedFd,
@@ -184,6 +187,7 @@ impl DeviceState {
             listeners: HashMap::new(),
             next_listener_id: 1,
             intents: HashMap::new(),
+            pending: HashMap::new(),
             next_intent: 1,
             table,
             table_fd,
@@ -332,6 +336,13 @@ impl DeviceState {
                     return out;
                 }
                 let (lid, lclient, lsession) = (l.id, l.client, l.session);
+                let key = (lid, canonical_addr(local));
+                if self.pending.contains_key(&key) {
+                    // Another engine announced the same source address to this listener and
+                    // has not connected yet: the client must pick another port.
+                    out.reply = Some(Err(errno(rustix::io::Errno::ADDRINUSE)));
+                    return out;
+                }
                 let intent = self.next_intent;
                 self.next_intent += 1;
                 out.notes.push(Notification {
@@ -345,13 +356,21 @@ impl DeviceState {
                         ],
                     ),
                 });
-                self.intents.insert(intent, Intent { listener: lid });
+                self.intents.insert(
+                    intent,
+                    Intent {
+                        listener: lid,
+                        client: key.1,
+                    },
+                );
+                self.pending.insert(key, intent);
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.intents.push_back(intent);
                     if s.intents.len() > INTENTS_PER_SESSION
                         && let Some(old) = s.intents.pop_front()
+                        && let Some(i) = self.intents.remove(&old)
                     {
-                        self.intents.remove(&old);
+                        self.pending.remove(&(i.listener, i.client));
                     }
                 }
                 out.reply = reply(
@@ -561,6 +580,7 @@ impl DeviceState {
 
     fn finish_intent(&mut self, id: u64, ok: bool) -> Option<Notification> {
         let intent = self.intents.remove(&id)?;
+        self.pending.remove(&(intent.listener, intent.client));
         if ok {
             return None;
         }
@@ -574,8 +594,10 @@ impl DeviceState {
     /// A notification could not be delivered (the listener does not keep up): forget the
     /// intent it announced.
     pub fn undeliverable(&mut self, msg: &LoopbackMessage) {
-        if let (LoopbackCmd::Intent, Some(id)) = (msg.cmd, msg.intent_id()) {
-            self.intents.remove(&id);
+        if let (LoopbackCmd::Intent, Some(id)) = (msg.cmd, msg.intent_id())
+            && let Some(i) = self.intents.remove(&id)
+        {
+            self.pending.remove(&(i.listener, i.client));
         }
     }
 
@@ -599,6 +621,7 @@ impl DeviceState {
                 self.table.remove(id, l.addr.port(), !l.in_table);
             }
             self.intents.retain(|_, i| i.listener != id);
+            self.pending.retain(|k, _| k.0 != id);
         }
         let Some(key) = ctx.session else {
             return (notes, None);
@@ -624,6 +647,10 @@ impl DeviceState {
         }
         (notes, Some(s))
     }
+}
+
+fn canonical_addr(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(canonical(a.ip()), a.port())
 }
 
 /// IPv4-mapped IPv6 addresses compare as IPv4.

@@ -8,10 +8,15 @@
 use super::shm::{DmbMap, random_u64};
 use super::{Dmb, Doorbell, Gid, SmcdDevice};
 use crate::driver::channel::Channel;
+use crate::layout::status::StatusArea;
+use crate::layout::{ListenerPage, ListenerTable, SysctlPage};
+use rustix::fd::{AsFd, OwnedFd};
 use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage, Verdict};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 /// Version of the device protocol this engine speaks.
@@ -32,6 +37,8 @@ pub struct Hello {
     pub hostname: String,
     /// The device CHID.
     pub chid: u16,
+    /// The namespace smcd sees this engine in.
+    pub netns: u64,
 }
 
 /// What `smcd` answered to a connect intent.
@@ -55,6 +62,13 @@ pub struct LoopbackDevice {
     netns: u64,
     hello: Hello,
     pool: Mutex<Vec<Channel>>,
+    /// This engine's status area (smcd reads it).
+    pub status: Arc<StatusArea>,
+    /// The namespace's knobs, as smcd publishes them.
+    pub sysctl: Option<SysctlPage>,
+    /// Where the host's SMC listeners are.
+    pub table: Option<ListenerTable>,
+    listener_pages: Mutex<HashMap<u32, Arc<ListenerPage>>>,
 }
 
 /// The inode of this thread's network namespace (0 if unknown).
@@ -78,18 +92,32 @@ impl LoopbackDevice {
         let session_key = random_u64();
         let netns = current_netns();
         let mut ch = Channel::connect(path)?;
-        let hello = Self::hello(&mut ch, session_key, netns)?;
+        let (status, status_fd) = StatusArea::shared()?;
+        let (hello, mut fds) = Self::hello(&mut ch, session_key, netns, Some(status_fd.as_fd()))?;
+        // Reply descriptors: the namespace's sysctl page, then the listener table.
+        let table = fds.pop().and_then(|fd| ListenerTable::open(&fd).ok());
+        let sysctl = fds.pop().and_then(|fd| SysctlPage::open(&fd).ok());
         Ok(Self {
             path: path.to_owned(),
             session_key,
             netns,
             hello,
             pool: Mutex::new(vec![ch]),
+            status,
+            sysctl,
+            table,
+            listener_pages: Mutex::new(HashMap::new()),
         })
     }
 
-    fn hello(ch: &mut Channel, session_key: u64, netns: u64) -> io::Result<Hello> {
-        let (r, _) = ch.request(
+    fn hello(
+        ch: &mut Channel,
+        session_key: u64,
+        netns: u64,
+        status: Option<rustix::fd::BorrowedFd<'_>>,
+    ) -> io::Result<(Hello, Vec<OwnedFd>)> {
+        let fds: Vec<_> = status.into_iter().collect();
+        let (r, got) = ch.request(
             LoopbackMessage::new(
                 LoopbackCmd::Hello,
                 vec![
@@ -99,15 +127,19 @@ impl LoopbackDevice {
                     LoopbackAttr::Netns(netns),
                 ],
             ),
-            &[],
+            &fds,
         )?;
-        Ok(Hello {
-            gid: r.gid().ok_or_else(|| missing(&r, "GID"))?,
-            engine_id: r.engine_id().unwrap_or(0),
-            seid: r.seid().unwrap_or_default(),
-            hostname: r.hostname().unwrap_or_default(),
-            chid: r.chid().unwrap_or(super::LOOPBACK_CHID),
-        })
+        Ok((
+            Hello {
+                gid: r.gid().ok_or_else(|| missing(&r, "GID"))?,
+                engine_id: r.engine_id().unwrap_or(0),
+                seid: r.seid().unwrap_or_default(),
+                hostname: r.hostname().unwrap_or_default(),
+                chid: r.chid().unwrap_or(super::LOOPBACK_CHID),
+                netns: r.netns().unwrap_or(netns),
+            },
+            got,
+        ))
     }
 
     /// What `smcd` said at registration.
@@ -127,7 +159,7 @@ impl LoopbackDevice {
             Some(ch) => ch,
             None => {
                 let mut ch = Channel::connect(&self.path)?;
-                let h = Self::hello(&mut ch, self.session_key, self.netns)?;
+                let (h, _) = Self::hello(&mut ch, self.session_key, self.netns, None)?;
                 if h.gid != self.hello.gid {
                     return Err(io::Error::other("smcd restarted: engine identity changed"));
                 }
@@ -196,9 +228,11 @@ impl LoopbackDevice {
         addr: SocketAddr,
         backlog: u32,
         hs_limit: bool,
+        page: Option<rustix::fd::BorrowedFd<'_>>,
     ) -> io::Result<(Channel, u32)> {
         let mut ch = Channel::connect(&self.path)?;
-        Self::hello(&mut ch, self.session_key, self.netns)?;
+        Self::hello(&mut ch, self.session_key, self.netns, None)?;
+        let fds: Vec<_> = page.into_iter().collect();
         let (r, _) = ch.request(
             LoopbackMessage::new(
                 LoopbackCmd::Listen,
@@ -208,10 +242,50 @@ impl LoopbackDevice {
                     LoopbackAttr::HsLimit(hs_limit),
                 ],
             ),
-            &[],
+            &fds,
         )?;
         let id = r.listener_id().ok_or_else(|| missing(&r, "listener id"))?;
         Ok((ch, id))
+    }
+
+    /// The congestion page of listener `id` (asked for once, then kept).
+    pub fn listener_page(&self, id: u32) -> io::Result<Arc<ListenerPage>> {
+        if let Some(p) = self
+            .listener_pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+        {
+            return Ok(Arc::clone(p));
+        }
+        let page = self.with_channel(|ch| {
+            let (_, mut fds) = ch.request(
+                LoopbackMessage::new(
+                    LoopbackCmd::ListenerPage,
+                    vec![LoopbackAttr::ListenerId(id)],
+                ),
+                &[],
+            )?;
+            let fd = fds
+                .pop()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no listener page"))?;
+            ListenerPage::open(&fd)
+        })?;
+        let page = Arc::new(page);
+        let mut cache = self
+            .listener_pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if cache.len() > 4096 {
+            cache.clear();
+        }
+        cache.insert(id, Arc::clone(&page));
+        Ok(page)
+    }
+
+    /// The namespace smcd sees this engine in.
+    pub fn netns(&self) -> u64 {
+        self.hello.netns
     }
 
     fn dmb_from_reply(

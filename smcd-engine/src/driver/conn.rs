@@ -31,7 +31,7 @@ use crate::core::close::{AbortKind, CloseActions, CloseMachine, ConnFlags, SmcSt
 use crate::core::cursor;
 use crate::core::window::{self, ConsumerView, WndUpdateRule};
 use crate::device::{Dir, Dmb, WAIT_EVENTFD, WAIT_FUTEX};
-use crate::driver::stats::ConnStats;
+use crate::layout::status::{self as st, ConnSlot, Curs};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use smc_proto::cdc::{ConnStateFlags, ProducerFlags, SmcdCursorWord};
@@ -62,6 +62,8 @@ pub struct ConnParams {
     /// Publish the producer cursor at least every this many bytes of a long write (0: only
     /// where the kernel would: autosplit cuts, a full ring, the end of the write).
     pub tx_chunk: usize,
+    /// The send buffer size (`wmem`): bytes written and not yet consumed by the peer.
+    pub sndbuf: usize,
 }
 
 /// What the connection is, for `smcss`-like reports.
@@ -142,8 +144,10 @@ pub struct SmcConn {
     params: ConnParams,
     /// Identity and sizes.
     pub info: SmcdInfo,
-    /// Counters.
-    pub stats: ConnStats,
+    /// This connection's slot in the engine's status area: counters, cursors, state.
+    pub slot: ConnSlot,
+    /// Whether the peer's ring was last seen full (to count the event once).
+    rx_full: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -190,6 +194,7 @@ impl SmcConn {
         peer: Arc<Dmb>,
         params: ConnParams,
         info: SmcdInfo,
+        slot: ConnSlot,
     ) -> Self {
         let _ = clcsock.set_nodelay(true);
         Self {
@@ -229,7 +234,8 @@ impl SmcConn {
             readiness: OnceLock::new(),
             params,
             info,
-            stats: ConnStats::default(),
+            slot,
+            rx_full: AtomicBool::new(false),
         }
     }
 
@@ -239,6 +245,12 @@ impl SmcConn {
 
     fn tx_ring(&self) -> usize {
         self.peer.map.ring_len()
+    }
+
+    /// How many bytes may be written and unconsumed at once: the peer's ring, or less when the
+    /// send buffer (`wmem`) is smaller.
+    fn tx_window(&self) -> u64 {
+        self.tx_ring().min(self.params.sndbuf.max(1)) as u64
     }
 
     /// The TCP connection underneath.
@@ -271,6 +283,7 @@ impl SmcConn {
         let word = cursor::cons_word(out.confirmed, self.rx_ring(), out.pflags, out.cflags);
         // Release: the reader may use the space we confirm; everything we read before is done.
         self.peer.map.cons_word().store(word, Ordering::Release);
+        self.slot.set_cursor(Curs::TxCons, out.confirmed);
         *out
     }
 
@@ -284,6 +297,9 @@ impl SmcConn {
         self.peer.map.prod_word().store(word, Ordering::Release);
         tx.published = tx.produced;
         self.peer.notify(Dir::Rx);
+        // With the loopback device a published byte is also sent and finished at once: the
+        // reader of the slot takes tx_sent and tx_fin from tx_prod.
+        self.slot.set_cursor(Curs::TxProd, tx.published);
     }
 
     // ----------------------------------------------------------------------------------
@@ -320,6 +336,12 @@ impl SmcConn {
                 Ok(p) => {
                     rx.produced = p;
                     rx.last_prod_word = pw;
+                    self.slot.set_cursor(Curs::RxProd, p);
+                    // SMC_STAT_RMB_RX_FULL: the peer filled our buffer.
+                    let full = p - rx.consumed == ring as u64;
+                    if full != self.rx_full.swap(full, Ordering::Relaxed) && full {
+                        self.slot.total(st::T_RX_RMB + st::RMB_FULL, 1);
+                    }
                 }
                 Err(e) => return Err(self.violation(&format!("producer cursor: {e}"))),
             }
@@ -338,6 +360,7 @@ impl SmcConn {
             Ok(p) => {
                 tx.peer_consumed = p;
                 tx.last_cons_word = cw;
+                self.slot.set_cursor(Curs::RxCons, p);
             }
             Err(e) => return Err(self.violation(&format!("consumer cursor: {e}"))),
         }
@@ -381,8 +404,13 @@ impl SmcConn {
 
     /// Carries out what the close machine asked for.
     fn apply(&self, acts: CloseActions) {
-        let can_send = lock(&self.close).can_send();
+        let (can_send, state, shut) = {
+            let c = lock(&self.close);
+            let shut = u8::from(c.rcv_shutdown()) | u8::from(c.sent().any()) << 1;
+            (c.can_send(), c.state(), shut)
+        };
         self.send_ok.store(can_send, Ordering::Release);
+        self.slot.set_state(state as u8, shut);
         if let Some(flags) = acts.send {
             self.publish_out(|o| o.cflags = to_cstate(flags));
             self.peer.notify(Dir::Rx);
@@ -531,7 +559,7 @@ impl SmcConn {
                     done += k;
                     self.consumer_update(&mut rx, false);
                 }
-                self.stats.rx(n);
+                self.slot.rx(buf.len(), n);
                 return Ok(n);
             }
             if rx.read_shutdown {
@@ -629,12 +657,18 @@ impl SmcConn {
         }
         let deadline = self.deadline(&self.write_timeout);
         let ring = self.tx_ring() as u64;
+        let window = self.tx_window();
+        if buf.len() as u64 > window {
+            // SMC_STAT_RMB_TX_SIZE_SMALL / _PEER_SIZE_SMALL: the send buffer is the peer's ring.
+            self.slot.total(st::T_TX_RMB + st::RMB_SIZE_SM, 1);
+            self.slot.total(st::T_TX_RMB + st::RMB_SIZE_SM_PEER, 1);
+        }
         let mut written = 0usize;
         while written < buf.len() {
-            let mut free = ring - (tx.produced - tx.peer_consumed);
+            let mut free = window.saturating_sub(tx.produced - tx.peer_consumed);
             if free == 0 {
                 self.tx_refresh(&mut tx)?;
-                free = ring - (tx.produced - tx.peer_consumed);
+                free = window.saturating_sub(tx.produced - tx.peer_consumed);
             }
             if free > 0 {
                 let want = (buf.len() - written).min(free as usize);
@@ -655,6 +689,8 @@ impl SmcConn {
             }
             // The peer's ring is full: everything written must be visible before we wait.
             self.publish_prod(&mut tx);
+            self.slot.total(st::T_TX_RMB + st::RMB_FULL, 1);
+            self.slot.total(st::T_TX_RMB + st::RMB_FULL_PEER, 1);
             if let Err(e) = self.check_send() {
                 return if written > 0 { Ok(written) } else { Err(e) };
             }
@@ -665,7 +701,7 @@ impl SmcConn {
                 self.set_write_blocked(&mut tx, true);
                 self.arm_doorbell(Dir::Tx);
                 self.tx_refresh(&mut tx)?;
-                if ring - (tx.produced - tx.peer_consumed) > 0 {
+                if window.saturating_sub(tx.produced - tx.peer_consumed) > 0 {
                     continue;
                 }
                 return Err(io::ErrorKind::WouldBlock.into());
@@ -684,7 +720,7 @@ impl SmcConn {
                 return if written > 0 { Ok(written) } else { Err(e) };
             }
         }
-        let free = ring - (tx.produced - tx.peer_consumed);
+        let free = window.saturating_sub(tx.produced - tx.peer_consumed);
         let corked = (more || self.cork.load(Ordering::Relaxed)) && free > 0;
         if !corked {
             self.publish_prod(&mut tx);
@@ -692,7 +728,8 @@ impl SmcConn {
         if tx.write_blocked && free > 0 {
             self.set_write_blocked(&mut tx, false);
         }
-        self.stats.tx(buf.len(), written);
+        self.slot.set_cursor(Curs::TxPrep, tx.produced);
+        self.slot.tx(buf.len(), written);
         Ok(written)
     }
 
@@ -710,7 +747,7 @@ impl SmcConn {
     pub fn set_nodelay(&self, on: bool) {
         self.nodelay.store(on, Ordering::Relaxed);
         if on {
-            self.stats.nodelay();
+            self.slot.bump(st::Cnt::Ndly, 1);
             let _ = self.flush();
         }
     }
@@ -725,7 +762,7 @@ impl SmcConn {
     pub fn set_cork(&self, on: bool) {
         self.cork.store(on, Ordering::Relaxed);
         if !on {
-            self.stats.cork();
+            self.slot.bump(st::Cnt::Cork, 1);
             let _ = self.flush();
         }
     }

@@ -7,6 +7,8 @@
 
 use super::engine::Engine;
 use super::handshake::{self, Fallback, Outcome};
+use crate::layout::Lookup;
+use crate::layout::status as st;
 use rustix::fd::OwnedFd;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use smc_proto::clc::ReasonCode;
@@ -25,6 +27,45 @@ fn family(a: &SocketAddr) -> AddressFamily {
 
 fn to_std(a: rustix::net::SocketAddrAny) -> io::Result<SocketAddr> {
     SocketAddr::try_from(a).map_err(|_| io::Error::other("not an IP socket address"))
+}
+
+/// How many source ports a connect tries before it gives up on SMC.
+const PORT_TRIES: usize = 64;
+
+/// A socket bound to `src` and a random port of the kernel's ephemeral range, so the port is
+/// known before `smcd` is told about the connection.
+///
+/// Why not `bind(src, 0)`: with many TIME_WAIT sockets around the kernel searches the whole
+/// range for a free port (milliseconds per call under a connect/close load). A random port
+/// with `SO_REUSEADDR` binds only where every other user of the port set `SO_REUSEADDR` too,
+/// i.e. never next to a plain client's connection (so the listener can never mistake one for
+/// ours); `smcd` refuses a second pending intent for the same address, and `connect()`
+/// refuses a 4-tuple still in use. `None` means: that port is taken, try another.
+fn bind_engine_port(src: IpAddr, fam: AddressFamily) -> io::Result<Option<(OwnedFd, SocketAddr)>> {
+    let (lo, hi) = port_range();
+    let port = lo + (crate::device::shm::random_u64() % u64::from(hi - lo + 1)) as u16;
+    let sock = rustix::net::socket_with(fam, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    rustix::net::sockopt::set_socket_reuseaddr(&sock, true)?;
+    match rustix::net::bind(&sock, &SocketAddr::new(src, port)) {
+        Ok(()) => Ok(Some((sock, SocketAddr::new(src, port)))),
+        Err(rustix::io::Errno::ADDRINUSE) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`), read once.
+fn port_range() -> (u16, u16) {
+    static RANGE: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| {
+                let mut it = s.split_whitespace().filter_map(|x| x.parse::<u16>().ok());
+                Some((it.next()?, it.next()?))
+            })
+            .filter(|(lo, hi)| lo <= hi && *lo > 0)
+            .unwrap_or((32768, 60999))
+    })
 }
 
 /// The source address the kernel picks for `dst` (a connected UDP socket says, without
@@ -104,7 +145,33 @@ fn plain(addr: SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
 }
 
 /// Connects to `addr` with `engine`: SMC-D when the listener is ours, else TCP with the reason.
+/// Counts the outcome in the engine's statistics (client successes, fallbacks, handshake
+/// errors).
 pub fn connect(
+    engine: &Arc<Engine>,
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+) -> io::Result<Outcome> {
+    let status = engine.status();
+    let result = connect_inner(engine, addr, timeout);
+    match &result {
+        Ok(Outcome::Smc { .. }) => status.add(st::T_CLNT_V2_SUCC, 1),
+        Ok(Outcome::Tcp(_, fb)) => status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1),
+        Err(_) => {}
+    }
+    result
+}
+
+fn plain_fallback(
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+    reason: ReasonCode,
+) -> io::Result<Outcome> {
+    let s = plain(addr, timeout)?;
+    Ok(Outcome::Tcp(s, Fallback::local(reason)))
+}
+
+fn connect_inner(
     engine: &Arc<Engine>,
     addr: SocketAddr,
     timeout: Option<Duration>,
@@ -112,35 +179,69 @@ pub fn connect(
     let Some(dev) = engine.device() else {
         // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before it
         // proposes anything.
-        let s = plain(addr, timeout)?;
-        return Ok(Outcome::Tcp(s, Fallback::local(ReasonCode::NOSMCDEV)));
+        return plain_fallback(addr, timeout, ReasonCode::NOSMCDEV);
     };
-    let settings = engine.settings();
-    let sock = rustix::net::socket_with(
-        family(&addr),
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    let src = source_for(addr)?;
-    rustix::net::bind(&sock, &SocketAddr::new(src, 0))?;
-    let local = to_std(rustix::net::getsockname(&sock)?)?;
-    let verdict = match dev.connect_intent(local, addr) {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::debug!("smcd connect intent failed: {e}");
-            engine.device_failed(&dev);
-            let s = tcp_connect(sock, addr, timeout)?;
-            return Ok(Outcome::Tcp(s, Fallback::local(ReasonCode::NOSMCDEV)));
-        }
-    };
-    let stream = match tcp_connect(sock, addr, timeout) {
-        Ok(s) => s,
-        Err(e) => {
-            if verdict.smc {
-                dev.intent_done(verdict.intent, false);
+    // The listener table answers "is there an SMC listener at that address?" without a round
+    // trip: most connections to plain TCP servers and to congested listeners with handshake
+    // limitation never talk to smcd (the kernel's SYN-ACK without the SMC option).
+    if let Some(table) = &dev.table {
+        match table.lookup(addr, dev.netns()) {
+            Lookup::None => return plain_fallback(addr, timeout, ReasonCode::PEERNOSMC),
+            Lookup::Found(e) if e.hs_limit => {
+                if dev.listener_page(e.id).is_ok_and(|p| p.congested()) {
+                    return plain_fallback(addr, timeout, ReasonCode::PEERNOSMC);
+                }
             }
-            return Err(e);
+            Lookup::Found(_) | Lookup::Ask => {}
+        }
+    }
+    let settings = engine.settings();
+    let src = engine.source_for(addr.ip(), || source_for(addr))?;
+    let mut tries = 0;
+    let (stream, verdict) = loop {
+        tries += 1;
+        if tries > PORT_TRIES {
+            // No usable port after many tries: go plain TCP rather than fail.
+            return plain_fallback(addr, timeout, ReasonCode::INTERR);
+        }
+        let Some((sock, local)) = bind_engine_port(src, family(&addr))? else {
+            continue;
+        };
+        let verdict = match dev.connect_intent(local, addr) {
+            Ok(v) => v,
+            // Another engine announced the same source port to this listener: pick another.
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ADDRINUSE.raw_os_error()) => {
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!("smcd connect intent failed: {e}");
+                engine.device_failed(&dev);
+                let s = tcp_connect(sock, addr, timeout)?;
+                return Ok(Outcome::Tcp(s, Fallback::local(ReasonCode::NOSMCDEV)));
+            }
+        };
+        match tcp_connect(sock, addr, timeout) {
+            Ok(s) => {
+                if verdict.smc {
+                    dev.intent_done(verdict.intent, true);
+                }
+                break (s, verdict);
+            }
+            Err(e) => {
+                if verdict.smc {
+                    // The listener must forget the intent it was told about.
+                    dev.intent_done(verdict.intent, false);
+                }
+                // This 4-tuple is still in use (a TIME_WAIT of an earlier connection).
+                if matches!(
+                    e.raw_os_error(),
+                    Some(x) if x == rustix::io::Errno::ADDRNOTAVAIL.raw_os_error()
+                        || x == rustix::io::Errno::ADDRINUSE.raw_os_error()
+                ) {
+                    continue;
+                }
+                return Err(e);
+            }
         }
     };
     if !verdict.smc {
@@ -149,6 +250,11 @@ pub fn connect(
             Fallback::local(ReasonCode(verdict.reason)),
         ));
     }
-    dev.intent_done(verdict.intent, true);
-    handshake::client(engine, &dev, stream, verdict.peer_gid, &settings)
+    match handshake::client(engine, &dev, stream, verdict.peer_gid, &settings) {
+        Err(e) => {
+            engine.status().add(st::T_CLNT_HS_ERR, 1);
+            Err(e)
+        }
+        ok => ok,
+    }
 }

@@ -1,38 +1,44 @@
 //! The engine: one per process by default (the role the kernel's SMC module plays for one
-//! host), holding the device handle, the link groups and the settings. Tests may create
-//! several in one process; each has its own GID, so they talk SMC-D to each other as two
-//! processes would.
+//! host), holding the device handle, the link groups, the status area `smcd` reads, and the
+//! settings new connections get (the namespace's knobs as `smcd` publishes them). Tests may
+//! create several engines in one process; each has its own GID, so they talk SMC-D to each
+//! other as two processes would.
 
 use super::lgr::LgrTable;
 use crate::core::handshake::LocalCaps;
 use crate::device::SmcdDevice;
 use crate::device::loopback::LoopbackDevice;
+use crate::layout::status::StatusArea;
 use crate::settings::Settings;
 use smc_proto::clc::{Eid, Hostname};
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// How often an engine without `smcd` tries to reach it again.
 const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a looked-up source address is reused.
+const SOURCE_TTL: Duration = Duration::from_secs(10);
 
 /// How an engine is set up.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// `smcd`'s socket.
     pub socket: PathBuf,
-    /// Settings for new connections.
-    pub settings: Settings,
-    /// User EIDs to propose and accept.
-    pub ueids: Vec<String>,
+    /// Fixed settings; `None` (the default) takes the namespace's knobs from `smcd`.
+    pub settings: Option<Settings>,
+    /// Fixed user EIDs; `None` takes smcd's EID table.
+    pub ueids: Option<Vec<String>>,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             socket: super::channel::socket_path(),
-            settings: Settings::default(),
-            ueids: Vec::new(),
+            settings: None,
+            ueids: None,
         }
     }
 }
@@ -48,11 +54,13 @@ struct DeviceSlot {
 pub struct Engine {
     socket: PathBuf,
     device: Mutex<DeviceSlot>,
-    settings: RwLock<Settings>,
-    ueids: RwLock<Vec<Eid>>,
+    overrides: Option<Settings>,
+    ueids: Option<Vec<Eid>>,
     /// This engine's link groups.
     pub lgrs: LgrTable,
     housekeeping: OnceLock<()>,
+    private_status: OnceLock<Arc<StatusArea>>,
+    sources: Mutex<HashMap<IpAddr, (IpAddr, Instant)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -62,17 +70,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Engine {
     /// A new engine; it reaches `smcd` on first use.
     pub fn new(cfg: EngineConfig) -> Arc<Self> {
-        let ueids = cfg.ueids.iter().filter_map(|s| Eid::new(s)).collect();
         Arc::new(Self {
             socket: cfg.socket,
             device: Mutex::new(DeviceSlot {
                 dev: None,
                 last_try: None,
             }),
-            settings: RwLock::new(cfg.settings),
-            ueids: RwLock::new(ueids),
+            overrides: cfg.settings,
+            ueids: cfg
+                .ueids
+                .map(|v| v.iter().filter_map(|s| Eid::new(s)).collect()),
             lgrs: LgrTable::new(1),
             housekeeping: OnceLock::new(),
+            private_status: OnceLock::new(),
+            sources: Mutex::new(HashMap::new()),
         })
     }
 
@@ -82,17 +93,15 @@ impl Engine {
         GLOBAL.get_or_init(|| Engine::new(EngineConfig::default()))
     }
 
-    /// The settings new connections get.
+    /// The settings a new connection gets: fixed ones if configured, else the namespace's
+    /// knobs as `smcd` publishes them (defaults without `smcd`).
     pub fn settings(&self) -> Settings {
-        self.settings
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Replaces the settings for connections created afterwards.
-    pub fn set_settings(&self, s: Settings) {
-        *self.settings.write().unwrap_or_else(|e| e.into_inner()) = s;
+        if let Some(s) = &self.overrides {
+            return s.clone();
+        }
+        let dev = lock(&self.device).dev.clone();
+        dev.and_then(|d| d.sysctl.as_ref().and_then(|p| p.load()))
+            .map_or_else(Settings::default, |(v, _)| Settings::from_values(&v))
     }
 
     /// The device, connecting to `smcd` if needed (at most once per second while it is
@@ -133,17 +142,59 @@ impl Engine {
         }
     }
 
+    /// The status area connections and listeners report into: the device's (read by smcd),
+    /// or a private one without smcd.
+    pub fn status(&self) -> Arc<StatusArea> {
+        if let Some(d) = &lock(&self.device).dev {
+            return Arc::clone(&d.status);
+        }
+        Arc::clone(
+            self.private_status
+                .get_or_init(|| StatusArea::private().expect("anonymous memory for counters")),
+        )
+    }
+
     /// What this engine brings to a handshake on `dev`.
     pub fn caps(&self, dev: &LoopbackDevice) -> LocalCaps {
         let info = dev.info();
-        let seid = Eid::new(&info.seid).filter(|e| !e.is_zero() && !info.seid.is_empty());
+        let published = dev.sysctl.as_ref().and_then(|p| p.load()).map(|(_, e)| e);
+        let seid_enabled = published.as_ref().is_none_or(|e| e.seid_enabled);
+        let seid =
+            Eid::new(&info.seid).filter(|e| seid_enabled && !e.is_zero() && !info.seid.is_empty());
+        let ueids = match &self.ueids {
+            Some(u) => u.clone(),
+            None => published
+                .map(|e| e.ueids.iter().map(|b| Eid(*b)).collect())
+                .unwrap_or_default(),
+        };
         LocalCaps {
             gid: dev.gid(),
             chid: dev.chid(),
             seid,
-            ueids: self.ueids.read().unwrap_or_else(|e| e.into_inner()).clone(),
+            ueids,
             hostname: Hostname::new(&info.hostname),
         }
+    }
+
+    /// The source address the kernel would pick for `dst`, remembered for a few seconds so
+    /// a connect does not pay a route lookup each time.
+    pub fn source_for(
+        &self,
+        dst: IpAddr,
+        lookup: impl FnOnce() -> std::io::Result<IpAddr>,
+    ) -> std::io::Result<IpAddr> {
+        if let Some((src, at)) = lock(&self.sources).get(&dst)
+            && at.elapsed() < SOURCE_TTL
+        {
+            return Ok(*src);
+        }
+        let src = lookup()?;
+        let mut m = lock(&self.sources);
+        if m.len() > 1024 {
+            m.clear();
+        }
+        m.insert(dst, (src, Instant::now()));
+        Ok(src)
     }
 
     /// Starts the thread that frees idle link groups (once).
@@ -159,7 +210,7 @@ impl Engine {
                         let idle = e.settings().lgr_idle;
                         let dev = lock(&e.device).dev.clone();
                         if let Some(dev) = dev {
-                            e.lgrs.sweep(dev.as_ref(), idle);
+                            e.lgrs.sweep(dev.as_ref() as &dyn SmcdDevice, idle);
                         }
                     }
                 });

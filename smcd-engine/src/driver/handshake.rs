@@ -13,6 +13,7 @@ use super::lgr::{LinkGroup, PeerV2, Role};
 use crate::core::handshake::{self as hs, Refusal};
 use crate::device::Gid;
 use crate::device::loopback::LoopbackDevice;
+use crate::layout::status::{self as st, ConnIdentity, ConnSlot};
 use crate::settings::Settings;
 use smc_proto::clc::{
     ClcError, ClcMessage, Decline, HEADER_LEN, ReasonCode, SMC_V2, peek_message_len,
@@ -74,6 +75,29 @@ pub fn read_clc(sock: &TcpStream) -> io::Result<Result<ClcMessage, ClcError>> {
     Ok(ClcMessage::parse(&buf))
 }
 
+/// Whether the next bytes on the stream start a CLC message, without consuming them
+/// (waits for 8 bytes, at most [`CLC_WAIT_TIME`]). The server asks this before its first read:
+/// a connection taken for an announced SMC client but not carrying CLC (which only a stale
+/// announcement could cause) then stays plain TCP with every byte intact.
+pub fn peek_is_clc(sock: &TcpStream) -> io::Result<bool> {
+    let mut hdr = [0u8; HEADER_LEN];
+    let n = loop {
+        match rustix::net::recv(
+            sock,
+            &mut hdr,
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::WAITALL,
+        ) {
+            Ok((n, _)) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    Ok(
+        n >= 4
+            && smc_proto::clc::Eyecatcher::from_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]).is_some(),
+    )
+}
+
 /// Writes one CLC message.
 pub fn write_clc(sock: &TcpStream, msg: &ClcMessage) -> io::Result<()> {
     let mut s = sock;
@@ -100,6 +124,7 @@ pub fn params(s: &Settings) -> ConnParams {
         wnd_rule: s.wnd_update_rule,
         autocorking_size: s.autocorking_size as usize,
         tx_chunk: s.tx_chunk as usize,
+        sndbuf: s.sndbuf_len(),
     }
 }
 
@@ -113,6 +138,61 @@ fn peer_v2(fce: Option<smc_proto::clc::FirstContactExt>, eid: smc_proto::clc::Ei
             .unwrap_or_default(),
         eid: String::from_utf8_lossy(eid.trimmed()).into_owned(),
     }
+}
+
+/// A status slot for a new SMC-D connection, published with its identity; also counts the
+/// buffer statistics (`SMC_STAT_RMB_SIZE`, `_REUSE`, `_ALLOC`) for both buffers.
+fn smcd_slot(
+    engine: &Engine,
+    sock: &TcpStream,
+    info: &SmcdInfo,
+    own_reused: bool,
+    peer_cached: bool,
+    sndbuf: usize,
+) -> ConnSlot {
+    let status = engine.status();
+    status.add(st::T_RX_RMB_SIZE + st::bucket(info.rmbe_size as u64), 1);
+    status.add(
+        st::T_RX_RMB
+            + if own_reused {
+                st::RMB_REUSE
+            } else {
+                st::RMB_ALLOC
+            },
+        1,
+    );
+    status.add(
+        st::T_TX_RMB_SIZE + st::bucket(info.peer_rmbe_size as u64),
+        1,
+    );
+    status.add(
+        st::T_TX_RMB
+            + if peer_cached {
+                st::RMB_REUSE
+            } else {
+                st::RMB_ALLOC
+            },
+        1,
+    );
+    let slot = status.conn_slot();
+    slot.publish(&ConnIdentity {
+        state: crate::core::close::SmcState::Active as u8,
+        mode: 2,
+        role: u8::from(!info.client),
+        fallback: (0, 0),
+        local: sock.local_addr().ok(),
+        peer: sock.peer_addr().ok(),
+        inode: rustix::fs::fstat(sock).map_or(0, |s| s.st_ino),
+        lgr: info.lgr_id,
+        token: info.local_token,
+        peer_token: info.peer_token,
+        gid: info.local_gid,
+        peer_gid: info.peer_gid,
+        rmbe: info.rmbe_size as u64,
+        peer_rmbe: info.peer_rmbe_size as u64,
+        sndbuf: sndbuf as u64,
+    });
+    slot
 }
 
 /// The client's handshake on a connected TCP socket whose listener `smcd` said expects SMC.
@@ -168,6 +248,7 @@ pub fn client(
             caps.gid,
             Role::Client,
             peer_v2(acc.fce, acc.eid),
+            &engine.status(),
         )
     } else {
         match engine.lgrs.find(acc.lgr_id, acc.peer_gid, caps.gid) {
@@ -176,16 +257,16 @@ pub fn client(
         }
     };
     engine.start_housekeeping();
-    let own = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
-        Ok((d, _)) => d,
+    let (own, own_reused) = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
+        Ok(x) => x,
         Err(e) => {
             tracing::debug!("DMB registration failed: {e}");
             lgr.release_slot();
             return fall(sock, Refusal::Decline(ReasonCode::MEM));
         }
     };
-    let peer = match lgr.attach(dev.as_ref(), acc.token) {
-        Ok(d) if d.map.dmb_len() == acc.dmb_len => d,
+    let (peer, peer_cached) = match lgr.attach(dev.as_ref(), acc.token) {
+        Ok((d, c)) if d.map.dmb_len() == acc.dmb_len => (d, c),
         Ok(_) => {
             lgr.detach(acc.token);
             lgr.put_dmb(dev.as_ref(), own, true, false);
@@ -217,8 +298,12 @@ pub fn client(
         version: SMC_V2,
         client: true,
     };
+    let sndbuf = settings
+        .sndbuf_len()
+        .min(info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN);
+    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached, sndbuf);
     Ok(Outcome::Smc {
-        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info)),
+        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
         lgr,
     })
 }
@@ -233,6 +318,10 @@ pub fn server(
     settings: &Settings,
 ) -> io::Result<Outcome> {
     sock.set_read_timeout(Some(CLC_WAIT_TIME))?;
+    if !peek_is_clc(&sock).map_err(timeout_err)? {
+        sock.set_read_timeout(None)?;
+        return Ok(Outcome::Tcp(sock, Fallback::local(ReasonCode::PEERNOSMC)));
+    }
     let caps = engine.caps(dev);
     let fall = |sock: TcpStream, refusal: Refusal, version: u8| -> io::Result<Outcome> {
         if let Refusal::Decline(r) = refusal {
@@ -265,13 +354,14 @@ pub fn server(
                 caps.gid,
                 Role::Server,
                 peer_v2(None, info.eid),
+                &engine.status(),
             );
             (g, true)
         }
     };
     engine.start_housekeeping();
-    let own = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
-        Ok((d, _)) => d,
+    let (own, own_reused) = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
+        Ok(x) => x,
         Err(e) => {
             tracing::debug!("DMB registration failed: {e}");
             lgr.release_slot();
@@ -319,8 +409,8 @@ pub fn server(
             return fall(sock, r, version);
         }
     };
-    let peer = match lgr.attach(dev.as_ref(), conf.token) {
-        Ok(d) if d.map.dmb_len() == conf.dmb_len => d,
+    let (peer, peer_cached) = match lgr.attach(dev.as_ref(), conf.token) {
+        Ok((d, c)) if d.map.dmb_len() == conf.dmb_len => (d, c),
         other => {
             if other.is_ok() {
                 lgr.detach(conf.token);
@@ -334,6 +424,7 @@ pub fn server(
         }
     };
     if first_contact {
+        lgr.set_peer(peer_v2(conf.fce, info.eid));
         lgr.set_ready();
     }
     sock.set_read_timeout(None)?;
@@ -348,8 +439,12 @@ pub fn server(
         version: SMC_V2,
         client: false,
     };
+    let sndbuf = settings
+        .sndbuf_len()
+        .min(info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN);
+    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached, sndbuf);
     Ok(Outcome::Smc {
-        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info)),
+        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
         lgr,
     })
 }

@@ -9,6 +9,7 @@
 //! of the kernel's `smc_server_lgr_pending` / `smc_client_lgr_pending` patches).
 
 use crate::device::{Dmb, Gid, SmcdDevice};
+use crate::layout::status::{LgrRecord, LgrSlot, StatusArea};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -66,9 +67,10 @@ pub struct LinkGroup {
     /// Who created it.
     pub role: Role,
     /// First-contact information.
-    pub peer: PeerV2,
+    peer: Mutex<PeerV2>,
     pool: Mutex<Pool>,
     ready_cv: Condvar,
+    slot: LgrSlot,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -82,13 +84,21 @@ pub fn peer_done_with(dmb: &Dmb) -> bool {
 }
 
 impl LinkGroup {
-    fn new(id: u32, peer_gid: Gid, local_gid: Gid, role: Role, peer: PeerV2) -> Self {
+    fn new(
+        id: u32,
+        peer_gid: Gid,
+        local_gid: Gid,
+        role: Role,
+        peer: PeerV2,
+        slot: LgrSlot,
+    ) -> Self {
         Self {
             id,
             peer_gid,
             local_gid,
             role,
-            peer,
+            peer: Mutex::new(peer),
+            slot,
             ready_cv: Condvar::new(),
             pool: Mutex::new(Pool {
                 conns: 0,
@@ -102,6 +112,43 @@ impl LinkGroup {
                 sndbuf_bytes: 0,
             }),
         }
+    }
+
+    /// Writes the group's current state into its status slot (for `GET_LGR_SMCD`).
+    pub fn publish(&self) {
+        let (conns, sndbuf, dmb) = {
+            let p = lock(&self.pool);
+            (p.conns, p.sndbuf_bytes, p.dmb_bytes)
+        };
+        let peer = self.peer();
+        self.slot.publish(&LgrRecord {
+            id: self.id,
+            role: match self.role {
+                Role::Client => 0,
+                Role::Server => 1,
+            },
+            version: peer.version,
+            release: peer.release,
+            os: peer.os,
+            conns,
+            peer_gid: self.peer_gid,
+            gid: self.local_gid,
+            sndbuf: sndbuf as u64,
+            dmb: dmb as u64,
+            peer_host: peer.hostname,
+            eid: peer.eid,
+        });
+    }
+
+    /// What the peer said in the first-contact exchange.
+    pub fn peer(&self) -> PeerV2 {
+        lock(&self.peer).clone()
+    }
+
+    /// Records the peer's first-contact extension (the server learns it from the Confirm).
+    pub fn set_peer(&self, p: PeerV2) {
+        *lock(&self.peer) = p;
+        self.publish();
     }
 
     /// Live connections.
@@ -148,6 +195,8 @@ impl LinkGroup {
         }
         p.conns += 1;
         p.idle_since = None;
+        drop(p);
+        self.publish();
         true
     }
 
@@ -158,6 +207,8 @@ impl LinkGroup {
         if p.conns == 0 {
             p.idle_since = Some(Instant::now());
         }
+        drop(p);
+        self.publish();
     }
 
     /// A DMB of exactly `len` bytes for a new connection: a free one, a drained one whose
@@ -182,19 +233,23 @@ impl LinkGroup {
         }
         let d = Arc::new(dev.register_dmb(len, self.peer_gid)?);
         lock(&self.pool).dmb_bytes += len;
+        self.publish();
         Ok((d, false))
     }
 
-    /// The peer's DMB `token`, attached once and kept for reuse.
-    pub fn attach(&self, dev: &dyn SmcdDevice, token: u64) -> io::Result<Arc<Dmb>> {
+    /// The peer's DMB `token`, attached once and kept for reuse; the flag says it was
+    /// already attached.
+    pub fn attach(&self, dev: &dyn SmcdDevice, token: u64) -> io::Result<(Arc<Dmb>, bool)> {
         if let Some(d) = lock(&self.pool).attached.get(&token) {
-            return Ok(Arc::clone(d));
+            return Ok((Arc::clone(d), true));
         }
         let d = Arc::new(dev.attach_dmb(token)?);
         let mut p = lock(&self.pool);
         let d = Arc::clone(p.attached.entry(token).or_insert_with(|| d));
         p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();
-        Ok(d)
+        drop(p);
+        self.publish();
+        Ok((d, false))
     }
 
     /// Returns a connection's DMB: `reusable` when the peer has closed too, else it waits in
@@ -283,12 +338,19 @@ impl LgrTable {
 
     /// Creates and inserts a group with one slot taken. A server's group is not ready for
     /// other connections until [`LinkGroup::set_ready`].
-    pub fn create(&self, id: u32, peer: Gid, local: Gid, role: Role, v2: PeerV2) -> Arc<LinkGroup> {
-        let g = Arc::new(LinkGroup::new(id, peer, local, role, v2));
-        {
-            let mut p = lock(&g.pool);
-            p.conns = 1;
-        }
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        &self,
+        id: u32,
+        peer: Gid,
+        local: Gid,
+        role: Role,
+        v2: PeerV2,
+        status: &Arc<StatusArea>,
+    ) -> Arc<LinkGroup> {
+        let g = Arc::new(LinkGroup::new(id, peer, local, role, v2, status.lgr_slot()));
+        lock(&g.pool).conns = 1;
+        g.publish();
         lock(&self.groups).push(Arc::clone(&g));
         g
     }
@@ -304,6 +366,12 @@ impl LgrTable {
         let mut gone = Vec::new();
         lock(&self.groups).retain(|g| {
             let p = lock(&g.pool);
+            // The client keeps its side 10 s longer (the kernel's 600 s / 610 s), so a server
+            // never reuses a group the client already freed.
+            let idle = match g.role {
+                Role::Client => idle + Duration::from_secs(10),
+                Role::Server => idle,
+            };
             let expired = p.conns == 0
                 && (p.dead || p.idle_since.is_some_and(|t| now.duration_since(t) >= idle));
             drop(p);

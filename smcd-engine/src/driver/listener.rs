@@ -1,12 +1,22 @@
-//! The listening side (`smc_listen`, `smc_tcp_listen_work`, `smc_listen_work`): an acceptor
-//! thread takes TCP connections as soon as they arrive and sorts them without reading from
-//! them: a connection `smcd` announced (the client registered an intent before it
-//! connected) goes to a handshake worker, any other is a plain TCP connection at once.
-//! Handshakes run in parallel on workers; plain connections never wait behind them.
+//! The listening side (`smc_listen`, `smc_tcp_listen_work`, `smc_listen_work`).
 //!
-//! In-progress handshakes plus ready connections are bounded by the backlog: at the bound the
-//! acceptor stops taking connections from the kernel's queue (the kernel drops the child
-//! instead; the effect on the client is the same, its SYN waits).
+//! `accept()` takes TCP connections itself and sorts them without reading from them: a
+//! connection `smcd` announced (its client registered an intent before it connected) goes to a
+//! handshake worker, any other is returned at once as a plain TCP connection. Handshakes run
+//! on workers in parallel and their results queue for the next `accept()`; a plain connection
+//! never waits behind them and costs no thread hand-off.
+//!
+//! As in the kernel, an SMC client's `connect()` must complete even while the application is
+//! not in `accept()` (the kernel's listen work runs the handshake): while intents are pending,
+//! an acceptor thread takes connections from the kernel's queue too. It sleeps on the intent
+//! channel otherwise, so a listener that sees only plain clients has no thread in the way.
+//!
+//! In-progress handshakes plus ready connections are bounded by the backlog: at the bound no
+//! further connection is taken from the kernel's queue (the kernel drops the child instead;
+//! for the client the effect is the same, its SYN waits). With handshake limitation on, the
+//! listener publishes on its page whether its handshake work is congested (a job waits and no
+//! worker is free); while it is, clients connect plain TCP without any CLC (the kernel's
+//! `smc_hs_congested` making the SYN-ACK go out without the SMC option).
 
 use super::channel::Channel;
 use super::engine::Engine;
@@ -14,21 +24,37 @@ use super::handshake::{self, Fallback, Outcome};
 use crate::api::SmcStream;
 use crate::control::device::canonical;
 use crate::device::{Doorbell, Gid};
+use crate::layout::ListenerPage;
+use crate::layout::status::{self as st, LstRecord, LstSlot};
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use smc_proto::clc::ReasonCode;
 use smc_proto::netlink::loopback::LoopbackCmd;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Handshake workers kept ready.
-const MIN_WORKERS: usize = 2;
-/// Most handshake workers per listener.
-const MAX_WORKERS: usize = 32;
+/// How long the acceptor keeps taking connections for an intent that has not been matched
+/// (its client connects right after registering; this only bounds the helper's activity).
+const INTENT_ATTENTION: Duration = Duration::from_secs(2);
 
-/// An accepted connection waiting for `accept()`.
+/// Most intents remembered (a bound against clients that registered and never connected).
+const MAX_INTENTS: usize = 65536;
+
+/// Handshake workers per listener: enough to overlap the waits of a handshake (each waits
+/// for its peer's next CLC message), few enough that handshake CPU does not starve the
+/// connections already running.
+fn max_workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 8)
+        * 2
+}
+
+/// An accepted connection.
 #[derive(Debug)]
 pub struct Accepted {
     /// The connection, SMC-D or TCP.
@@ -36,6 +62,9 @@ pub struct Accepted {
     /// The client's address.
     pub peer: SocketAddr,
 }
+
+/// An announced client: its GID, smcd's intent id, and when the announcement arrived.
+type Announced = (Gid, u64, Instant);
 
 #[derive(Debug)]
 struct Job {
@@ -51,7 +80,15 @@ struct State {
     in_progress: usize,
     workers: usize,
     idle_workers: usize,
-    intents: HashMap<SocketAddr, (Gid, u64)>,
+}
+
+/// Listen-time options (`setsockopt(SOL_SMC, SMC_LIMIT_HS)` before `listen()`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListenOptions {
+    /// The backlog: bounds handshakes in progress plus connections ready for `accept`.
+    pub backlog: u32,
+    /// Handshake limitation for this listener; `None` takes the namespace's `limit_smc_hs`.
+    pub limit_hs: Option<bool>,
 }
 
 /// Shared state of one listener.
@@ -63,52 +100,171 @@ pub struct ListenerCore {
     backlog: usize,
     hs_limit: bool,
     state: Mutex<State>,
-    /// Signalled when `ready` gains an entry, `jobs` gains a job, or room opens up.
+    /// Signalled when a job arrives for the workers or a handshake finishes.
     cond: Condvar,
-    /// Readable while `ready` is not empty (for poll/epoll users).
+    /// Readable while `ready` is not empty.
     bell: Doorbell,
+    chan: Mutex<Option<Channel>>,
+    /// A duplicate of the channel's descriptor for the acceptor to poll.
+    chan_fd: Option<OwnedFd>,
+    /// Rung by `close` to stop the acceptor.
+    stop: Doorbell,
+    /// Announced clients by address. Several may wait for one address (an engine whose
+    /// connect failed because the 4-tuple was still in use leaves one until its cancel
+    /// arrives), oldest first: none is ever lost to a later one.
+    intents: Mutex<HashMap<SocketAddr, VecDeque<Announced>>>,
+    page: Option<ListenerPage>,
+    _slot: LstSlot,
     closed: AtomicBool,
     nonblocking: AtomicBool,
+    readiness: OnceLock<OwnedFd>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn canon(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(canonical(a.ip()), a.port())
+}
+
 impl ListenerCore {
-    /// Listens on `tcp` (already bound and listening) and starts the acceptor.
-    pub fn start(engine: Arc<Engine>, tcp: TcpListener, backlog: usize) -> io::Result<Arc<Self>> {
+    /// Listens on `tcp` (bound and listening) and registers with `smcd`.
+    pub fn start(
+        engine: Arc<Engine>,
+        tcp: TcpListener,
+        opts: ListenOptions,
+    ) -> io::Result<Arc<Self>> {
+        tcp.set_nonblocking(true)?;
         let local = tcp.local_addr()?;
-        let hs_limit = engine.settings().limit_smc_hs;
+        let hs_limit = opts
+            .limit_hs
+            .unwrap_or_else(|| engine.settings().limit_smc_hs);
+        let backlog = opts.backlog.max(1) as usize;
+        let (page, page_fd) = match ListenerPage::create() {
+            Ok((p, fd)) => (Some(p), Some(fd)),
+            Err(_) => (None, None),
+        };
+        let chan = engine.device().and_then(|dev| {
+            match dev.listen(
+                local,
+                backlog as u32,
+                hs_limit,
+                page_fd.as_ref().map(|f| f.as_fd()),
+            ) {
+                Ok((ch, _id)) => Some(ch),
+                Err(e) => {
+                    tracing::debug!("listener registration with smcd failed: {e}");
+                    engine.device_failed(&dev);
+                    None
+                }
+            }
+        });
+        let chan_fd = chan
+            .as_ref()
+            .and_then(|c| rustix::io::fcntl_dupfd_cloexec(c, 0).ok());
+        let slot = engine.status().listener_slot();
+        slot.publish(&LstRecord {
+            addr: local,
+            inode: rustix::fs::fstat(&tcp).map_or(0, |s| s.st_ino),
+            backlog: backlog as u32,
+            hs_limit,
+        });
         let core = Arc::new(Self {
             tcp,
             engine,
             local,
-            backlog: backlog.max(1),
+            backlog,
             hs_limit,
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
             bell: Doorbell::new()?,
+            chan: Mutex::new(chan),
+            chan_fd,
+            stop: Doorbell::new()?,
+            intents: Mutex::new(HashMap::new()),
+            page,
+            _slot: slot,
             closed: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
+            readiness: OnceLock::new(),
         });
-        let chan = core.register();
-        let c = Arc::clone(&core);
-        std::thread::Builder::new()
-            .name("smc-accept".into())
-            .spawn(move || c.acceptor(chan))?;
+        if core.chan_fd.is_some() {
+            let c = Arc::clone(&core);
+            std::thread::Builder::new()
+                .name("smc-accept".into())
+                .spawn(move || c.acceptor())?;
+        }
         Ok(core)
     }
 
-    /// Registers with `smcd`; `None` when it is not running (then every client is plain TCP).
-    fn register(&self) -> Option<Channel> {
-        let dev = self.engine.device()?;
-        match dev.listen(self.local, self.backlog as u32, self.hs_limit) {
-            Ok((ch, _id)) => Some(ch),
-            Err(e) => {
-                tracing::debug!("listener registration with smcd failed: {e}");
-                self.engine.device_failed(&dev);
-                None
+    /// Whether an intent is waiting for its connection.
+    fn intents_pending(&self) -> bool {
+        lock(&self.intents)
+            .values()
+            .flatten()
+            .any(|(_, _, at)| at.elapsed() < INTENT_ATTENTION)
+    }
+
+    /// The acceptor: sleeps on the intent channel; while intents are pending, takes
+    /// connections from the kernel's queue so SMC clients finish their handshake even when
+    /// the application is not accepting.
+    fn acceptor(self: Arc<Self>) {
+        let Some(chan_fd) = &self.chan_fd else { return };
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let pending = self.intents_pending();
+            let room = {
+                let st = lock(&self.state);
+                st.in_progress + st.ready.len() < self.backlog
+            };
+            let mut fds = vec![
+                PollFd::new(&self.stop, PollFlags::IN),
+                PollFd::new(chan_fd, PollFlags::IN),
+            ];
+            if pending && room {
+                fds.push(PollFd::new(&self.tcp, PollFlags::IN));
+            }
+            // While intents are pending, wake now and then to re-check them (and room).
+            let ts = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            let timeout = if pending { Some(&ts) } else { None };
+            if let Err(e) = rustix::event::poll(&mut fds, timeout)
+                && e != rustix::io::Errno::INTR
+            {
+                return;
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let chan_event = !fds[1].revents().is_empty();
+            let tcp_ready = fds.get(2).is_some_and(|f| !f.revents().is_empty());
+            if chan_event {
+                self.drain_intents();
+                if lock(&self.chan).is_none() {
+                    // smcd went away: nothing more to attend to.
+                    return;
+                }
+            }
+            if tcp_ready {
+                match rustix::net::accept_with(&self.tcp, rustix::net::SocketFlags::CLOEXEC) {
+                    Ok(fd) => {
+                        let sock = TcpStream::from(fd);
+                        let Ok(peer) = sock.peer_addr() else { continue };
+                        if let Some(a) = self.sort(sock, peer) {
+                            let mut st = lock(&self.state);
+                            st.ready.push_back(a);
+                            self.bell.ring();
+                            drop(st);
+                            self.cond.notify_all();
+                        }
+                    }
+                    Err(_) => continue,
+                }
             }
         }
     }
@@ -118,35 +274,54 @@ impl ListenerCore {
         self.local
     }
 
+    /// Whether handshake limitation is on for this listener.
+    pub fn hs_limit(&self) -> bool {
+        self.hs_limit
+    }
+
     /// Handshakes queued or running.
     pub fn handshakes_in_progress(&self) -> usize {
         lock(&self.state).in_progress
     }
 
-    /// Whether handshake work is congested: jobs wait and no worker is free (the kernel's
-    /// `workqueue_congested` on its handshake workqueue).
-    pub fn is_congested(&self) -> bool {
-        let s = lock(&self.state);
-        s.jobs.len() > s.idle_workers && s.workers >= MAX_WORKERS
+    /// Publishes the congestion state (a job waits and no worker is free).
+    fn publish_load(&self, st: &State) {
+        if let Some(p) = &self.page {
+            let congested = st.jobs.len() > st.idle_workers && st.workers >= max_workers();
+            p.set(congested, st.in_progress as u32);
+        }
     }
 
-    fn drain_intents(&self, chan: &mut Option<Channel>) {
-        let Some(ch) = chan else { return };
+    /// Moves the intents smcd announced into the table (non-blocking).
+    fn drain_intents(&self) {
+        let mut chan = lock(&self.chan);
+        let Some(ch) = chan.as_mut() else { return };
         loop {
             match ch.try_receive() {
                 Ok(Some((Ok(msg), _, _))) => {
-                    let mut st = lock(&self.state);
+                    let mut t = lock(&self.intents);
                     match msg.cmd {
                         LoopbackCmd::Intent => {
                             if let (Some(addr), Some(gid), Some(id)) =
                                 (msg.remote_addr(), msg.gid(), msg.intent_id())
                             {
-                                st.intents.insert(canon(addr), (gid, id));
+                                if t.len() >= MAX_INTENTS {
+                                    t.clear();
+                                }
+                                t.entry(canon(addr)).or_default().push_back((
+                                    gid,
+                                    id,
+                                    Instant::now(),
+                                ));
                             }
                         }
                         LoopbackCmd::IntentCancel => {
+                            // A client that registered and then did not connect (rare).
                             if let Some(id) = msg.intent_id() {
-                                st.intents.retain(|_, v| v.1 != id);
+                                t.retain(|_, q| {
+                                    q.retain(|e| e.1 != id);
+                                    !q.is_empty()
+                                });
                             }
                         }
                         _ => {}
@@ -157,55 +332,47 @@ impl ListenerCore {
                 Err(_) => {
                     // smcd went away: no more intents; clients cannot register either.
                     *chan = None;
-                    lock(&self.state).intents.clear();
+                    lock(&self.intents).clear();
                     return;
                 }
             }
         }
     }
 
-    fn acceptor(self: Arc<Self>, mut chan: Option<Channel>) {
-        let mut last_register = Instant::now();
-        loop {
-            {
-                let mut st = lock(&self.state);
-                while st.in_progress + st.ready.len() >= self.backlog
-                    && !self.closed.load(Ordering::Acquire)
-                {
-                    st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
-                }
+    /// Sorts one accepted TCP connection: plain now, or a handshake job.
+    fn sort(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr) -> Option<Accepted> {
+        // smcd wrote the intent before it answered the client, and the client connected only
+        // after that answer: if there is one, it is in our socket buffer now.
+        self.drain_intents();
+        let gid = {
+            let mut t = lock(&self.intents);
+            let key = canon(peer);
+            let g = t
+                .get_mut(&key)
+                .and_then(VecDeque::pop_front)
+                .map(|(g, _, _)| g);
+            if t.get(&key).is_some_and(VecDeque::is_empty) {
+                t.remove(&key);
             }
-            if self.closed.load(Ordering::Acquire) {
-                return;
+            g
+        };
+        let _ = sock.set_nonblocking(false);
+        match gid {
+            Some(gid) => {
+                self.submit(Job { sock, peer, gid });
+                None
             }
-            let (sock, peer) = match self.tcp.accept() {
-                Ok(x) => x,
-                Err(e) => {
-                    if self.closed.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        tracing::warn!("accept on {}: {e}", self.local);
-                        // EMFILE and the like: do not spin.
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    continue;
-                }
-            };
-            if chan.is_none() && last_register.elapsed() >= Duration::from_secs(1) {
-                last_register = Instant::now();
-                chan = self.register();
-            }
-            // smcd wrote the intent before it answered the client, and the client connected
-            // only after that answer: the intent is already in our socket buffer.
-            self.drain_intents(&mut chan);
-            let intent = lock(&self.state).intents.remove(&canon(peer));
-            match intent {
-                Some((gid, _)) => self.submit(Job { sock, peer, gid }),
-                None => self.push_ready(
-                    Outcome::Tcp(sock, Fallback::local(ReasonCode::PEERNOSMC)),
+            None => {
+                let status = self.engine.status();
+                status.add(st::T_SRV_FBACK + st::fback_index(ReasonCode::PEERNOSMC), 1);
+                Some(Accepted {
+                    stream: SmcStream::from_outcome(
+                        &self.engine,
+                        Outcome::Tcp(sock, Fallback::local(ReasonCode::PEERNOSMC)),
+                        true,
+                    ),
                     peer,
-                ),
+                })
             }
         }
     }
@@ -214,20 +381,19 @@ impl ListenerCore {
         let mut st = lock(&self.state);
         st.in_progress += 1;
         st.jobs.push_back(job);
-        if st.idle_workers < st.jobs.len() && st.workers < MAX_WORKERS {
+        if st.idle_workers < st.jobs.len() && st.workers < max_workers() {
             st.workers += 1;
-            drop(st);
             let c = Arc::clone(self);
             if std::thread::Builder::new()
                 .name("smc-handshake".into())
                 .spawn(move || c.worker())
                 .is_err()
             {
-                lock(&self.state).workers -= 1;
+                st.workers -= 1;
             }
-        } else {
-            drop(st);
         }
+        self.publish_load(&st);
+        drop(st);
         self.cond.notify_all();
     }
 
@@ -237,16 +403,23 @@ impl ListenerCore {
                 let mut st = lock(&self.state);
                 loop {
                     if let Some(j) = st.jobs.pop_front() {
+                        self.publish_load(&st);
                         break Some(j);
                     }
-                    if self.closed.load(Ordering::Acquire)
-                        || st.workers > MIN_WORKERS && st.idle_workers > 0
-                    {
+                    if self.closed.load(Ordering::Acquire) {
                         break None;
                     }
                     st.idle_workers += 1;
-                    st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+                    let (g, timeout) = self
+                        .cond
+                        .wait_timeout(st, Duration::from_secs(30))
+                        .unwrap_or_else(|e| e.into_inner());
+                    st = g;
                     st.idle_workers -= 1;
+                    if timeout.timed_out() && st.jobs.is_empty() && st.workers > 1 {
+                        // An idle worker beyond the first goes away.
+                        break None;
+                    }
                 }
             };
             let Some(job) = job else {
@@ -254,21 +427,38 @@ impl ListenerCore {
                 return;
             };
             let result = self.handshake(job.sock, job.gid);
-            let mut st = lock(&self.state);
-            st.in_progress -= 1;
-            match result {
+            let status = self.engine.status();
+            let accepted = match result {
                 Ok(outcome) => {
-                    drop(st);
-                    self.push_ready(outcome, job.peer);
+                    match &outcome {
+                        Outcome::Smc { .. } => status.add(st::T_SRV_V2_SUCC, 1),
+                        Outcome::Tcp(_, fb) => {
+                            status.add(st::T_SRV_FBACK + st::fback_index(fb.local), 1)
+                        }
+                    }
+                    Some(Accepted {
+                        stream: SmcStream::from_outcome(&self.engine, outcome, true),
+                        peer: job.peer,
+                    })
                 }
                 Err(e) => {
-                    // The client went away or broke the protocol after Confirm: nothing to
-                    // hand to the application.
+                    // The client went away or broke the protocol after Confirm.
                     tracing::debug!("handshake with {} failed: {e}", job.peer);
-                    drop(st);
-                    self.cond.notify_all();
+                    status.add(st::T_SRV_HS_ERR, 1);
+                    None
                 }
+            };
+            let mut st = lock(&self.state);
+            st.in_progress -= 1;
+            if let Some(a) = accepted
+                && !self.closed.load(Ordering::Acquire)
+            {
+                st.ready.push_back(a);
+                self.bell.ring();
             }
+            self.publish_load(&st);
+            drop(st);
+            self.cond.notify_all();
         }
     }
 
@@ -285,7 +475,7 @@ impl ListenerCore {
                         smc_proto::clc::SMC_V2,
                     )),
                 );
-                // The client's Proposal is still unread; read it so no byte of it reaches the
+                // The client's Proposal is still unread: read it so no byte of it reaches the
                 // application.
                 let _ = sock.set_read_timeout(Some(handshake::CLC_WAIT_TIME));
                 let _ = handshake::read_clc(&sock);
@@ -295,41 +485,53 @@ impl ListenerCore {
         }
     }
 
-    fn push_ready(&self, outcome: Outcome, peer: SocketAddr) {
-        let stream = SmcStream::from_outcome(&self.engine, outcome);
-        let mut st = lock(&self.state);
-        if self.closed.load(Ordering::Acquire) {
-            return;
-        }
-        st.ready.push_back(Accepted { stream, peer });
-        drop(st);
-        self.bell.ring();
-        self.cond.notify_all();
-    }
-
-    /// Takes the next ready connection, waiting for one unless non-blocking.
-    pub fn accept(&self) -> io::Result<Accepted> {
-        let mut st = lock(&self.state);
+    /// Takes the next connection: a finished handshake, or a new TCP connection (plain ones
+    /// are returned at once), waiting unless non-blocking.
+    pub fn accept(self: &Arc<Self>) -> io::Result<Accepted> {
         loop {
-            if let Some(a) = st.ready.pop_front() {
-                if st.ready.is_empty() {
-                    self.bell.drain();
+            let room = {
+                let mut st = lock(&self.state);
+                if let Some(a) = st.ready.pop_front() {
+                    if st.ready.is_empty() {
+                        self.bell.drain();
+                    }
+                    return Ok(a);
                 }
-                drop(st);
-                // Room for the acceptor again.
-                self.cond.notify_all();
-                return Ok(a);
-            }
+                st.in_progress + st.ready.len() < self.backlog
+            };
             if self.closed.load(Ordering::Acquire) {
                 return Err(io::Error::new(
                     io::ErrorKind::NotConnected,
                     "listener closed",
                 ));
             }
+            if room {
+                match rustix::net::accept_with(&self.tcp, rustix::net::SocketFlags::CLOEXEC) {
+                    Ok(fd) => {
+                        let sock = TcpStream::from(fd);
+                        let peer = sock.peer_addr()?;
+                        if let Some(a) = self.sort(sock, peer) {
+                            return Ok(a);
+                        }
+                        continue;
+                    }
+                    Err(rustix::io::Errno::AGAIN) => {}
+                    Err(rustix::io::Errno::INTR | rustix::io::Errno::CONNABORTED) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
             if self.nonblocking.load(Ordering::Relaxed) {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            // Wait for a new TCP connection (when there is room) or a finished handshake.
+            let mut fds = vec![PollFd::new(&self.bell, PollFlags::IN)];
+            if room {
+                fds.push(PollFd::new(&self.tcp, PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 
@@ -338,9 +540,28 @@ impl ListenerCore {
         self.nonblocking.store(on, Ordering::Relaxed);
     }
 
-    /// The descriptor that is readable while a connection is ready.
-    pub fn ready_fd(&self) -> rustix::fd::BorrowedFd<'_> {
-        rustix::fd::AsFd::as_fd(&self.bell)
+    /// A descriptor `poll`/`epoll` can wait on: readable when `accept` has something (a new
+    /// TCP connection or a finished handshake).
+    pub fn readiness_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        if let Some(fd) = self.readiness.get() {
+            return Ok(fd.as_fd());
+        }
+        use rustix::event::epoll;
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &ep,
+            &self.bell,
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )?;
+        epoll::add(
+            &ep,
+            &self.tcp,
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::IN,
+        )?;
+        let _ = self.readiness.set(ep);
+        Ok(self.readiness.get().expect("just set").as_fd())
     }
 
     /// Stops listening: the TCP listener stops taking connections, queued connections are
@@ -350,10 +571,8 @@ impl ListenerCore {
         let _ = rustix::net::shutdown(&self.tcp, rustix::net::Shutdown::Read);
         let ready: Vec<_> = lock(&self.state).ready.drain(..).collect();
         drop(ready);
+        *lock(&self.chan) = None;
+        self.stop.ring();
         self.cond.notify_all();
     }
-}
-
-fn canon(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(canonical(a.ip()), a.port())
 }

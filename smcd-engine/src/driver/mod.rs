@@ -8,4 +8,3 @@ pub mod engine;
 pub mod handshake;
 pub mod lgr;
 pub mod listener;
-pub mod stats;

@@ -24,9 +24,18 @@ use super::{seq_read, seq_write};
 use smc_proto::clc::ReasonCode;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
+
+/// Whether the data path counts (on by default). Off only to measure what counting costs:
+/// `smc-perf --no-stats`.
+static COUNTING: AtomicBool = AtomicBool::new(true);
+
+/// Turns per-connection data-path counting on or off for this process.
+pub fn set_counting(on: bool) {
+    COUNTING.store(on, Relaxed);
+}
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SMCSTAT1");
 const VERSION: u32 = 1;
@@ -129,6 +138,16 @@ pub const RMB_REUSE: usize = 4;
 pub const RMB_ALLOC: usize = 5;
 /// RMB statistic: smaller buffer than asked for.
 pub const RMB_DGRADE: usize = 6;
+
+/// The size bucket of `len` bytes: `fls64((len - 1) >> 13)` capped at 8 (`smc_stats.h`).
+pub fn bucket(len: u64) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let v = (len - 1) >> 13;
+    let fls = (u64::BITS - v.leading_zeros()) as usize;
+    fls.min(BUCKETS - 1)
+}
 
 /// The fallback index of a reason code.
 pub fn fback_index(code: ReasonCode) -> usize {
@@ -313,10 +332,15 @@ impl StatusArea {
     /// A slot for a new connection.
     pub fn conn_slot(self: &Arc<Self>) -> ConnSlot {
         let idx = lock(&self.free_conns).pop().unwrap_or(0);
+        let base = CONN_BASE + idx as usize * CONN_SLOT;
+        // Bounds of the whole slot, checked once: its first and last words.
+        let first = self.r.u64_at(base);
+        let _ = self.r.u64_at(base + CONN_SLOT - 8);
         let s = ConnSlot {
             area: Arc::clone(self),
-            base: CONN_BASE + idx as usize * CONN_SLOT,
+            base,
             idx,
+            words: std::ptr::NonNull::from(first),
         };
         if idx != 0 {
             for w in (8..CONN_SLOT).step_by(8) {
@@ -388,11 +412,26 @@ pub struct ConnSlot {
     area: Arc<StatusArea>,
     base: usize,
     idx: u32,
+    /// The slot's first word (checked to lie inside the area when the slot was made).
+    words: std::ptr::NonNull<AtomicU64>,
 }
 
+// SAFETY: `words` points into the status area that `area` keeps mapped; only atomics are
+// accessed through it.
+unsafe impl Send for ConnSlot {}
+// SAFETY: as above.
+unsafe impl Sync for ConnSlot {}
+
 impl ConnSlot {
+    /// The word at byte offset `off` of the slot. The data path calls this on every send and
+    /// receive, so the bound is a compile-time layout fact (debug-checked), not a run-time
+    /// check.
+    #[inline]
     fn w(&self, off: usize) -> &AtomicU64 {
-        self.area.r.u64_at(self.base + off)
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= CONN_SLOT);
+        // SAFETY: the slot [base, base + CONN_SLOT) lies inside the mapped area (checked in
+        // `conn_slot`), the area outlives `self`, and `off` is one of the layout's offsets.
+        unsafe { &*self.words.as_ptr().add(off / 8) }
     }
 
     /// Writes the identity and makes the slot visible.
@@ -468,6 +507,9 @@ impl ConnSlot {
     /// Sets a cursor word.
     #[inline]
     pub fn set_cursor(&self, c: Curs, pos: u64) {
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
         self.w(C_CURS + 8 * c as usize).store(pos, Relaxed);
     }
 
@@ -477,6 +519,38 @@ impl ConnSlot {
             u64::from_le_bytes([rx_p, rx_c, tx_p, tx_c, 0, 0, 0, 0]),
             Relaxed,
         );
+    }
+
+    /// Adds to one of the engine's totals (events such as a full buffer).
+    pub fn total(&self, t: usize, n: u64) {
+        self.area.add(t, n);
+    }
+
+    /// One send of `requested` bytes that sent `sent` (the kernel's `SMC_STAT_PAYLOAD` rules:
+    /// every call counts, bucket by request size, bytes by what was sent).
+    #[inline]
+    pub fn tx(&self, requested: usize, sent: usize) {
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
+        self.bump(Cnt::TxCnt, 1);
+        if requested > 0 && sent > 0 {
+            self.bump_pd(true, bucket(requested as u64));
+            self.bump(Cnt::TxBytes, sent as u64);
+        }
+    }
+
+    /// One receive that returned `got` bytes.
+    #[inline]
+    pub fn rx(&self, requested: usize, got: usize) {
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
+        self.bump(Cnt::RxCnt, 1);
+        if requested > 0 && got > 0 {
+            self.bump_pd(false, bucket(got as u64));
+            self.bump(Cnt::RxBytes, got as u64);
+        }
     }
 
     /// Reads a counter back (tests, diagnostics).
@@ -955,6 +1029,18 @@ mod tests {
         };
         l.publish(&lr);
         assert_eq!(view.listeners(), vec![lr]);
+    }
+
+    #[test]
+    fn buckets_as_the_kernel() {
+        assert_eq!(bucket(1), 0);
+        assert_eq!(bucket(8192), 0);
+        assert_eq!(bucket(8193), 1);
+        assert_eq!(bucket(16384), 1);
+        assert_eq!(bucket(16385), 2);
+        assert_eq!(bucket(1 << 20), 7);
+        assert_eq!(bucket((1 << 20) + 1), 8);
+        assert_eq!(bucket(u64::MAX), 8);
     }
 
     #[test]

@@ -72,17 +72,20 @@ impl Smcd {
         }
     }
 
-    /// An in-process engine using this smcd.
+    /// An in-process engine using this smcd, with the namespace's knobs.
     pub fn engine(&self) -> Arc<Engine> {
-        self.engine_with(Settings::default())
+        Engine::new(EngineConfig {
+            socket: self.socket.clone(),
+            ..EngineConfig::default()
+        })
     }
 
     /// An in-process engine with `settings`.
     pub fn engine_with(&self, settings: Settings) -> Arc<Engine> {
         Engine::new(EngineConfig {
             socket: self.socket.clone(),
-            settings,
-            ueids: vec![],
+            settings: Some(settings),
+            ueids: None,
         })
     }
 
