@@ -163,8 +163,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
         {
             let n = format!(
                 "{tw} of the {range} ephemeral ports are in TIME_WAIT before crr starts (other \
-                 programs' connections); SMC connects bind their port first and may fail with \
-                 EADDRINUSE"
+                 programs' connections): SMC connects pick their source port before connecting \
+                 and may need several tries, or fall back to TCP"
             );
             eprintln!("bench: WARNING: {n}");
             notes.push(n);
