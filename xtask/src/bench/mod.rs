@@ -152,7 +152,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
     let mut progress = Progress::new(&plans, &cfg);
     let mut suites = Vec::new();
     let mut totals = Totals::default();
-    let mut before = ctl.stats().ok();
+    let mut before = ctl.stats().ok().map(|(flat, _)| flat);
     for sp in &plans {
         let t0 = Instant::now();
         println!("\n== {} ==", sp.name);
@@ -242,18 +242,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
             tables.push(t);
         }
         // Counters: what changed during this suite.
-        let (counters, counters_note) = match (ctl.stats(), &before) {
-            (Ok(after), Some(b)) => {
-                let d = report::delta(b, &after);
+        // What changed during this suite (smcd's counters are cumulative).
+        let (counters, counters_snapshot, counters_note) = match ctl.stats() {
+            Ok((after, raw)) => {
+                let d = report::delta(before.as_ref().unwrap_or(&BTreeMap::new()), &after);
                 before = Some(after);
-                (Some(d), None)
+                (Some(d), Some(raw), None)
             }
-            (Ok(after), None) => {
-                let d = report::delta(&BTreeMap::new(), &after);
-                before = Some(after);
-                (Some(d), None)
-            }
-            (Err(e), _) => (None, Some(format!("smcctl --json stats: {e}"))),
+            Err(e) => (None, None, Some(format!("smcctl --json stats: {e:#}"))),
         };
         match (&counters, &counters_note) {
             (Some(c), _) => {
@@ -282,6 +278,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
             name: sp.name.into(),
             tables,
             counters,
+            counters_snapshot,
             counters_note,
             notes,
             summary,
@@ -777,6 +774,8 @@ struct Control {
     failed: BTreeMap<String, String>,
     warned: BTreeSet<String>,
     stats_warned: bool,
+    /// Set when smcctl found smcd not answering: no further calls.
+    unreachable: Option<String>,
 }
 
 impl Control {
@@ -791,21 +790,34 @@ impl Control {
             failed: BTreeMap::new(),
             warned: BTreeSet::new(),
             stats_warned: false,
+            unreachable: None,
         }
     }
 
-    fn smcctl(&self, args: &[&str]) -> anyhow::Result<String> {
+    /// Runs `smcctl --socket SOCK ARGS`. A call that takes seconds means smcd does not answer
+    /// the control families (smcctl waits 10 s for a reply): later calls fail at once with
+    /// the same reason instead of each waiting again.
+    fn smcctl(&mut self, args: &[&str]) -> anyhow::Result<String> {
+        if let Some(why) = &self.unreachable {
+            bail!("{why}");
+        }
         let mut cmd = Command::new(&self.smcctl);
         cmd.arg("--socket")
             .arg(&self.sock)
             .args(args)
             .env("SMCD_SOCKET", &self.sock);
-        let c = run_captured(&mut cmd, Duration::from_secs(10))?;
-        match c.status {
-            Some(st) if st.success() => Ok(c.stdout),
-            Some(st) => bail!("{st}: {}", last_lines(&c.stderr, 2)),
-            None => bail!("timed out"),
+        let t0 = Instant::now();
+        let c = run_captured(&mut cmd, Duration::from_secs(20))?;
+        let slow = t0.elapsed() >= Duration::from_secs(5);
+        let r = match c.status {
+            Some(st) if st.success() => return Ok(c.stdout),
+            Some(st) => format!("{st}: {}", last_lines(&c.stderr, 2)),
+            None => "timed out after 20 s".to_string(),
+        };
+        if slow {
+            self.unreachable = Some(format!("control socket not answering ({r})"));
         }
+        bail!("{r}")
     }
 
     /// Sets every touched sysctl to the variant's value or its default, through
@@ -852,15 +864,15 @@ impl Control {
         }
     }
 
-    /// `smcctl --json stats`, flattened.
-    fn stats(&mut self) -> anyhow::Result<BTreeMap<String, f64>> {
+    /// `smcctl --json stats`: flattened, and as printed.
+    fn stats(&mut self) -> anyhow::Result<(BTreeMap<String, f64>, Value)> {
         let r = self.smcctl(&["--json", "stats"]).and_then(|out| {
             let v: Value = serde_json::from_str(out.trim())
                 .or_else(|_| serde_json::from_str(out.lines().last().unwrap_or_default()))
                 .context("smcctl --json stats did not print JSON")?;
             let mut m = BTreeMap::new();
             report::flatten(&v, "", &mut m);
-            Ok(m)
+            Ok((m, v))
         });
         if let Err(e) = &r
             && !self.stats_warned

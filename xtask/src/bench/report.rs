@@ -64,6 +64,9 @@ pub struct SuiteResult {
     pub tables: Vec<TableResult>,
     /// Counter changes during the suite (`smcctl --json stats`, flattened), if available.
     pub counters: Option<BTreeMap<String, f64>>,
+    /// `smcctl --json stats` after the suite, as printed (cumulative since smcd started).
+    #[serde(default)]
+    pub counters_snapshot: Option<Value>,
     /// Why the counters are missing.
     pub counters_note: Option<String>,
     /// Conditions that may explain failures (e.g. ports in TIME_WAIT).
@@ -413,7 +416,7 @@ pub fn point_label(test: Test, msg_size: usize, concurrency: Option<usize>) -> (
 // ------------------------------------------------------------------------------------------
 // Counters.
 
-/// Flattens the numeric leaves of a JSON value into `a.b.c → number`.
+/// Flattens the numeric leaves of a JSON value (objects only) into `a.b.c → number`.
 pub fn flatten(v: &Value, prefix: &str, out: &mut BTreeMap<String, f64>) {
     match v {
         Value::Number(n) => {
@@ -434,11 +437,8 @@ pub fn flatten(v: &Value, prefix: &str, out: &mut BTreeMap<String, f64>) {
                 flatten(x, &p, out);
             }
         }
-        Value::Array(a) => {
-            for (i, x) in a.iter().enumerate() {
-                flatten(x, &format!("{prefix}[{i}]"), out);
-            }
-        }
+        // Lists (fallback reasons, most frequent first) change order between snapshots, so a
+        // difference by position means nothing; they stay in the raw snapshot.
         _ => {}
     }
 }
@@ -463,7 +463,7 @@ pub fn interesting(counters: &BTreeMap<String, f64>) -> Vec<(String, f64)> {
         "fallback",
         "hs_err",
         "handshake",
-        "smc_conn",
+        "connections",
     ];
     counters
         .iter()
@@ -718,20 +718,19 @@ mod tests {
     fn counters_flatten_and_delta() {
         let mut a = BTreeMap::new();
         let mut b = BTreeMap::new();
-        flatten(
-            &serde_json::json!({"SMCD": {"cork_cnt": 1, "x": [2]}}),
-            "",
-            &mut a,
-        );
-        flatten(
-            &serde_json::json!({"SMCD": {"cork_cnt": 5, "x": [2], "srv_fback": 3}}),
-            "",
-            &mut b,
-        );
+        let before = serde_json::json!({"extras": {"cork": 1, "nodelay": 2},
+            "fallback": {"total": 1, "server_reasons": [{"code": 1, "count": 1}]}});
+        let after = serde_json::json!({"extras": {"cork": 5, "nodelay": 2},
+            "fallback": {"total": 4, "server_reasons": [{"code": 7, "count": 3}]},
+            "rx": {"bytes": 10}});
+        flatten(&before, "", &mut a);
+        flatten(&after, "", &mut b);
         let d = delta(&a, &b);
-        assert_eq!(d["SMCD.cork_cnt"], 4.0);
-        assert_eq!(d["SMCD.x[0]"], 0.0);
+        assert_eq!(d["extras.cork"], 4.0);
+        assert_eq!(d["rx.bytes"], 10.0);
+        assert!(!d.keys().any(|k| k.contains("reasons")));
         let i = interesting(&d);
-        assert_eq!(i.len(), 2);
+        let keys: Vec<&str> = i.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["extras.cork", "extras.nodelay", "fallback.total"]);
     }
 }
