@@ -9,7 +9,7 @@ const W: f64 = 720.0;
 const H: f64 = 440.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
-const TOP: f64 = 40.0;
+const TOP: f64 = 60.0;
 const BOTTOM: f64 = 50.0;
 const COLOURS: [&str; 4] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd"];
 
@@ -17,6 +17,16 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// The y axis label: `MB/s`, `one-way p50 µs`.
+fn axis_label(metric: &str, unit: &str) -> String {
+    match metric {
+        "lat_us_mean" => format!("one-way mean {unit}"),
+        "lat_us_p50" => format!("one-way p50 {unit}"),
+        "lat_us_p99" => format!("one-way p99 {unit}"),
+        _ => unit.to_string(),
+    }
 }
 
 /// The plot of `t`, or `None` when it has fewer than two points with values.
@@ -113,16 +123,16 @@ pub fn plot(t: &TableResult, subtitle: &str) -> Option<String> {
     );
     let _ = writeln!(
         s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">message size (log2)</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">message size, log2 scale</text>"#,
         LEFT + pw / 2.0,
         H - 12.0
     );
     let _ = writeln!(
         s,
-        r#"<text x="16" y="{:.1}" text-anchor="middle" transform="rotate(-90 16 {:.1})">{} (log10)</text>"#,
+        r#"<text x="16" y="{:.1}" text-anchor="middle" transform="rotate(-90 16 {:.1})">{}, log scale</text>"#,
         TOP + ph / 2.0,
         TOP + ph / 2.0,
-        esc(&format!("{} {}", t.primary, t.unit))
+        esc(&axis_label(&t.primary, &t.unit))
     );
     for (i, (label, pts)) in series.iter().enumerate() {
         let c = COLOURS[i % COLOURS.len()];
@@ -143,8 +153,9 @@ pub fn plot(t: &TableResult, subtitle: &str) -> Option<String> {
                 sy(y)
             );
         }
-        let ly = TOP + 14.0 + 16.0 * i as f64;
-        let lx = LEFT + pw - 150.0;
+        // The legend sits in one row between the subtitle and the plot.
+        let ly = TOP - 10.0;
+        let lx = LEFT + 130.0 * i as f64;
         let _ = writeln!(
             s,
             r#"<line x1="{lx:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{c}" stroke-width="2"/>"#,
