@@ -286,11 +286,16 @@ pub fn table(t: &TableResult, shown: &[&str], reps: usize) -> String {
     }
     let mut rows = vec![header];
     let mut any_unapplied = false;
+    let mut any_noisy = false;
     for p in &t.points {
         let mut row = vec![p.label.clone()];
         for (vi, m) in &cols {
             let r = &p.results[*vi];
             let mut cell = r.median.get(m).map_or("–".into(), |&v| num(m, v));
+            if noisy(r, m) {
+                cell.push('~');
+                any_noisy = true;
+            }
             if !r.settings_applied {
                 cell.push('*');
                 any_unapplied = true;
@@ -317,6 +322,13 @@ pub fn table(t: &TableResult, shown: &[&str], reps: usize) -> String {
             let _ = writeln!(out, "  {}", rule.join("  "));
         }
     }
+    if any_noisy {
+        let _ = writeln!(
+            out,
+            "  ~ the repetitions' largest and smallest value differ by more than 1.5x: a noisy \
+             point (all repetitions are in the JSON)"
+        );
+    }
     if any_unapplied {
         let _ = writeln!(
             out,
@@ -336,6 +348,14 @@ pub fn table(t: &TableResult, shown: &[&str], reps: usize) -> String {
         }
     );
     out
+}
+
+/// The repetitions of `metric` spread by more than 1.5x (largest / smallest).
+fn noisy(r: &VariantResult, metric: &str) -> bool {
+    match (r.min.get(metric), r.max.get(metric)) {
+        (Some(&lo), Some(&hi)) if lo > 0.0 => hi / lo > 1.5,
+        _ => false,
+    }
 }
 
 /// Median of variant `a` over median of variant `b` at point `p`.
@@ -700,6 +720,17 @@ mod tests {
         let line = &summary(&t)[0];
         // geo mean of 30 and 6 = 13.4
         assert!(line.contains("1342 %"), "{line}");
+    }
+
+    #[test]
+    fn noisy_points_are_marked() {
+        let mut t = table_with(&[(64, 10.0, 100.0)]);
+        let r = &mut t.points[0].results[1];
+        r.min.insert("mbps".into(), 50.0);
+        r.max.insert("mbps".into(), 100.0);
+        let s = table(&t, &["mbps"], 3);
+        assert!(s.contains("100~"), "{s}");
+        assert!(s.contains("noisy point"), "{s}");
     }
 
     #[test]
