@@ -295,3 +295,26 @@ fn timeouts_and_options_behave_like_tcp() {
     t.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     assert_eq!((&t).read(&mut b).unwrap_err().kind(), ErrorKind::WouldBlock);
 }
+
+/// IPv6 works like IPv4, and a dual-stack listener on `[::]` takes IPv4 clients over SMC-D.
+#[test]
+fn ipv6_and_dual_stack() {
+    let smcd = Smcd::start();
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l6 = smcd_engine::SmcListener::bind_with(&se, "[::1]:0").expect("bind [::1]");
+    let c6 = SmcStream::connect_with(&ce, l6.local_addr().unwrap()).unwrap();
+    let (s6, peer) = l6.accept().unwrap();
+    assert!(peer.is_ipv6());
+    assert!(c6.is_smc() && s6.is_smc(), "{}", c6.mode());
+    (&c6).write_all(b"v6").unwrap();
+    let mut b = [0u8; 2];
+    (&s6).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"v6");
+
+    let dual = smcd_engine::SmcListener::bind_with(&se, "[::]:0").expect("bind [::]");
+    let port = dual.local_addr().unwrap().port();
+    let c4 = connect(&ce, port);
+    let (s4, peer) = dual.accept().unwrap();
+    assert!(c4.is_smc() && s4.is_smc(), "{}", c4.mode());
+    assert_eq!(peer.ip().to_canonical(), c4.local_addr().unwrap().ip());
+}

@@ -73,3 +73,63 @@ pub fn prod_word(pos: u64, ring_len: usize) -> u64 {
 pub fn cons_word(pos: u64, ring_len: usize, pflags: ProducerFlags, cflags: ConnStateFlags) -> u64 {
     SmcdCursorWord::encode(to_cursor(pos, ring_len), pflags, cflags)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let ring = 65504;
+        for pos in [
+            0u64,
+            1,
+            65503,
+            65504,
+            65505,
+            10 * 65504 + 7,
+            (65536u64 * 65504) + 3,
+        ] {
+            let c = to_cursor(pos, ring);
+            // Any position reachable from `last` within the window decodes back.
+            let last = pos.saturating_sub(100);
+            assert_eq!(from_cursor(c, ring, last, last + ring as u64), Ok(pos));
+        }
+        assert!(matches!(
+            from_cursor(
+                Cursor {
+                    wrap: 0,
+                    count: 65504
+                },
+                ring,
+                0,
+                65504
+            ),
+            Err(CursorError::CountOutOfRing { .. })
+        ));
+        // Backwards is refused (it looks like almost a full 2^16 wraps forward).
+        let c = to_cursor(100, ring);
+        assert!(matches!(
+            from_cursor(c, ring, 200, 200 + ring as u64),
+            Err(CursorError::TooFar { .. })
+        ));
+        // Further than the window is refused.
+        let c = to_cursor(ring as u64 + 1, ring);
+        assert!(from_cursor(c, ring, 0, ring as u64).is_err());
+    }
+
+    proptest! {
+        /// Whatever a peer writes, the decoded position is either refused or lies in
+        /// [last, limit]; a position the peer could legitimately have written decodes exactly.
+        #[test]
+        fn never_outside_the_window(wrap: u16, count: u32, last in 0u64..1 << 40, win in 0u64..1 << 20, ring in 16352usize..1 << 20) {
+            let limit = last + win;
+            if let Ok(p) = from_cursor(Cursor { wrap, count }, ring, last, limit) {
+                prop_assert!(p >= last && p <= limit);
+            }
+            let legit = last + win / 2;
+            prop_assert_eq!(from_cursor(to_cursor(legit, ring), ring, last, limit), Ok(legit));
+        }
+    }
+}
