@@ -179,6 +179,9 @@ impl<'a> Bench<'a> {
             .is_none_or(|s| &s.settings != current || procs::has_exited(&mut s.child));
         if stale {
             if let Some(mut old) = self.smc.take() {
+                if procs::has_exited(&mut old.child) {
+                    eprintln!("bench: SMC server exited; restarting it");
+                }
                 old.stop();
             }
             let mut s = perf::start_server(self.env, true)?;
