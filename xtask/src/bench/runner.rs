@@ -74,17 +74,20 @@ impl<'a> Bench<'a> {
         let (counters, counters_snapshot, counters_note) = self.counters();
         match (&counters, &counters_note) {
             (Some(c), _) => {
-                let shown: Vec<String> = report::interesting(c)
-                    .into_iter()
+                let all = report::interesting(c);
+                let shown: Vec<String> = all
+                    .iter()
+                    .filter(|(_, v)| *v != 0.0)
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
                 println!(
                     "  counters during {}: {}",
                     sp.name,
-                    if shown.is_empty() {
-                        "(no cork/nodelay/fallback counters reported)".into()
-                    } else {
-                        shown.join(", ")
+                    match (all.is_empty(), shown.is_empty()) {
+                        (true, _) => "(smcctl reported no cork/nodelay/fallback counters)".into(),
+                        (false, true) =>
+                            "cork, nodelay, fallback and handshake counters all 0".to_string(),
+                        (false, false) => shown.join(", "),
                     }
                 );
             }
