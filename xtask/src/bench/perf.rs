@@ -302,6 +302,15 @@ pub(super) fn run_client(
             ),
             Some(st) => format!("{st}, no result; stderr: {}", last_lines(&cap.stderr, 5)),
         });
+        if !procs::interrupted() {
+            eprintln!(
+                "bench: {} {} B {}: {}",
+                test.arg(),
+                p.msg_size,
+                v.name,
+                r.error.as_deref().unwrap_or_default()
+            );
+        }
         return r;
     };
     r.errors = json["errors"].as_u64().unwrap_or(0);
