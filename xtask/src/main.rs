@@ -1,6 +1,48 @@
-//! `cargo xtask`: developer workflows (issue 6). Not yet implemented.
+//! `cargo xtask`: developer workflows. `cargo xtask bench` runs the kernel SMC team's
+//! benchmarks with SMC beside TCP (see docs/benchmarks.md).
 
-fn main() {
-    eprintln!("cargo xtask: not implemented yet (see README status table)");
-    std::process::exit(1);
+mod bench;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(about = "Developer workflows for the smc-userspace workspace")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// SMC beside TCP: bw, lat, pp, crr and ablation suites (docs/benchmarks.md).
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    // Before any thread exists, so every thread inherits the blocked signals.
+    if let Err(e) = bench::install_signal_handler() {
+        eprintln!("xtask: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    let cli = Cli::parse();
+    let _guard = bench::Guard;
+    let r = match cli.cmd {
+        Cmd::Bench(args) => bench::run(args),
+    };
+    if bench::interrupted() {
+        // The signal thread is stopping the children and exits the process with 128 + the
+        // signal; what failed here failed because of that.
+        loop {
+            std::thread::park();
+        }
+    }
+    match r {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,9 +1,9 @@
 //! `smc-perf`: a qperf/sockperf-like load generator for SMC and TCP.
 //!
 //! ```text
-//! smc-perf server [--port P] [--bind ADDR] [--tcp]
+//! smc-perf server [--port P] [--bind ADDR] [--tcp] [--pin CPU] [--limit-hs BOOL] [--no-stats]
 //! smc-perf client HOST:PORT --test bw|lat|crr --msg-size N --time SECONDS [--tcp]
-//!                 [--concurrency C] [--pin CPU] [--warmup SECONDS]
+//!                 [--concurrency C] [--pin CPU] [--warmup SECONDS] [--no-stats]
 //! ```
 //!
 //! The client prints one JSON object per run. Every byte received is checked against the
@@ -15,7 +15,12 @@
 //!   MB/s (10^6 bytes) at the receiver.
 //! * `lat`: ping-pong (qperf `tcp_lat`, sockperf `pp`): one-way latency = round trip / 2.
 //! * `crr`: connect, one request/response of `msg-size`, close, in `concurrency` parallel
-//!   loops; `conns_per_s`.
+//!   loops; `conns_per_s`. The server closes first, as an HTTP server does after a
+//!   `Connection: close` response (wrk's benchmark), so TIME_WAIT stays on the server and
+//!   the client's ephemeral ports are free again at once.
+//!
+//! The server prints `smc-perf: serving smc|tcp on ADDR:PORT` on stderr once it listens, with
+//! the port actually bound, so `--port 0` picks a free one and a harness learns which.
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -71,7 +76,7 @@ enum Cmd {
         /// Measured seconds.
         #[arg(long, default_value_t = 5.0)]
         time: f64,
-        /// Unmeasured seconds before measuring (bw and lat).
+        /// Unmeasured seconds before measuring.
         #[arg(long, default_value_t = 0.2)]
         warmup: f64,
         /// Plain TCP.
@@ -268,7 +273,14 @@ fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
             c.write_all(&r)?;
             c.flush()?;
         }
-        Test::Lat | Test::Crr => {
+        Test::Crr => {
+            // One request, one response, then close first (see the module doc).
+            let mut buf = vec![0u8; msg];
+            c.read_exact(&mut buf)?;
+            c.write_all(&buf)?;
+            c.flush()?;
+        }
+        Test::Lat => {
             // Echo messages back; each message is checked by the client.
             let mut buf = vec![0u8; msg];
             loop {
@@ -282,6 +294,26 @@ fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Listen backlog of both servers. The same for TCP and SMC so crr compares transports, not
+/// queue lengths (`std`'s `TcpListener::bind` uses 128, which overflows at 512 concurrent
+/// connects and turns into resets).
+const BACKLOG: u32 = 1024;
+
+/// A TCP listener with an explicit backlog, bound as `SmcListener` binds (`SO_REUSEADDR`).
+fn tcp_listener(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let fam = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let sock = rustix::net::socket_with(fam, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    rustix::net::sockopt::set_socket_reuseaddr(&sock, true)?;
+    rustix::net::bind(&sock, &addr)?;
+    rustix::net::listen(&sock, backlog as i32)?;
+    Ok(TcpListener::from(sock))
 }
 
 fn server(
@@ -300,19 +332,23 @@ fn server(
         Tcp(TcpListener),
     }
     let l = Arc::new(if tcp {
-        L::Tcp(TcpListener::bind(addr)?)
+        L::Tcp(tcp_listener(addr, BACKLOG)?)
     } else {
         L::Smc(SmcListener::bind_with_options(
             smcd_engine::Engine::global(),
             addr,
             smcd_engine::driver::listener::ListenOptions {
-                backlog: 1024,
+                backlog: BACKLOG,
                 limit_hs,
             },
         )?)
     });
+    let bound = match &*l {
+        L::Smc(l) => l.local_addr()?,
+        L::Tcp(l) => l.local_addr()?,
+    };
     eprintln!(
-        "smc-perf: serving {} on {addr}",
+        "smc-perf: serving {} on {bound}",
         if tcp { "tcp" } else { "smc" }
     );
     // A pool of accepting threads that grows when all are busy, so short connections do not
@@ -423,8 +459,7 @@ fn client_bw(
     let mut off = 0u64;
     let start = Instant::now();
     let warm_end = start + warmup;
-    let end = warm_end + time;
-    let mut at_warm = None;
+    let mut at_warm: Option<(Instant, u64, u64)> = None;
     let mut msgs = 0u64;
     loop {
         let now_check = msgs.is_multiple_of(64);
@@ -433,7 +468,9 @@ fn client_bw(
             if at_warm.is_none() && now >= warm_end {
                 at_warm = Some((now, off, msgs));
             }
-            if now >= end {
+            // Measure `time` from when the warm-up was seen to end (the clock is read every
+            // 64 messages, which can take longer than a short warm-up when the peer is slow).
+            if at_warm.is_some_and(|(t0, _, _)| now >= t0 + time) {
                 break;
             }
         }
@@ -509,6 +546,7 @@ fn client_crr(
     tcp: bool,
     msg: usize,
     time: Duration,
+    warmup: Duration,
     concurrency: usize,
     cpu: Option<usize>,
 ) -> anyhow::Result<Report> {
@@ -516,7 +554,6 @@ fn client_crr(
     let errors = Arc::new(AtomicU64::new(0));
     let smc = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
     let threads: Vec<_> = (0..concurrency.max(1))
         .map(|_| {
             let (done, errors, smc, stop) =
@@ -533,6 +570,11 @@ fn client_crr(
                         c.read_exact(&mut buf)?;
                         if check(0, &buf) != 0 {
                             return Err(io::Error::other("bad response"));
+                        }
+                        // Wait for the server's close before closing (it closes first).
+                        let mut end = [0u8; 1];
+                        if c.read(&mut end)? != 0 {
+                            return Err(io::Error::other("data after the response"));
                         }
                         Ok(is_smc)
                     })();
@@ -554,15 +596,21 @@ fn client_crr(
             })
         })
         .collect();
+    // The warm-up takes the first connections' one-time costs (link group, buffers) out of
+    // the rate; errors count from the start.
+    std::thread::sleep(warmup);
+    let start = Instant::now();
+    let (n0, smc0) = (done.load(Ordering::Relaxed), smc.load(Ordering::Relaxed));
     std::thread::sleep(time);
     stop.store(true, Ordering::Relaxed);
-    let n = done.load(Ordering::Relaxed);
-    let secs = start.elapsed().as_secs_f64();
     for t in threads {
         let _ = t.join();
     }
-    // A loop may finish one more connection after `n` was read: clamp.
-    let n_smc = smc.load(Ordering::Relaxed).min(n);
+    // Read the counters after every loop has stopped, so the connections that finished while
+    // stopping are in both counts, and time until then.
+    let secs = start.elapsed().as_secs_f64();
+    let n = done.load(Ordering::Relaxed) - n0;
+    let n_smc = smc.load(Ordering::Relaxed) - smc0;
     Ok(Report {
         test: Test::Crr,
         transport: if tcp { "tcp".into() } else { "smcd".into() },
@@ -631,7 +679,7 @@ fn main() -> anyhow::Result<()> {
             let rep = match test {
                 Test::Bw => client_bw(addr, tcp, msg_size, time, warmup)?,
                 Test::Lat => client_lat(addr, tcp, msg_size, time, warmup)?,
-                Test::Crr => client_crr(addr, tcp, msg_size, time, concurrency, cpu)?,
+                Test::Crr => client_crr(addr, tcp, msg_size, time, warmup, concurrency, cpu)?,
             };
             println!("{}", serde_json::to_string(&rep)?);
             if rep.errors > 0 {

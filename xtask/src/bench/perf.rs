@@ -1,0 +1,388 @@
+//! The processes a run measures with: its own `smcd`, the `smc-perf` servers (SMC and plain
+//! TCP, on ports below the ephemeral range) and one `smc-perf client` per run, all started
+//! through [`procs`] so none outlives the bench.
+
+use super::Cfg;
+use super::plan::{PointPlan, Test, Variant};
+use super::procs;
+use super::report::RepResult;
+use anyhow::bail;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Where the binaries are, the run's smcd socket and logs, the CPUs, the server ports.
+#[derive(Debug)]
+pub(super) struct Env {
+    pub(super) bin: PathBuf,
+    pub(super) sock: PathBuf,
+    pub(super) logs: PathBuf,
+    pub(super) client_cpu: Option<usize>,
+    pub(super) server_cpu: Option<usize>,
+    pub(super) ports: Ports,
+}
+
+/// The run's own smcd.
+pub(super) struct Smcd {
+    pub(super) child: Child,
+}
+
+pub(super) fn start_smcd(env: &Env) -> anyhow::Result<Smcd> {
+    let log = std::fs::File::create(env.logs.join("smcd.log"))?;
+    let mut cmd = Command::new(env.bin.join("smcd"));
+    cmd.arg("--socket")
+        .arg(&env.sock)
+        .env("SMCD_SOCKET", &env.sock)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    let mut child = procs::spawn(&mut cmd)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !env.sock.exists() {
+        if procs::has_exited(&mut child) || Instant::now() >= deadline {
+            let _ = procs::stop(&mut child, Duration::from_secs(1));
+            bail!(
+                "smcd did not come up on {}; its log:\n{}",
+                env.sock.display(),
+                tail(&env.logs.join("smcd.log"), 20)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(Smcd { child })
+}
+
+/// A running `smc-perf server`.
+pub(super) struct PerfServer {
+    pub(super) child: Child,
+    pub(super) port: u16,
+    /// The sysctls in effect when it started (SMC server only).
+    pub(super) settings: BTreeMap<String, u64>,
+}
+
+impl PerfServer {
+    pub(super) fn stop(&mut self) {
+        let _ = procs::stop(&mut self.child, Duration::from_secs(2));
+    }
+}
+
+/// Starts `smc-perf server` on a free port of 127.0.0.1 and waits until it listens (it
+/// prints the bound address). Its stderr goes to the log file.
+///
+/// The port is picked below the ephemeral range, not with `--port 0`: on a shared machine
+/// other programs' TIME_WAIT sockets can fill the ephemeral range, and then bind(0) fails.
+/// A port that is taken is skipped.
+pub(super) fn start_server(env: &Env, smc: bool) -> anyhow::Result<PerfServer> {
+    let mut last = String::new();
+    for _ in 0..64 {
+        let port = env.ports.next();
+        match start_server_on(env, smc, port)? {
+            Ok(s) => return Ok(s),
+            Err(why) if why.contains("Address already in use") => last = why,
+            Err(why) => bail!(
+                "smc-perf server ({}) did not start: {why}",
+                if smc { "smc" } else { "tcp" }
+            ),
+        }
+    }
+    bail!("no free port for smc-perf server: {last}")
+}
+
+/// One attempt: `Ok(Err(why))` when the server exited or never said it listens.
+fn start_server_on(env: &Env, smc: bool, port: u16) -> anyhow::Result<Result<PerfServer, String>> {
+    let name = if smc {
+        "server-smc.log"
+    } else {
+        "server-tcp.log"
+    };
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(env.logs.join(name))?;
+    let mut cmd = Command::new(env.bin.join("smc-perf"));
+    cmd.args(["server", "--port", &port.to_string(), "--bind", "127.0.0.1"]);
+    if !smc {
+        cmd.arg("--tcp");
+    }
+    if let Some(c) = env.server_cpu {
+        cmd.args(["--pin", &c.to_string()]);
+    }
+    cmd.env("SMCD_SOCKET", &env.sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = procs::spawn(&mut cmd)?;
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = mpsc::channel::<Result<u16, String>>();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        let mut first = Vec::new();
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = writeln!(log, "{line}");
+            if first.len() < 3 {
+                first.push(line.clone());
+            }
+            if let Some(port) = line
+                .strip_prefix("smc-perf: serving ")
+                .and_then(|r| r.rsplit(':').next())
+                .and_then(|p| p.trim().parse::<u16>().ok())
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(Ok(port));
+            }
+        }
+        if let Some(tx) = tx {
+            let _ = tx.send(Err(first.join(" | ")));
+        }
+    });
+    let why = match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Ok(port)) => {
+            return Ok(Ok(PerfServer {
+                child,
+                port,
+                settings: BTreeMap::new(),
+            }));
+        }
+        Ok(Err(why)) => why,
+        Err(_) => "did not say it listens within 10 s".to_string(),
+    };
+    let _ = procs::stop(&mut child, Duration::from_secs(1));
+    Ok(Err(why))
+}
+
+/// Server ports below the ephemeral range, handed out round robin from a per-run start.
+#[derive(Debug)]
+pub(super) struct Ports {
+    low: u16,
+    high: u16,
+    next: std::cell::Cell<u16>,
+}
+
+impl Ports {
+    pub(super) fn new() -> Ports {
+        let eph_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+            .unwrap_or(32768);
+        let (low, high) = if eph_low > 12000 {
+            (10000, eph_low - 1)
+        } else {
+            // An unusual range: use the ports above it instead.
+            (61000, 65000)
+        };
+        let span = u32::from(high - low);
+        let start = low + (std::process::id().wrapping_mul(7919) % span) as u16;
+        Ports {
+            low,
+            high,
+            next: std::cell::Cell::new(start),
+        }
+    }
+
+    fn next(&self) -> u16 {
+        let p = self.next.get();
+        self.next.set(if p >= self.high { self.low } else { p + 1 });
+        p
+    }
+}
+
+/// Output of a finished (or timed out) child.
+pub(super) struct Captured {
+    pub(super) status: Option<std::process::ExitStatus>,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
+}
+
+/// Runs `cmd` registered, with a deadline; captures its output.
+pub(super) fn run_captured(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Captured> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = procs::spawn(cmd)?;
+    let reader = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let status = match procs::wait_until(&mut child, Some(Instant::now() + timeout))? {
+        Some(st) => Some(st),
+        None => {
+            procs::stop(&mut child, Duration::from_millis(500))?;
+            None
+        }
+    };
+    Ok(Captured {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// One `smc-perf client` run.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_client(
+    env: &Env,
+    cfg: &Cfg,
+    time: f64,
+    test: Test,
+    p: &PointPlan,
+    v: &Variant,
+    port: u16,
+    rep: usize,
+) -> RepResult {
+    let mut cmd = Command::new(env.bin.join("smc-perf"));
+    cmd.arg("client")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--test", test.arg()])
+        .args(["--msg-size", &p.msg_size.to_string()])
+        .args(["--time", &time.to_string()])
+        .args(["--warmup", &cfg.warmup.to_string()])
+        .env("SMCD_SOCKET", &env.sock);
+    if !v.smc {
+        cmd.arg("--tcp");
+    }
+    if let Some(c) = p.concurrency {
+        cmd.args(["--concurrency", &c.to_string()]);
+    }
+    if let Some(c) = env.client_cpu {
+        cmd.args(["--pin", &c.to_string()]);
+    }
+    let t0 = Instant::now();
+    let timeout = Duration::from_secs_f64(cfg.warmup + time + 60.0);
+    let mut r = RepResult {
+        rep,
+        ok: false,
+        metrics: BTreeMap::new(),
+        errors: 0,
+        mode: None,
+        fallback: false,
+        wall_s: 0.0,
+        report: None,
+        error: None,
+    };
+    let cap = match run_captured(&mut cmd, timeout) {
+        Ok(c) => c,
+        Err(e) => {
+            r.error = Some(format!("{e:#}"));
+            return r;
+        }
+    };
+    r.wall_s = t0.elapsed().as_secs_f64();
+    let json: Option<Value> = cap
+        .stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l.trim()).ok());
+    let Some(json) = json else {
+        r.error = Some(match cap.status {
+            None => format!(
+                "timed out after {timeout:?}; stderr: {}",
+                last_lines(&cap.stderr, 5)
+            ),
+            Some(st) => format!("{st}, no result; stderr: {}", last_lines(&cap.stderr, 5)),
+        });
+        if !procs::interrupted() {
+            eprintln!(
+                "bench: {} {} B {}: {}",
+                test.arg(),
+                p.msg_size,
+                v.name,
+                r.error.as_deref().unwrap_or_default()
+            );
+        }
+        return r;
+    };
+    r.errors = json["errors"].as_u64().unwrap_or(0);
+    let mode = json["mode"].as_str().unwrap_or_default().to_string();
+    for &m in test.metrics() {
+        if let Some(x) = json[m].as_f64() {
+            r.metrics.insert(m.into(), x);
+        }
+    }
+    if test == Test::Crr
+        && let Some(share) = crr_share(&mode)
+    {
+        r.metrics.insert("smc_share".into(), share);
+    }
+    r.fallback = v.smc && test != Test::Crr && json["transport"].as_str() != Some("smcd");
+    // A run that measured nothing (no message or connection in the window) is no result.
+    let rate = match test {
+        Test::Bw => "mbps",
+        Test::Lat => "msgs_per_s",
+        Test::Crr => "conns_per_s",
+    };
+    let measured = r.metrics.get(rate).is_some_and(|&x| x > 0.0)
+        || json[rate].as_f64().is_some_and(|x| x > 0.0);
+    r.ok = r.errors == 0 && !r.fallback && measured && cap.status.is_some_and(|s| s.success());
+    if !r.ok {
+        r.error = Some(format!(
+            "errors={} mode={mode}{}; stderr: {}",
+            r.errors,
+            if measured { "" } else { ", nothing measured" },
+            last_lines(&cap.stderr, 5)
+        ));
+    }
+    if !r.ok && !procs::interrupted() {
+        eprintln!(
+            "bench: {} {} B {}: {}",
+            test.arg(),
+            p.msg_size,
+            v.name,
+            r.error.as_deref().unwrap_or_default()
+        );
+    }
+    r.mode = Some(mode);
+    r.report = Some(json);
+    r
+}
+
+/// `"12 of 40 connections SMC-D"` → 0.3.
+fn crr_share(mode: &str) -> Option<f64> {
+    let mut w = mode.split_whitespace();
+    let smc: f64 = w.next()?.parse().ok()?;
+    let _of = w.next()?;
+    let total: f64 = w.next()?.parse().ok()?;
+    Some(if total > 0.0 { smc / total } else { 0.0 })
+}
+
+pub(super) fn tail(p: &Path, n: usize) -> String {
+    let s = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+pub(super) fn last_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn crr_share_parses_the_mode() {
+        assert_eq!(super::crr_share("12 of 48 connections SMC-D"), Some(0.25));
+        assert_eq!(super::crr_share("0 of 0 connections SMC-D"), Some(0.0));
+        assert_eq!(super::crr_share("smcd"), None);
+    }
+}

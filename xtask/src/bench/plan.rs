@@ -1,0 +1,420 @@
+//! What each suite measures: its tables, the variants compared (always TCP first, then one
+//! or two SMC configurations), the message sizes or concurrencies, and which kernel
+//! benchmark it mirrors.
+
+use serde::{Deserialize, Serialize};
+
+/// How much to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Depth {
+    /// Every size, 2 s points.
+    Full,
+    /// Fewer sizes, 0.5 s points: the whole run in under 3 minutes on 2 cores.
+    Quick,
+    /// Two sizes or fewer per table, 0.2 s points: a check that everything runs.
+    Smoke,
+}
+
+impl Depth {
+    /// Measured seconds per run.
+    pub fn time(self) -> f64 {
+        match self {
+            Depth::Full => 2.0,
+            Depth::Quick => 0.5,
+            Depth::Smoke => 0.2,
+        }
+    }
+    /// Unmeasured seconds before measuring.
+    pub fn warmup(self) -> f64 {
+        match self {
+            Depth::Full => 0.3,
+            Depth::Quick => 0.1,
+            Depth::Smoke => 0.05,
+        }
+    }
+}
+
+/// The smc-perf test a table runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Test {
+    /// One-way stream.
+    Bw,
+    /// Ping-pong.
+    Lat,
+    /// Connect, request, response, close.
+    Crr,
+}
+
+impl Test {
+    /// The `--test` argument.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Test::Bw => "bw",
+            Test::Lat => "lat",
+            Test::Crr => "crr",
+        }
+    }
+    /// The metrics a run of this test yields (medians are taken of each).
+    pub fn metrics(self) -> &'static [&'static str] {
+        match self {
+            Test::Bw => &["mbps", "msgs_per_s"],
+            Test::Lat => &["lat_us_mean", "lat_us_p50", "lat_us_p99", "msgs_per_s"],
+            Test::Crr => &["conns_per_s", "smc_share"],
+        }
+    }
+}
+
+/// The unit of a metric.
+pub fn unit(metric: &str) -> &'static str {
+    match metric {
+        "mbps" => "MB/s",
+        "msgs_per_s" => "msg/s",
+        "conns_per_s" => "conn/s",
+        "smc_share" => "fraction of connections over SMC-D",
+        m if m.starts_with("lat_us") => "µs",
+        _ => "",
+    }
+}
+
+/// One configuration a point is measured in.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Variant {
+    /// Key in the JSON (`tcp`, `smc`, `smc-split-on`, ...).
+    pub name: String,
+    /// Column header.
+    pub label: String,
+    /// In ratio headers (`on/off`, `SMC/TCP`).
+    pub short: String,
+    /// SMC (through the engine) or plain TCP on both ends.
+    pub smc: bool,
+    /// Sysctls set through `smcctl sysctl set` before the SMC server and client start.
+    pub settings: Vec<(String, u64)>,
+}
+
+fn tcp() -> Variant {
+    Variant {
+        name: "tcp".into(),
+        label: "TCP".into(),
+        short: "TCP".into(),
+        smc: false,
+        settings: Vec::new(),
+    }
+}
+
+fn smc(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Variant {
+    Variant {
+        name: name.into(),
+        label: label.into(),
+        short: short.into(),
+        smc: true,
+        settings: settings.iter().map(|&(k, v)| (k.into(), v)).collect(),
+    }
+}
+
+/// One table: a test over a list of sizes (or concurrencies) in two or three variants.
+#[derive(Debug, Clone)]
+pub struct TablePlan {
+    /// `suite/table`.
+    pub id: String,
+    /// Heading.
+    pub title: String,
+    /// The kernel team's benchmark this reproduces.
+    pub mirrors: String,
+    pub test: Test,
+    /// The metric of the ratios and the summary.
+    pub primary: &'static str,
+    /// Metrics shown per variant in the printed table.
+    pub shown: Vec<&'static str>,
+    pub higher_is_better: bool,
+    /// TCP first; with three, the last is the feature on (or the engine's default) and the
+    /// middle one the feature off.
+    pub variants: Vec<Variant>,
+    pub points: Vec<PointPlan>,
+    /// Cap on the measured seconds of a run, for tables whose runs must stay short.
+    pub max_time: Option<f64>,
+}
+
+/// One point of a table.
+#[derive(Debug, Clone, Copy)]
+pub struct PointPlan {
+    pub msg_size: usize,
+    /// crr only.
+    pub concurrency: Option<usize>,
+}
+
+/// A suite: the unit of `--suite` and of the counters snapshot.
+#[derive(Debug, Clone)]
+pub struct SuitePlan {
+    pub name: &'static str,
+    pub tables: Vec<TablePlan>,
+}
+
+/// Suite names in run order.
+/// crr runs last: its connection churn leaves tens of thousands of sockets in TIME_WAIT for a
+/// minute, which should not be around while the other suites measure.
+pub const SUITES: [&str; 5] = ["bw", "lat", "pp", "ablation", "crr"];
+
+const KIB: usize = 1024;
+
+fn doubling(from: usize, to: usize) -> Vec<usize> {
+    std::iter::successors(Some(from), |&s| (s < to).then_some(s * 2)).collect()
+}
+
+fn sizes(v: Vec<usize>) -> Vec<PointPlan> {
+    v.into_iter()
+        .map(|msg_size| PointPlan {
+            msg_size,
+            concurrency: None,
+        })
+        .collect()
+}
+
+fn pick<T: Clone>(depth: Depth, full: T, quick: T, smoke: T) -> T {
+    match depth {
+        Depth::Full => full,
+        Depth::Quick => quick,
+        Depth::Smoke => smoke,
+    }
+}
+
+/// The plan of one suite.
+pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
+    let lat_shown = vec!["lat_us_mean", "lat_us_p50", "lat_us_p99"];
+    let tables = match name {
+        "bw" => vec![TablePlan {
+            id: "bw/stream".into(),
+            title: "bw: one-way stream throughput, MB/s".into(),
+            mirrors: "qperf tcp_bw (loopback-ism cover letter)".into(),
+            test: Test::Bw,
+            primary: "mbps",
+            shown: vec!["mbps"],
+            higher_is_better: true,
+            variants: vec![tcp(), smc("smc", "SMC", "SMC", &[])],
+            points: sizes(pick(
+                depth,
+                doubling(1, 64 * KIB),
+                vec![1, 64, KIB, 16 * KIB, 64 * KIB],
+                vec![64, 64 * KIB],
+            )),
+            max_time: None,
+        }],
+        "lat" => vec![TablePlan {
+            id: "lat/pingpong".into(),
+            title: "lat: ping-pong one-way latency, µs (mean / p50 / p99)".into(),
+            mirrors: "qperf tcp_lat (loopback-ism cover letter)".into(),
+            test: Test::Lat,
+            primary: "lat_us_p50",
+            shown: lat_shown.clone(),
+            higher_is_better: false,
+            variants: vec![tcp(), smc("smc", "SMC", "SMC", &[])],
+            points: sizes(pick(
+                depth,
+                doubling(1, 64 * KIB),
+                vec![1, 64, KIB, 16 * KIB, 64 * KIB],
+                vec![64, 64 * KIB],
+            )),
+            max_time: None,
+        }],
+        "pp" => {
+            let buf = [("wmem", 512 * KIB as u64), ("rmem", 512 * KIB as u64)];
+            let off = [buf[0], buf[1], ("autosplit_size", 536_870_912)];
+            let on = [buf[0], buf[1], ("autosplit_size", 131_072)];
+            vec![TablePlan {
+                id: "pp/autosplit".into(),
+                title: "pp: large-message ping-pong, one-way µs, wmem=rmem=512 KiB".into(),
+                mirrors: "sockperf ping-pong, autosplit patch (Jul 2024)".into(),
+                test: Test::Lat,
+                primary: "lat_us_p50",
+                shown: lat_shown.clone(),
+                higher_is_better: false,
+                variants: vec![
+                    tcp(),
+                    smc("smc-split-off", "SMC split off", "off", &off),
+                    smc("smc-split-on", "SMC split on", "on", &on),
+                ],
+                points: sizes(pick(
+                    depth,
+                    vec![128 * KIB, 256 * KIB, 512 * KIB, 1024 * KIB],
+                    vec![128 * KIB, 1024 * KIB],
+                    vec![256 * KIB],
+                )),
+                max_time: None,
+            }]
+        }
+        "crr" => vec![TablePlan {
+            id: "crr/close".into(),
+            title: "crr: connect, 64 B request/response, close; conn/s by concurrency (hs-limit = limit_smc_hs)"
+                .into(),
+            mirrors: "wrk with Connection: close (handshake limitation patches)".into(),
+            test: Test::Crr,
+            primary: "conns_per_s",
+            shown: vec!["conns_per_s", "smc_share"],
+            higher_is_better: true,
+            variants: vec![
+                tcp(),
+                smc("smc-hs-off", "SMC hs-limit off", "off", &[("limit_smc_hs", 0)]),
+                smc("smc-hs-on", "SMC hs-limit on", "on", &[("limit_smc_hs", 1)]),
+            ],
+            points: pick(depth, vec![8, 64, 512], vec![8, 512], vec![8])
+                .into_iter()
+                .map(|c| PointPlan {
+                    msg_size: 64,
+                    concurrency: Some(c),
+                })
+                .collect(),
+            max_time: None,
+        }],
+        "ablation" => vec![
+            TablePlan {
+                id: "ablation/autocork".into(),
+                title: "ablation: autocorking off/on, small-message stream, MB/s".into(),
+                mirrors: "autocorking patch (net/smc: add autocorking support, 2022), qperf tcp_bw"
+                    .into(),
+                test: Test::Bw,
+                primary: "mbps",
+                shown: vec!["mbps"],
+                higher_is_better: true,
+                variants: vec![
+                    tcp(),
+                    smc("smc-cork-off", "SMC cork off", "off", &[("autocorking_size", 0)]),
+                    smc("smc-cork-on", "SMC cork on", "on", &[("autocorking_size", 65536)]),
+                ],
+                points: sizes(pick(depth, doubling(1, 256), vec![1, 16, 256], vec![16])),
+                max_time: None,
+            },
+            TablePlan {
+                id: "ablation/wnd".into(),
+                title: "ablation: window-update rule min() (old) vs max() (2022 fix), MB/s".into(),
+                mirrors:
+                    "net/smc: correct settings of RMB window update limit (2022), qperf tcp_bw"
+                        .into(),
+                test: Test::Bw,
+                primary: "mbps",
+                shown: vec!["mbps"],
+                higher_is_better: true,
+                variants: vec![
+                    tcp(),
+                    smc("smc-wnd-min", "SMC min() rule", "min", &[("wnd_update_rule", 1)]),
+                    smc("smc-wnd-max", "SMC max() rule", "max", &[("wnd_update_rule", 0)]),
+                ],
+                points: sizes(pick(
+                    depth,
+                    doubling(KIB, 16 * KIB),
+                    vec![2 * KIB, 8 * KIB],
+                    vec![4 * KIB],
+                )),
+                max_time: None,
+            },
+            TablePlan {
+                id: "ablation/tx_chunk-bw".into(),
+                title: "ablation: engine pipeline chunk tx_chunk 0 vs 8192, stream MB/s".into(),
+                mirrors: "engine only (autosplit's idea at shared-memory granularity)".into(),
+                test: Test::Bw,
+                primary: "mbps",
+                shown: vec!["mbps"],
+                higher_is_better: true,
+                variants: vec![
+                    tcp(),
+                    smc("smc-chunk-0", "SMC tx_chunk=0", "0", &[("tx_chunk", 0)]),
+                    smc("smc-chunk-8k", "SMC tx_chunk=8192", "8k", &[("tx_chunk", 8192)]),
+                ],
+                points: sizes(pick(
+                    depth,
+                    vec![16 * KIB, 64 * KIB],
+                    vec![64 * KIB],
+                    vec![64 * KIB],
+                )),
+                max_time: None,
+            },
+            TablePlan {
+                id: "ablation/tx_chunk-lat".into(),
+                title: "ablation: engine pipeline chunk tx_chunk 0 vs 8192, ping-pong µs".into(),
+                mirrors: "engine only (autosplit's idea at shared-memory granularity)".into(),
+                test: Test::Lat,
+                primary: "lat_us_p50",
+                shown: lat_shown,
+                higher_is_better: false,
+                variants: vec![
+                    tcp(),
+                    smc("smc-chunk-0", "SMC tx_chunk=0", "0", &[("tx_chunk", 0)]),
+                    smc("smc-chunk-8k", "SMC tx_chunk=8192", "8k", &[("tx_chunk", 8192)]),
+                ],
+                points: sizes(pick(
+                    depth,
+                    vec![256 * KIB, 1024 * KIB],
+                    vec![256 * KIB],
+                    vec![256 * KIB],
+                )),
+                max_time: None,
+            },
+        ],
+        _ => return None,
+    };
+    Some(SuitePlan {
+        name: SUITES.iter().find(|&&s| s == name)?,
+        tables,
+    })
+}
+
+/// The sysctls the bench touches and smcd's defaults for them: every SMC run sets each of
+/// them to its variant's value or this default, so no run inherits the previous one's.
+pub const TOUCHED_DEFAULTS: [(&str, u64); 7] = [
+    ("autocorking_size", 65536),
+    ("wmem", 65536),
+    ("rmem", 65536),
+    ("limit_smc_hs", 0),
+    ("autosplit_size", 131_072),
+    ("wnd_update_rule", 0),
+    ("tx_chunk", 8192),
+];
+
+/// A human size: `1 B`, `64 KiB`, `1 MiB`.
+pub fn human_size(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_table_starts_with_tcp_and_has_smc() {
+        for depth in [Depth::Full, Depth::Quick, Depth::Smoke] {
+            for name in SUITES {
+                let s = suite(name, depth).expect("known suite");
+                for t in &s.tables {
+                    assert_eq!(t.variants[0].name, "tcp", "{}", t.id);
+                    assert!(t.variants[1..].iter().all(|v| v.smc), "{}", t.id);
+                    assert!(!t.points.is_empty(), "{}", t.id);
+                    for v in &t.variants {
+                        for (k, _) in &v.settings {
+                            assert!(
+                                TOUCHED_DEFAULTS.iter().any(|(d, _)| d == k),
+                                "{k} missing from TOUCHED_DEFAULTS"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn full_sizes_double_from_1_to_64k() {
+        let s = suite("bw", Depth::Full).expect("bw");
+        let sizes: Vec<_> = s.tables[0].points.iter().map(|p| p.msg_size).collect();
+        assert_eq!(sizes.len(), 17);
+        assert_eq!((sizes[0], sizes[16]), (1, 65536));
+        assert_eq!(human_size(65536), "64 KiB");
+        assert_eq!(human_size(1 << 20), "1 MiB");
+        assert_eq!(human_size(3), "3 B");
+    }
+}

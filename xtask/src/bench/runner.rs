@@ -1,0 +1,326 @@
+//! One run's loop: suites, tables, points, repetitions and variants (TCP first, then the SMC
+//! variants, so TCP and SMC alternate), the settings before each SMC run, the counters after
+//! each suite, and the progress line after each point.
+
+use super::control::{Applied, Control};
+use super::perf::{self, Env, PerfServer, Smcd};
+use super::plan::{self, PointPlan, SuitePlan, TablePlan, Variant};
+use super::report::{self, PointResult, SuiteResult, TableResult, VariantInfo, VariantResult};
+use super::{Cfg, machine, procs};
+use anyhow::bail;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The processes and state of one run.
+pub(super) struct Bench<'a> {
+    env: &'a Env,
+    cfg: &'a Cfg,
+    pub(super) ctl: Control,
+    smcd: Smcd,
+    tcp: PerfServer,
+    /// Started (again) whenever the settings changed, so its listener sees them.
+    smc: Option<PerfServer>,
+    progress: Progress,
+    /// Counters at the end of the previous suite (smcd's are cumulative).
+    counters_before: Option<BTreeMap<String, f64>>,
+    /// Client runs so far.
+    pub(super) runs: usize,
+}
+
+impl<'a> Bench<'a> {
+    /// Starts smcd and the TCP server (the SMC server starts with the first SMC run).
+    pub(super) fn start(env: &'a Env, cfg: &'a Cfg, plans: &[SuitePlan]) -> anyhow::Result<Self> {
+        let smcd = perf::start_smcd(env)?;
+        let tcp = perf::start_server(env, false)?;
+        let mut ctl = Control::new(env);
+        let counters_before = ctl.stats().ok().map(|(flat, _)| flat);
+        Ok(Bench {
+            env,
+            cfg,
+            ctl,
+            smcd,
+            tcp,
+            smc: None,
+            progress: Progress::new(plans, cfg),
+            counters_before,
+            runs: 0,
+        })
+    }
+
+    /// Runs one suite, prints its tables, counters and summary.
+    pub(super) fn suite(&mut self, sp: &SuitePlan) -> anyhow::Result<SuiteResult> {
+        let t0 = Instant::now();
+        println!("\n== {} ==", sp.name);
+        let mut notes = Vec::new();
+        if sp.name == "crr"
+            && let Some((tw, range)) = machine::ephemeral_time_wait()
+            && tw * 4 >= range
+        {
+            let n = format!(
+                "{tw} of the {range} ephemeral ports are in TIME_WAIT before crr starts (other \
+                 programs' connections): SMC connects pick their source port before connecting \
+                 and may need several tries, or fall back to TCP"
+            );
+            eprintln!("bench: WARNING: {n}");
+            notes.push(n);
+        }
+        let mut tables = Vec::new();
+        for tp in &sp.tables {
+            let t = self.table(tp)?;
+            print!("{}", report::table(&t, &tp.shown, self.cfg.reps));
+            tables.push(t);
+        }
+        let (counters, counters_snapshot, counters_note) = self.counters();
+        match (&counters, &counters_note) {
+            (Some(c), _) => {
+                let all = report::interesting(c);
+                let shown: Vec<String> = all
+                    .iter()
+                    .filter(|(_, v)| *v != 0.0)
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                println!(
+                    "  counters during {}: {}",
+                    sp.name,
+                    match (all.is_empty(), shown.is_empty()) {
+                        (true, _) => "(smcctl reported no cork/nodelay/fallback counters)".into(),
+                        (false, true) =>
+                            "cork, nodelay, fallback and handshake counters all 0".to_string(),
+                        (false, false) => shown.join(", "),
+                    }
+                );
+            }
+            (None, Some(n)) => println!("  counters: unavailable ({n})"),
+            _ => {}
+        }
+        let summary: Vec<String> = tables.iter().flat_map(report::summary).collect();
+        for s in &summary {
+            println!("  summary {s}");
+        }
+        Ok(SuiteResult {
+            name: sp.name.into(),
+            tables,
+            counters,
+            counters_snapshot,
+            counters_note,
+            notes,
+            summary,
+            wall_s: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn table(&mut self, tp: &TablePlan) -> anyhow::Result<TableResult> {
+        let mut points = Vec::new();
+        for (pi, pp) in tp.points.iter().enumerate() {
+            let point = self.point(tp, pp)?;
+            eprintln!(
+                "  [{} {}/{}] {}  ({} left)",
+                tp.id,
+                pi + 1,
+                tp.points.len(),
+                point_line(tp, &point),
+                self.progress.left()
+            );
+            points.push(point);
+        }
+        Ok(table_result(tp, self.cfg.run_time(tp), points))
+    }
+
+    /// All repetitions of all variants at one point, alternating variants within each
+    /// repetition.
+    fn point(&mut self, tp: &TablePlan, pp: &PointPlan) -> anyhow::Result<PointResult> {
+        if procs::has_exited(&mut self.smcd.child) {
+            bail!(
+                "smcd exited; its log:\n{}",
+                perf::tail(&self.env.logs.join("smcd.log"), 20)
+            );
+        }
+        let mut results: Vec<VariantResult> = tp.variants.iter().map(new_variant_result).collect();
+        let time = self.cfg.run_time(tp);
+        for rep in 0..self.cfg.reps {
+            for (v, res) in tp.variants.iter().zip(&mut results) {
+                let (port, applied) = self.server_for(v)?;
+                let r = perf::run_client(self.env, self.cfg, time, tp.test, pp, v, port, rep);
+                self.progress.ran(r.wall_s, time + self.cfg.warmup);
+                self.runs += 1;
+                if !applied.ok {
+                    res.settings_applied = false;
+                    res.settings_note = applied.note;
+                }
+                res.reps.push(r);
+            }
+        }
+        for r in &mut results {
+            r.finish(tp.test.metrics());
+        }
+        let (id, label) = report::point_label(tp.test, pp.msg_size, pp.concurrency);
+        Ok(PointResult {
+            id,
+            label,
+            msg_size: pp.msg_size,
+            concurrency: pp.concurrency,
+            results,
+        })
+    }
+
+    /// The port to run variant `v` against: for SMC, after setting its sysctls and (re)starting
+    /// the SMC server if they changed; for TCP, the TCP server (restarted if it died).
+    fn server_for(&mut self, v: &Variant) -> anyhow::Result<(u16, Applied)> {
+        if !v.smc {
+            if procs::has_exited(&mut self.tcp.child) {
+                eprintln!("bench: TCP server exited; restarting it");
+                self.tcp = perf::start_server(self.env, false)?;
+            }
+            return Ok((self.tcp.port, Applied::default()));
+        }
+        let applied = self.ctl.apply(&v.settings);
+        let current = &self.ctl.current;
+        let stale = self
+            .smc
+            .as_mut()
+            .is_none_or(|s| &s.settings != current || procs::has_exited(&mut s.child));
+        if stale {
+            if let Some(mut old) = self.smc.take() {
+                if procs::has_exited(&mut old.child) {
+                    eprintln!("bench: SMC server exited; restarting it");
+                }
+                old.stop();
+            }
+            let mut s = perf::start_server(self.env, true)?;
+            s.settings = self.ctl.current.clone();
+            self.smc = Some(s);
+        }
+        Ok((self.smc.as_ref().expect("started").port, applied))
+    }
+
+    /// What changed in smcd's counters during the suite, the raw snapshot, or why not.
+    fn counters(&mut self) -> (Option<BTreeMap<String, f64>>, Option<Value>, Option<String>) {
+        match self.ctl.stats() {
+            Ok((after, raw)) => {
+                let empty = BTreeMap::new();
+                let d = report::delta(self.counters_before.as_ref().unwrap_or(&empty), &after);
+                self.counters_before = Some(after);
+                (Some(d), Some(raw), None)
+            }
+            Err(e) => (None, None, Some(format!("smcctl --json stats: {e:#}"))),
+        }
+    }
+
+    /// Stops the servers, then smcd (which removes its socket).
+    pub(super) fn stop(mut self) {
+        if let Some(mut s) = self.smc.take() {
+            s.stop();
+        }
+        self.tcp.stop();
+        let _ = procs::stop(&mut self.smcd.child, Duration::from_secs(3));
+    }
+}
+
+/// Runs left and an estimate of the time they take.
+struct Progress {
+    left_runs: usize,
+    /// Measured plus warm-up seconds of the runs still to come.
+    left_nominal: f64,
+    overhead_sum: f64,
+    done: usize,
+}
+
+impl Progress {
+    fn new(plans: &[SuitePlan], cfg: &Cfg) -> Progress {
+        let (mut runs, mut nominal) = (0, 0.0);
+        for t in plans.iter().flat_map(|s| &s.tables) {
+            let n = t.points.len() * t.variants.len() * cfg.reps;
+            runs += n;
+            nominal += n as f64 * (cfg.run_time(t) + cfg.warmup);
+        }
+        Progress {
+            left_runs: runs,
+            left_nominal: nominal,
+            overhead_sum: 0.0,
+            done: 0,
+        }
+    }
+
+    fn ran(&mut self, wall: f64, nominal: f64) {
+        self.left_runs = self.left_runs.saturating_sub(1);
+        self.left_nominal = (self.left_nominal - nominal).max(0.0);
+        self.done += 1;
+        self.overhead_sum += (wall - nominal).max(0.0);
+    }
+
+    fn left(&self) -> String {
+        let overhead = if self.done == 0 {
+            0.15
+        } else {
+            self.overhead_sum / self.done as f64
+        };
+        let secs = (self.left_nominal + self.left_runs as f64 * overhead).round() as u64;
+        if secs >= 60 {
+            format!("~{}m{:02}s", secs / 60, secs % 60)
+        } else {
+            format!("~{secs}s")
+        }
+    }
+}
+
+fn new_variant_result(v: &Variant) -> VariantResult {
+    VariantResult {
+        variant: v.name.clone(),
+        transport: if v.smc { "smc" } else { "tcp" }.into(),
+        settings: v.settings.iter().cloned().collect(),
+        settings_applied: true,
+        settings_note: None,
+        reps: Vec::new(),
+        median: BTreeMap::new(),
+        min: BTreeMap::new(),
+        max: BTreeMap::new(),
+        units: BTreeMap::new(),
+        errors: 0,
+    }
+}
+
+fn point_line(tp: &TablePlan, p: &PointResult) -> String {
+    let m = tp.primary;
+    let vals: Vec<String> = tp
+        .variants
+        .iter()
+        .zip(&p.results)
+        .map(|(v, r)| {
+            format!(
+                "{} {}",
+                v.label,
+                r.median.get(m).map_or("–".into(), |&x| report::num(m, x))
+            )
+        })
+        .collect();
+    let n = p.results.len();
+    let ratio = report::ratio(p, n - 1, 0, m)
+        .map_or(String::new(), |r| format!(" ({:.0} % of TCP)", r * 100.0));
+    format!("{}: {} {}{ratio}", p.label, vals.join(" · "), plan::unit(m))
+}
+
+fn table_result(tp: &TablePlan, time_s: f64, points: Vec<PointResult>) -> TableResult {
+    TableResult {
+        id: tp.id.clone(),
+        time_s,
+        title: tp.title.clone(),
+        mirrors: tp.mirrors.clone(),
+        test: tp.test,
+        primary: tp.primary.into(),
+        unit: plan::unit(tp.primary).into(),
+        higher_is_better: tp.higher_is_better,
+        variants: tp
+            .variants
+            .iter()
+            .map(|v| VariantInfo {
+                name: v.name.clone(),
+                label: v.label.clone(),
+                short: v.short.clone(),
+                smc: v.smc,
+                settings: v.settings.iter().cloned().collect(),
+            })
+            .collect(),
+        points,
+    }
+}
