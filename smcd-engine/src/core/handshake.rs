@@ -92,7 +92,8 @@ pub struct AcceptInfo {
     pub token: u64,
     /// The server's DMB size.
     pub dmb_len: usize,
-    /// The link group id.
+    /// The server's link group id (each side names its link group with its own id, as the
+    /// kernel's `smc_clc_send_confirm_accept` copies the sender's `lgr->id`).
     pub lgr_id: u32,
     /// A new link group.
     pub first_contact: bool,
@@ -167,6 +168,7 @@ pub fn client_check_accept(
 pub fn client_confirm(
     caps: &LocalCaps,
     acc: &AcceptInfo,
+    lgr_id: u32,
     token: u64,
     dmb_len: usize,
 ) -> AcceptConfirm {
@@ -175,7 +177,7 @@ pub fn client_confirm(
         token,
         dmbe_idx: 0,
         dmbe_size: compress_bufsize(dmb_len, SMCD_MAX_BUFSIZE_CODE),
-        link_id: acc.lgr_id.to_ne_bytes(),
+        link_id: lgr_id.to_ne_bytes(),
         chid: caps.chid,
         eid: acc.eid,
         gid_ext: gid_lo(caps.gid),
@@ -295,11 +297,11 @@ pub struct ConfirmInfo {
     pub fce: Option<FirstContactExt>,
 }
 
-/// Checks the client's Confirm against what we accepted.
+/// Checks the client's Confirm against what we accepted. Its link id names the client's own
+/// link group and is not checked (the kernel does not either).
 pub fn server_check_confirm(
     msg: ClcMessage,
     info: &ProposalInfo,
-    lgr_id: u32,
     first_contact: bool,
 ) -> Result<ConfirmInfo, Refusal> {
     let c = match msg {
@@ -318,7 +320,7 @@ pub fn server_check_confirm(
     if c.version < SMC_V2 || gid_join(d.gid, d.gid_ext) != info.peer_gid {
         return Err(Refusal::Decline(ReasonCode::MODEUNSUPP));
     }
-    if u32::from_ne_bytes(d.link_id) != lgr_id || c.first_contact != first_contact {
+    if c.first_contact != first_contact {
         return Err(Refusal::Decline(ReasonCode::SYNCERR));
     }
     if d.dmbe_size > SMCD_MAX_BUFSIZE_CODE {
@@ -374,8 +376,10 @@ mod tests {
         assert_eq!(ai.dmb_len, 65536);
         assert_eq!(ai.lgr_id, 0x100);
         assert!(ai.first_contact);
-        let conf = reparse(ClcMessage::Confirm(client_confirm(&c, &ai, 0xdef, 16384)));
-        let ci = server_check_confirm(conf, &info, 0x100, true).unwrap();
+        let conf = reparse(ClcMessage::Confirm(client_confirm(
+            &c, &ai, 0x700, 0xdef, 16384,
+        )));
+        let ci = server_check_confirm(conf, &info, true).unwrap();
         assert_eq!(ci.token, 0xdef);
         assert_eq!(ci.dmb_len, 16384);
     }
@@ -426,14 +430,17 @@ mod tests {
     }
 
     #[test]
-    fn confirm_must_match_link_group() {
+    fn confirm_must_agree_on_first_contact() {
         let (c, s) = (caps(1 << 64 | 1), caps(2 << 64 | 2));
         let info = server_check_proposal(reparse(client_proposal(&c).into()), &s, c.gid).unwrap();
         let acc = server_accept(&s, &info, 1, 65536, 0x200, false);
         let ai = client_check_accept(reparse(ClcMessage::Accept(acc)), &c, None).unwrap();
-        let conf = reparse(ClcMessage::Confirm(client_confirm(&c, &ai, 2, 65536)));
+        assert_eq!(ai.lgr_id, 0x200);
+        let conf = reparse(ClcMessage::Confirm(client_confirm(
+            &c, &ai, 0x300, 2, 65536,
+        )));
         assert_eq!(
-            server_check_confirm(conf, &info, 0x300, false).unwrap_err(),
+            server_check_confirm(conf, &info, true).unwrap_err(),
             Refusal::Decline(ReasonCode::SYNCERR)
         );
     }

@@ -241,9 +241,12 @@ pub fn client(
             return fall(sock, refusal);
         }
     };
+    // The client names its link group itself (the kernel's lgr->id from its own counter) and
+    // on reuse picks one to the same peer: the server's first-contact flag must agree with
+    // whether it has one (smc_connect_ism: SYNCERR otherwise).
     let lgr = if acc.first_contact {
         engine.lgrs.create(
-            acc.lgr_id,
+            engine.lgrs.next_id(dev.info().engine_id),
             acc.peer_gid,
             caps.gid,
             Role::Client,
@@ -251,7 +254,7 @@ pub fn client(
             &engine.status(),
         )
     } else {
-        match engine.lgrs.find(acc.lgr_id, acc.peer_gid, caps.gid) {
+        match engine.lgrs.reuse(acc.peer_gid, caps.gid, u32::MAX) {
             Some(g) => g,
             None => return fall(sock, Refusal::Decline(ReasonCode::SYNCERR)),
         }
@@ -280,7 +283,7 @@ pub fn client(
             return fall(sock, Refusal::Decline(ReasonCode::ERR_REGBUF));
         }
     };
-    let confirm = hs::client_confirm(&caps, &acc, own.token, own.map.dmb_len());
+    let confirm = hs::client_confirm(&caps, &acc, lgr.id, own.token, own.map.dmb_len());
     if let Err(e) = write_clc(&sock, &smc_proto::clc::ClcMessage::Confirm(confirm)) {
         lgr.put_dmb(dev.as_ref(), own, true, false);
         lgr.release_slot();
@@ -347,7 +350,7 @@ pub fn server(
     let (lgr, first_contact) = match engine.lgrs.reuse(info.peer_gid, caps.gid, max_conns) {
         Some(g) => (g, false),
         None => {
-            let id = engine.lgrs.next_id();
+            let id = engine.lgrs.next_id(dev.info().engine_id);
             let g = engine.lgrs.create(
                 id,
                 info.peer_gid,
@@ -402,7 +405,7 @@ pub fn server(
             return Err(e);
         }
     };
-    let conf = match hs::server_check_confirm(msg, &info, lgr.id, first_contact) {
+    let conf = match hs::server_check_confirm(msg, &info, first_contact) {
         Ok(c) => c,
         Err(r) => {
             give_back(&lgr, own);

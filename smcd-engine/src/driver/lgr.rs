@@ -319,21 +319,12 @@ impl LgrTable {
         candidates.into_iter().find(|g| g.try_reserve(max_conns))
     }
 
-    /// The group `id` to `peer`, with a slot taken (the client's side of a reuse the server
-    /// chose).
-    pub fn find(&self, id: u32, peer: Gid, local: Gid) -> Option<Arc<LinkGroup>> {
-        let g = lock(&self.groups)
-            .iter()
-            .find(|g| g.id == id && g.peer_gid == peer && g.local_gid == local)
-            .cloned()?;
-        g.try_reserve(u32::MAX).then_some(g)
-    }
-
-    /// A fresh id for a group we create as server.
-    pub fn next_id(&self) -> u32 {
-        // The low byte is left for link ids, as the kernel's ids step by 256.
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        n << 8
+    /// A fresh id for a group this engine creates. Ids are unique on the host as the kernel's
+    /// (one counter there): smcd's engine id in the high half, a counter above the low byte,
+    /// which is left for link ids as the kernel's ids step by 256.
+    pub fn next_id(&self, engine_id: u32) -> u32 {
+        let n = self.next.fetch_add(1, Ordering::Relaxed) & 0xff;
+        ((engine_id & 0xffff) << 16 | n << 8).max(0x100)
     }
 
     /// Creates and inserts a group with one slot taken. A server's group is not ready for
