@@ -151,3 +151,28 @@ fn established_connections_survive_smcd() {
     (&s2).read_exact(&mut b).unwrap();
     assert_eq!(&b, b"tcp now");
 }
+
+/// smcd restarts: a listener registers again by itself, and new connections are SMC-D again.
+#[test]
+fn listener_registers_again_after_smcd_restarts() {
+    let mut smcd = Smcd::start();
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = listen(&se);
+    let port = l.local_addr().unwrap().port();
+    let c = SmcStream::connect_with(&ce, ("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert!(c.is_smc() && s.is_smc());
+    assert!(smcd.stop());
+    let again = Smcd::start_at(&smcd.socket);
+    // The listener notices within a couple of seconds; the client engine reconnects on its
+    // next connect (at most once a second).
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let c2 = SmcStream::connect_with(&ce, ("127.0.0.1", port)).unwrap();
+            let (s2, _) = l.accept().unwrap();
+            c2.is_smc() && s2.is_smc()
+        }),
+        "new connections never went SMC-D again"
+    );
+    drop(again);
+}

@@ -105,8 +105,10 @@ pub struct ListenerCore {
     /// Readable while `ready` is not empty.
     bell: Doorbell,
     chan: Mutex<Option<Channel>>,
-    /// A duplicate of the channel's descriptor for the acceptor to poll.
-    chan_fd: Option<OwnedFd>,
+    /// The listener page's descriptor, kept to register again after smcd restarts.
+    page_fd: Option<OwnedFd>,
+    /// When registration was last tried (to try again at most once a second).
+    last_register: Mutex<Option<Instant>>,
     /// Rung by `close` to stop the acceptor.
     stop: Doorbell,
     /// Announced clients by address. Several may wait for one address (an engine whose
@@ -145,24 +147,6 @@ impl ListenerCore {
             Ok((p, fd)) => (Some(p), Some(fd)),
             Err(_) => (None, None),
         };
-        let chan = engine.device().and_then(|dev| {
-            match dev.listen(
-                local,
-                backlog as u32,
-                hs_limit,
-                page_fd.as_ref().map(|f| f.as_fd()),
-            ) {
-                Ok((ch, _id)) => Some(ch),
-                Err(e) => {
-                    tracing::debug!("listener registration with smcd failed: {e}");
-                    engine.device_failed(&dev);
-                    None
-                }
-            }
-        });
-        let chan_fd = chan
-            .as_ref()
-            .and_then(|c| rustix::io::fcntl_dupfd_cloexec(c, 0).ok());
         let slot = engine.status().listener_slot();
         slot.publish(&LstRecord {
             addr: local,
@@ -179,8 +163,9 @@ impl ListenerCore {
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
             bell: Doorbell::new()?,
-            chan: Mutex::new(chan),
-            chan_fd,
+            chan: Mutex::new(None),
+            page_fd,
+            last_register: Mutex::new(None),
             stop: Doorbell::new()?,
             intents: Mutex::new(HashMap::new()),
             page,
@@ -189,13 +174,45 @@ impl ListenerCore {
             nonblocking: AtomicBool::new(false),
             readiness: OnceLock::new(),
         });
-        if core.chan_fd.is_some() {
-            let c = Arc::clone(&core);
-            std::thread::Builder::new()
-                .name("smc-accept".into())
-                .spawn(move || c.acceptor())?;
-        }
+        core.register();
         Ok(core)
+    }
+
+    /// Registers with smcd (again, after a restart) and starts the acceptor that watches the
+    /// intent channel. Without smcd every client is plain TCP, which works too.
+    fn register(self: &Arc<Self>) {
+        *lock(&self.last_register) = Some(Instant::now());
+        let Some(dev) = self.engine.device() else {
+            return;
+        };
+        let page = self.page_fd.as_ref().map(|f| f.as_fd());
+        match dev.listen(self.local, self.backlog as u32, self.hs_limit, page) {
+            Ok((ch, _id)) => {
+                let Ok(fd) = rustix::io::fcntl_dupfd_cloexec(&ch, 0) else {
+                    return;
+                };
+                *lock(&self.chan) = Some(ch);
+                let c = Arc::clone(self);
+                let _ = std::thread::Builder::new()
+                    .name("smc-accept".into())
+                    .spawn(move || c.acceptor(fd));
+            }
+            Err(e) => {
+                tracing::debug!("listener registration with smcd failed: {e}");
+                self.engine.device_failed(&dev);
+            }
+        }
+    }
+
+    /// After smcd went away, tries to register again (at most once a second).
+    fn reregister_if_needed(self: &Arc<Self>) {
+        if lock(&self.chan).is_some() || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if lock(&self.last_register).is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        self.register();
     }
 
     /// Whether an intent is waiting for its connection.
@@ -209,8 +226,8 @@ impl ListenerCore {
     /// The acceptor: sleeps on the intent channel; while intents are pending, takes
     /// connections from the kernel's queue so SMC clients finish their handshake even when
     /// the application is not accepting.
-    fn acceptor(self: Arc<Self>) {
-        let Some(chan_fd) = &self.chan_fd else { return };
+    fn acceptor(self: Arc<Self>, chan_fd: OwnedFd) {
+        let chan_fd = &chan_fd;
         loop {
             if self.closed.load(Ordering::Acquire) {
                 return;
@@ -246,8 +263,18 @@ impl ListenerCore {
             if chan_event {
                 self.drain_intents();
                 if lock(&self.chan).is_none() {
-                    // smcd went away: nothing more to attend to.
-                    return;
+                    // smcd went away: register again once it is back (a new acceptor takes
+                    // over then); meanwhile every client is plain TCP.
+                    loop {
+                        std::thread::sleep(Duration::from_secs(1));
+                        if self.closed.load(Ordering::Acquire) {
+                            return;
+                        }
+                        self.register();
+                        if lock(&self.chan).is_some() {
+                            return;
+                        }
+                    }
                 }
             }
             if tcp_ready {
@@ -330,9 +357,13 @@ impl ListenerCore {
                 Ok(Some((Err(_), _, _))) => {}
                 Ok(None) => return,
                 Err(_) => {
-                    // smcd went away: no more intents; clients cannot register either.
+                    // smcd went away: no more intents; clients cannot register either. The
+                    // engine opens its device anew on next use, and accept() registers again.
                     *chan = None;
                     lock(&self.intents).clear();
+                    if let Some(dev) = self.engine.device() {
+                        self.engine.device_failed(&dev);
+                    }
                     return;
                 }
             }
@@ -488,6 +519,7 @@ impl ListenerCore {
     /// Takes the next connection: a finished handshake, or a new TCP connection (plain ones
     /// are returned at once), waiting unless non-blocking.
     pub fn accept(self: &Arc<Self>) -> io::Result<Accepted> {
+        self.reregister_if_needed();
         loop {
             let room = {
                 let mut st = lock(&self.state);

@@ -52,6 +52,16 @@ impl Smcd {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("smcd.sock");
+        Self::spawn(dir, socket, args)
+    }
+
+    /// Starts `smcd` on an existing socket path (a restart).
+    pub fn start_at(socket: &Path) -> Smcd {
+        let dir = socket.parent().unwrap().to_path_buf();
+        Self::spawn(dir, socket.to_path_buf(), &[])
+    }
+
+    fn spawn(dir: PathBuf, socket: PathBuf, args: &[&str]) -> Smcd {
         let child = Command::new(env!("CARGO_BIN_EXE_smcd"))
             .arg("--socket")
             .arg(&socket)
