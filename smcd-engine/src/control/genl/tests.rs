@@ -709,6 +709,7 @@ fn live_state_from_status_areas() {
     assert_eq!((ci.rx_prod.wrap, ci.rx_prod.count), (3, 10));
     assert_eq!((ci.tx_prod.wrap, ci.tx_prod.count), (1, 5));
     assert_eq!((ci.tx_prep.wrap, ci.tx_prep.count), (2, 0));
+    assert_eq!((ci.tx_sent, ci.tx_fin), (ci.tx_prod, ci.tx_prod));
     assert_eq!((ci.rx_prod_flags, ci.tx_conn_state_flags), (1, 4));
     let sd = s.smcd.unwrap();
     assert_eq!(
