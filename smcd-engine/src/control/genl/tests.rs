@@ -28,6 +28,7 @@ fn root() -> ClientCtx {
         uid: 0,
         gid: 0,
         session: None,
+        netns: 0,
     }
 }
 
