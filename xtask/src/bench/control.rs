@@ -31,8 +31,12 @@ impl Default for Applied {
 pub(super) struct Control {
     smcctl: PathBuf,
     sock: PathBuf,
-    /// smcd's values of the touched sysctls (it starts with the defaults).
+    /// smcd's values of the touched sysctls.
     pub(super) current: BTreeMap<String, u64>,
+    /// smcd's defaults of the touched sysctls: what a variant that does not name one runs with.
+    pub(super) defaults: BTreeMap<String, u64>,
+    /// Where `current` and `defaults` came from.
+    pub(super) defaults_source: String,
     /// `key=value` that failed to set, with the reason (not retried).
     failed: BTreeMap<String, String>,
     warned: BTreeSet<String>,
@@ -42,19 +46,58 @@ pub(super) struct Control {
 }
 
 impl Control {
+    /// Reads smcd's values and defaults of the touched sysctls (`smcctl --json sysctl show`);
+    /// if that fails, assumes a fresh smcd with the documented defaults.
     pub(super) fn new(env: &Env) -> Control {
-        Control {
+        let built_in: BTreeMap<String, u64> = TOUCHED_DEFAULTS
+            .iter()
+            .map(|&(k, v)| (k.to_string(), v))
+            .collect();
+        let mut c = Control {
             smcctl: env.bin.join("smcctl"),
             sock: env.sock.clone(),
-            current: TOUCHED_DEFAULTS
-                .iter()
-                .map(|&(k, v)| (k.to_string(), v))
-                .collect(),
+            current: built_in.clone(),
+            defaults: built_in,
+            defaults_source: String::new(),
             failed: BTreeMap::new(),
             warned: BTreeSet::new(),
             stats_warned: false,
             unreachable: None,
+        };
+        c.defaults_source = match c.read_sysctls() {
+            Ok(()) => "smcd (smcctl --json sysctl show)".into(),
+            Err(e) => format!("built in: smcctl --json sysctl show failed ({e:#})"),
+        };
+        c
+    }
+
+    /// Takes `value` and `default` of every touched sysctl from `smcctl --json sysctl show`.
+    fn read_sysctls(&mut self) -> anyhow::Result<()> {
+        let out = self.smcctl(&["--json", "sysctl", "show"])?;
+        let v: Value = serde_json::from_str(out.trim()).context("not JSON")?;
+        let list = v["sysctls"].as_array().context("no \"sysctls\" list")?;
+        let mut found = 0;
+        for k in list {
+            let (Some(name), Some(value), Some(default)) = (
+                k["name"].as_str(),
+                k["value"].as_u64(),
+                k["default"].as_u64(),
+            ) else {
+                continue;
+            };
+            if self.defaults.contains_key(name) {
+                self.defaults.insert(name.into(), default);
+                self.current.insert(name.into(), value);
+                found += 1;
+            }
         }
+        if found < TOUCHED_DEFAULTS.len() {
+            bail!(
+                "only {found} of the {} sysctls the bench sets",
+                TOUCHED_DEFAULTS.len()
+            );
+        }
+        Ok(())
     }
 
     /// Runs `smcctl --socket SOCK ARGS`. A call that takes seconds means smcd does not answer
@@ -87,7 +130,8 @@ impl Control {
     /// `smcctl sysctl set KEY=VALUE`, skipping those already in effect.
     pub(super) fn apply(&mut self, want: &[(String, u64)]) -> Applied {
         let mut notes = Vec::new();
-        for &(k, default) in &TOUCHED_DEFAULTS {
+        for (k, &default) in &self.defaults.clone() {
+            let k = k.as_str();
             let v = want
                 .iter()
                 .find(|(w, _)| w == k)

@@ -150,6 +150,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
         ..Totals::default()
     };
     let settings_control = bench.ctl.summary();
+    let sysctl_defaults = bench.ctl.defaults.clone();
+    let sysctl_defaults_source = bench.ctl.defaults_source.clone();
     bench.stop();
 
     finish_totals(&mut totals, &suites);
@@ -170,6 +172,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
             profile: profile.into(),
         },
         settings_control,
+        sysctl_defaults,
+        sysctl_defaults_source,
         suites,
         totals: totals.clone(),
     };

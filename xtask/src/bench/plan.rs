@@ -358,8 +358,9 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
     })
 }
 
-/// The sysctls the bench touches and smcd's defaults for them: every SMC run sets each of
-/// them to its variant's value or this default, so no run inherits the previous one's.
+/// The sysctls the bench touches and smcd's documented defaults for them. Every SMC run sets
+/// each of them to its variant's value or smcd's default (read with `smcctl --json sysctl
+/// show`; these values only when that fails), so no run inherits the previous one's.
 pub const TOUCHED_DEFAULTS: [(&str, u64); 7] = [
     ("autocorking_size", 65536),
     ("wmem", 65536),

@@ -43,7 +43,7 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
 
 /// Blocks SIGINT, SIGTERM and SIGHUP and starts the thread that turns them into a cleanup.
 /// Call first in `main`, before any other thread exists, so every thread inherits the mask.
-/// (Children do not: `std::process::Command` resets the signal mask in the child.)
+/// (Children do not: [`spawn`] clears the mask in the child before exec.)
 pub fn install_signal_handler() -> anyhow::Result<()> {
     // SAFETY: sigset_t is plain data that sigemptyset initialises; pthread_sigmask and
     // signalfd only read it. The descriptor returned is owned by the thread below alone.
@@ -115,10 +115,19 @@ fn spawn_in(cmd: &mut Command, own_group: bool) -> anyhow::Result<Child> {
         cmd.process_group(0);
     }
     let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before exec and calls only prctl, getppid
-    // and _exit, which are async-signal-safe.
+    // SAFETY: the closure runs in the forked child before exec and calls only sigemptyset,
+    // sigprocmask, prctl, getppid and _exit, which are async-signal-safe; the sigset_t is a
+    // local the closure owns.
     unsafe {
         cmd.pre_exec(move || {
+            // The bench blocks SIGINT/SIGTERM/SIGHUP for its signalfd, and a blocked mask is
+            // inherited across exec: unblock them, or a child ignores the SIGTERM that stops
+            // it (and needs SIGKILL 2 s later).
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
                 return Err(io::Error::last_os_error());
             }

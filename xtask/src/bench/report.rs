@@ -25,6 +25,11 @@ pub struct RunResult {
     pub config: RunConfig,
     /// "applied" when every requested sysctl was set, else what failed.
     pub settings_control: String,
+    /// The values a variant runs with for the sysctls it does not name, and their source.
+    #[serde(default)]
+    pub sysctl_defaults: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub sysctl_defaults_source: String,
     pub suites: Vec<SuiteResult>,
     pub totals: Totals,
 }
@@ -127,6 +132,9 @@ pub struct VariantResult {
     pub settings_applied: bool,
     /// What was not applied, and what ran instead.
     pub settings_note: Option<String>,
+    /// The touched sysctls as in effect for the repetitions (SMC variants).
+    #[serde(default)]
+    pub effective_settings: BTreeMap<String, u64>,
     pub reps: Vec<RepResult>,
     /// Median over the good repetitions, per metric.
     pub median: BTreeMap<String, f64>,
@@ -630,6 +638,7 @@ mod tests {
             settings: BTreeMap::new(),
             settings_applied: true,
             settings_note: None,
+            effective_settings: BTreeMap::new(),
             reps: Vec::new(),
             median: [("mbps".to_string(), median)].into(),
             min: BTreeMap::new(),

@@ -148,6 +148,9 @@ impl<'a> Bench<'a> {
                     res.settings_applied = false;
                     res.settings_note = applied.note;
                 }
+                if v.smc {
+                    res.effective_settings = self.ctl.current.clone();
+                }
                 res.reps.push(r);
             }
         }
@@ -271,6 +274,7 @@ fn new_variant_result(v: &Variant) -> VariantResult {
         settings: v.settings.iter().cloned().collect(),
         settings_applied: true,
         settings_note: None,
+        effective_settings: BTreeMap::new(),
         reps: Vec::new(),
         median: BTreeMap::new(),
         min: BTreeMap::new(),
