@@ -147,6 +147,8 @@ impl ListenerCore {
             Ok((p, fd)) => (Some(p), Some(fd)),
             Err(_) => (None, None),
         };
+        // Open the device first, so the slot lands in the status area smcd reads.
+        let _ = engine.device();
         let slot = engine.status().listener_slot();
         slot.publish(&LstRecord {
             addr: local,
