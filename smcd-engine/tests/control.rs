@@ -389,6 +389,33 @@ fn every_smc_command() {
     assert_eq!(hs(&mut c), Some(false));
 }
 
+/// A listener takes the namespace's `limit_smc_hs` when it listens, as the kernel copies the
+/// sysctl into the socket at creation: a change afterwards applies to later listeners only.
+/// Each listener is the first thing a fresh engine does, as in a freshly started server.
+#[test]
+fn listener_takes_limit_smc_hs_when_it_listens() {
+    let smcd = Smcd::start();
+    let mut c = Ctl::connect(&smcd.socket);
+    assert_eq!(c.smc(SmcCmd::EnableHsLimitation).end, ACK);
+    let on = common::listen(&smcd.engine());
+    assert!(on.limit_hs(), "listener created while limit_smc_hs = 1");
+    assert_eq!(c.smc(SmcCmd::DisableHsLimitation).end, ACK);
+    let off = common::listen(&smcd.engine());
+    assert!(!off.limit_hs(), "listener created while limit_smc_hs = 0");
+    assert!(on.limit_hs(), "an existing listener keeps its setting");
+    // The per-listener option overrides the namespace either way.
+    let forced = smcd_engine::SmcListener::bind_with_options(
+        &smcd.engine(),
+        "127.0.0.1:0",
+        smcd_engine::driver::listener::ListenOptions {
+            backlog: 16,
+            limit_hs: Some(true),
+        },
+    )
+    .unwrap();
+    assert!(forced.limit_hs());
+}
+
 #[test]
 fn engine_family_commands() {
     let smcd = Smcd::start();

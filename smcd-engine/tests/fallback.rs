@@ -304,3 +304,92 @@ fn proposal_from_an_impostor_gid() {
     let (s, _) = l.accept().unwrap();
     assert_eq!(s.mode(), Mode::Tcp(Fallback::local(ReasonCode::NOSMCD2DEV)));
 }
+
+/// Handshake limitation: while a listener's handshake workers are all taken and handshakes
+/// queue, a new client goes plain TCP at once with PEERNOSMC and no CLC byte on the wire, and
+/// `accept` hands it over without waiting for the handshakes in progress. Once they are gone,
+/// clients get SMC-D again.
+#[test]
+fn congested_listener_with_handshake_limitation() {
+    let smcd = Smcd::start();
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = smcd_engine::SmcListener::bind_with_options(
+        &se,
+        "127.0.0.1:0",
+        smcd_engine::driver::listener::ListenOptions {
+            backlog: 128,
+            limit_hs: Some(true),
+        },
+    )
+    .unwrap();
+    let to = l.local_addr().unwrap();
+    // Clients that announce themselves and connect but never propose: each holds a handshake
+    // until it gives up waiting. Add them until smcd, which sees the listener's congestion
+    // too, refuses the next one; more than there can be workers on any machine is a bug.
+    let dev = Arc::new(LoopbackDevice::open(&smcd.socket).unwrap());
+    let mut stalled = Vec::new();
+    let refused = loop {
+        assert!(stalled.len() <= 32, "never congested");
+        let s = rustix::net::socket_with(
+            AddressFamily::INET,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        rustix::net::bind(&s, &SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let local = SocketAddr::try_from(rustix::net::getsockname(&s).unwrap()).unwrap();
+        let v = dev.connect_intent(local, to).unwrap();
+        if !v.smc {
+            break v;
+        }
+        rustix::net::connect(&s, &to).unwrap();
+        dev.intent_done(v.intent, true);
+        stalled.push(TcpStream::from(s));
+        // Let the listener take it before the next (the acceptor takes announced ones).
+        let n = stalled.len();
+        assert!(
+            common::eventually(Duration::from_secs(5), || l.handshakes_in_progress() >= n),
+            "{} handshakes in progress, {n} clients",
+            l.handshakes_in_progress()
+        );
+    };
+    assert_eq!(refused.reason, ReasonCode::PEERNOSMC.0);
+    let stalled_n = stalled.len();
+    assert!(stalled_n >= 2, "congested after {stalled_n} handshakes");
+    let c = SmcStream::connect_with(&ce, to).unwrap();
+    assert_eq!(c.mode(), Mode::Tcp(Fallback::local(ReasonCode::PEERNOSMC)));
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(s.mode(), Mode::Tcp(Fallback::local(ReasonCode::PEERNOSMC)));
+    assert_eq!(l.handshakes_in_progress(), stalled_n, "accept did not wait");
+    // No CLC on the wire: each side reads exactly what the other's application wrote.
+    (&c).write_all(b"plain request").unwrap();
+    let mut got = [0u8; 13];
+    (&s).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"plain request");
+    (&s).write_all(b"plain reply").unwrap();
+    let mut got = [0u8; 11];
+    (&c).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"plain reply");
+    // The stalled clients leave; their handshakes end and the listener is not congested.
+    drop(stalled);
+    assert!(
+        common::eventually(Duration::from_secs(10), || l.handshakes_in_progress() == 0),
+        "{} handshakes in progress",
+        l.handshakes_in_progress()
+    );
+    let c2 = SmcStream::connect_with(&ce, to).unwrap();
+    assert!(c2.is_smc(), "{:?}", c2.mode());
+    let me = c2.local_addr().unwrap();
+    let s2 = loop {
+        let (s, peer) = l.accept().unwrap();
+        if peer == me {
+            break s;
+        }
+    };
+    assert!(s2.is_smc());
+    (&c2).write_all(b"smc again").unwrap();
+    let mut got = [0u8; 9];
+    (&s2).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"smc again");
+}

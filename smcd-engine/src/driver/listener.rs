@@ -33,7 +33,7 @@ use smc_proto::netlink::loopback::LoopbackCmd;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,12 @@ const INTENT_ATTENTION: Duration = Duration::from_secs(2);
 
 /// Most intents remembered (a bound against clients that registered and never connected).
 const MAX_INTENTS: usize = 65536;
+
+/// How often an idle acceptor looks whether the application stopped accepting.
+const ACCEPTOR_RECHECK: rustix::time::Timespec = rustix::time::Timespec {
+    tv_sec: 0,
+    tv_nsec: 20_000_000,
+};
 
 /// Handshake workers per listener: enough to overlap the waits of a handshake (each waits
 /// for its peer's next CLC message), few enough that handshake CPU does not starve the
@@ -121,6 +127,9 @@ pub struct ListenerCore {
     closed: AtomicBool,
     nonblocking: AtomicBool,
     readiness: OnceLock<OwnedFd>,
+    /// Application threads waiting in `accept` (they take new connections themselves, so the
+    /// acceptor stays out of their way).
+    waiters: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -140,6 +149,9 @@ impl ListenerCore {
     ) -> io::Result<Arc<Self>> {
         tcp.set_nonblocking(true)?;
         let local = tcp.local_addr()?;
+        // Open the device first: the namespace's sysctls come from it, and the slot below
+        // must land in the status area smcd reads.
+        let _ = engine.device();
         let hs_limit = opts
             .limit_hs
             .unwrap_or_else(|| engine.settings().limit_smc_hs);
@@ -148,8 +160,6 @@ impl ListenerCore {
             Ok((p, fd)) => (Some(p), Some(fd)),
             Err(_) => (None, None),
         };
-        // Open the device first, so the slot lands in the status area smcd reads.
-        let _ = engine.device();
         let slot = engine.status().listener_slot();
         slot.publish(&LstRecord {
             addr: local,
@@ -176,6 +186,7 @@ impl ListenerCore {
             closed: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
             readiness: OnceLock::new(),
+            waiters: AtomicUsize::new(0),
         });
         core.register();
         Ok(core)
@@ -240,6 +251,18 @@ impl ListenerCore {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
+            if lock(&self.chan).is_none() {
+                // smcd went away (seen by `sort`): register again below.
+                break;
+            }
+            if self.waiters.load(Ordering::Acquire) > 0 {
+                // The application is in accept(): it takes the connections and drains the
+                // intents itself (`sort`). Waking here for every intent and every connection
+                // only costs context switches; look again shortly.
+                let mut fds = [PollFd::new(&self.stop, PollFlags::IN)];
+                let _ = rustix::event::poll(&mut fds, Some(&ACCEPTOR_RECHECK));
+                continue;
+            }
             let pending = self.intents_pending();
             let room = {
                 let st = lock(&self.state);
@@ -271,18 +294,7 @@ impl ListenerCore {
             if chan_event {
                 self.drain_intents();
                 if lock(&self.chan).is_none() {
-                    // smcd went away: register again once it is back (a new acceptor takes
-                    // over then); meanwhile every client is plain TCP.
-                    loop {
-                        std::thread::sleep(Duration::from_secs(1));
-                        if self.closed.load(Ordering::Acquire) {
-                            return;
-                        }
-                        self.register();
-                        if lock(&self.chan).is_some() {
-                            return;
-                        }
-                    }
+                    break;
                 }
             }
             if tcp_ready {
@@ -300,6 +312,18 @@ impl ListenerCore {
                     }
                     Err(_) => continue,
                 }
+            }
+        }
+        // smcd went away: register again once it is back (a new acceptor takes over then);
+        // meanwhile every client is plain TCP.
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            self.register();
+            if lock(&self.chan).is_some() {
+                return;
             }
         }
     }
@@ -564,13 +588,31 @@ impl ListenerCore {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             // Wait for a new TCP connection (when there is room) or a finished handshake.
-            let mut fds = vec![PollFd::new(&self.bell, PollFlags::IN)];
-            if room {
-                fds.push(PollFd::new(&self.tcp, PollFlags::IN));
-            }
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(e.into()),
+            self.waiters.fetch_add(1, Ordering::AcqRel);
+            let r = if room {
+                // All waiting threads share one epoll instance, whose waiters the kernel wakes
+                // one at a time (as it wakes one thread blocked in accept(2)); a poll(2) per
+                // thread would wake every one of them for every connection.
+                let mut events = Vec::with_capacity(1);
+                self.readiness_fd().and_then(|ep| {
+                    rustix::event::epoll::wait(
+                        ep,
+                        rustix::buffer::spare_capacity(&mut events),
+                        None,
+                    )?;
+                    Ok(())
+                })
+            } else {
+                let mut fds = [PollFd::new(&self.bell, PollFlags::IN)];
+                rustix::event::poll(&mut fds, None)
+                    .map(drop)
+                    .map_err(io::Error::from)
+            };
+            self.waiters.fetch_sub(1, Ordering::AcqRel);
+            match r {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
     }
