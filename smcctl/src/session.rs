@@ -126,6 +126,28 @@ impl Session {
 
     /// The message for a refusal nobody had more specific words for.
     pub fn refused(&self, op: &str, f: Failure) -> Error {
+        // An engine request naming a namespace: smcd resolves the selector first, and
+        // answers ENOENT when it names nothing, EACCES/EINVAL when it cannot use it.
+        if let (Failure::Errno(e), Some(ns), true) =
+            (&f, &self.netns, op.starts_with("SMCD_ENGINE"))
+        {
+            let e = *e;
+            if e == error::ENOENT {
+                return Error::failed(format!(
+                    "{} knows no network namespace {} ({op} was answered ENOENT)",
+                    self.endpoint(),
+                    ns.describe()
+                ));
+            }
+            if e == error::EACCES || e == error::EINVAL {
+                return Error::failed(format!(
+                    "{} cannot use {} as a network namespace: {}",
+                    self.endpoint(),
+                    ns.path().display(),
+                    errno_text(e)
+                ));
+            }
+        }
         match f {
             Failure::Other(e) => e,
             Failure::Errno(e) if e == error::EPERM || e == error::EACCES => Error::failed(format!(
@@ -221,6 +243,33 @@ mod tests {
             e.message
                 .contains("smcd at /x/s refused X: Invalid argument")
         );
+    }
+
+    #[test]
+    fn namespace_refusals() {
+        let s = Session::new(
+            false,
+            0,
+            Some(NetnsArg::Name("blue".into())),
+            false,
+            "/x/s".into(),
+            "sysctl show",
+        );
+        let e = s.refused("SMCD_ENGINE SYSCTL_LIST", Failure::Errno(2));
+        assert!(
+            e.message.contains("knows no network namespace blue"),
+            "{}",
+            e.message
+        );
+        let e = s.refused("SMCD_ENGINE SYSCTL_LIST", Failure::Errno(13));
+        assert!(
+            e.message.contains("cannot use /run/netns/blue"),
+            "{}",
+            e.message
+        );
+        // SMC_GEN_NETLINK requests carry no selector: their errnos mean what they say.
+        let e = s.refused("SMC_NETLINK_ADD_UEID", Failure::Errno(13));
+        assert!(e.message.contains("needs root"), "{}", e.message);
     }
 
     #[test]

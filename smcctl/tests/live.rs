@@ -2,9 +2,7 @@
 //! and counters are non-empty), table and JSON side by side, and in two network namespaces
 //! for the per-namespace commands.
 //!
-//! These need smcd's netlink control plane (issue 4). Against an smcd that does not serve
-//! it yet, each test prints `SKIPPED ...: this smcd does not serve the control plane yet`
-//! and returns.
+//! Tests that need root (setns, admin commands, `ip netns`) print `SKIPPED ...` otherwise.
 
 mod common;
 
@@ -37,9 +35,7 @@ fn stat_line(text: &str, label: &str) -> u64 {
 #[test]
 fn info_device_and_linkgroups() {
     let smcd = Smcd::start();
-    if !smcd.serves_control_plane("info_device_and_linkgroups") {
-        return;
-    }
+    smcd.require_control_plane();
     let _c = Conns::open(&smcd, None, 2, 0, 4096);
 
     let info = smcd.ctl("info");
@@ -126,9 +122,7 @@ fn info_device_and_linkgroups() {
 #[test]
 fn stats_with_connections_and_fallbacks() {
     let smcd = Smcd::start();
-    if !smcd.serves_control_plane("stats_with_connections_and_fallbacks") {
-        return;
-    }
+    smcd.require_control_plane();
     let bytes = 100_000usize;
     let _c = Conns::open(&smcd, None, 2, 1, bytes);
     let j = eventually("counters", || {
@@ -190,9 +184,7 @@ fn stats_with_connections_and_fallbacks() {
 #[test]
 fn sockets_like_smcss() {
     let smcd = Smcd::start();
-    if !smcd.serves_control_plane("sockets_like_smcss") {
-        return;
-    }
+    smcd.require_control_plane();
     let c = Conns::open(&smcd, None, 2, 1, 1000);
     let j = eventually("sockets", || {
         let j = smcd.ctl("--json ss").json();
@@ -250,9 +242,7 @@ fn sockets_like_smcss() {
 #[test]
 fn sysctl_get_set_and_range() {
     let smcd = Smcd::start();
-    if !smcd.serves_control_plane("sysctl_get_set_and_range") {
-        return;
-    }
+    smcd.require_control_plane();
     let show = smcd.ctl("sysctl show");
     let t = show.ok();
     assert!(t.starts_with("Name"), "{t}");
@@ -284,6 +274,18 @@ fn sysctl_get_set_and_range() {
     assert_eq!(smcd.ctl("sy g net.smc.wmem").ok(), "wmem = 65536\n");
     let r = smcd.ctl("sysctl get nosuchknob");
     assert!(r.fails(1).contains("no sysctl named \"nosuchknob\""));
+    // ENOENT for a namespace is told apart from ENOENT for a knob.
+    let r = smcd.ctl("--netns smcctl-no-such-ns sysctl get wmem");
+    assert!(
+        r.fails(1)
+            .contains("knows no network namespace smcctl-no-such-ns"),
+        "{r:#?}"
+    );
+    let r = smcd.ctl(&format!(
+        "--netns {} sysctl get nosuchknob",
+        std::process::id()
+    ));
+    assert!(r.fails(1).contains("no sysctl named"), "{r:#?}");
 
     if skip_unless_root("sysctl_get_set_and_range (set)") {
         return;
@@ -301,9 +303,7 @@ fn sysctl_get_set_and_range() {
 #[test]
 fn hs_limit_and_eids() {
     let smcd = Smcd::start();
-    if !smcd.serves_control_plane("hs_limit_and_eids") {
-        return;
-    }
+    smcd.require_control_plane();
     assert_eq!(
         smcd.ctl("hs-limit").ok(),
         "Handshake limitation: disabled\n"
@@ -353,9 +353,7 @@ fn admin_commands_need_root() {
         return;
     }
     let smcd = Smcd::start();
-    if !smcd.serves_control_plane("admin_commands_need_root") {
-        return;
-    }
+    smcd.require_control_plane();
     // The same smcctl as an unprivileged user.
     let setpriv = std::process::Command::new("setpriv")
         .arg("--version")
@@ -407,9 +405,7 @@ fn two_namespaces() {
         return;
     }
     let smcd = Smcd::start();
-    if !smcd.serves_control_plane("two_namespaces") {
-        return;
-    }
+    smcd.require_control_plane();
     let Some(a) = Netns::create("two_namespaces") else {
         return;
     };

@@ -829,7 +829,6 @@ fn many_clients_and_one_that_never_reads() {
 
 /// With real engines: connections, link groups and counters appear in the dumps.
 #[test]
-#[ignore = "needs engines that publish status areas (the engine side of issue 4)"]
 fn real_connections_show_up() {
     use smcd_engine::{SmcListener, SmcStream};
     use std::io::{Read, Write};
@@ -840,24 +839,93 @@ fn real_connections_show_up() {
     let a = SmcStream::connect_with(&engine, ("127.0.0.1", port)).unwrap();
     let (b, _) = l.accept().unwrap();
     assert!(a.is_smc());
-    (&a).write_all(&[7u8; 100_000]).unwrap();
+    // More than a DMB holds: the reader must run while the writer writes.
+    let w = a.try_clone().unwrap();
+    let writer = std::thread::spawn(move || (&w).write_all(&[7u8; 100_000]));
     let mut got = vec![0u8; 100_000];
     (&b).read_exact(&mut got).unwrap();
+    writer.join().unwrap().unwrap();
+    // A fallback: an SMC client of a plain TCP server.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let t = SmcStream::connect_with(&engine, plain.local_addr().unwrap()).unwrap();
+    assert!(!t.is_smc());
     let mut c = Ctl::connect(&smcd.socket);
     let socks = c.sockets(None);
-    let smcd_conns = socks.iter().filter(|s| s.mode == DiagMode::Smcd).count();
-    assert!(smcd_conns >= 2, "{socks:?}");
+    let smc: Vec<_> = socks.iter().filter(|s| s.mode == DiagMode::Smcd).collect();
+    assert_eq!(smc.len(), 2, "{socks:?}");
+    let me = std::process::id();
+    for s in &smc {
+        assert_eq!((s.state, s.uid, s.pid), (1, 0, Some(me)));
+        assert_ne!(s.inode, 0);
+        assert!(s.smcd.is_some() && s.conn.is_some() && s.lgr_id.is_some());
+    }
+    // The writer's producer cursor and the reader's view of it agree: 100000 bytes.
+    let ring = u64::from(smc[0].conn.unwrap().rmbe_size);
+    let pos = |c: smc_proto::netlink::engine::Cursor| u64::from(c.wrap) * ring + u64::from(c.count);
+    let client = smc
+        .iter()
+        .find(|s| s.role == Some(0))
+        .unwrap()
+        .conn
+        .unwrap();
+    let server = smc
+        .iter()
+        .find(|s| s.role == Some(1))
+        .unwrap()
+        .conn
+        .unwrap();
+    assert_eq!(pos(client.tx_prod), 100_000);
+    assert_eq!(pos(server.rx_prod), 100_000);
     assert!(
         socks
             .iter()
             .any(|s| s.state == 10 && s.local.map(|a| a.port()) == Some(port))
     );
-    let lgrs = c.smc(SmcCmd::GetLgrSmcd).payloads;
-    assert!(!lgrs.is_empty());
+    let tcp = socks
+        .iter()
+        .find(|s| s.mode == DiagMode::Tcp)
+        .expect("fallback socket");
+    assert_eq!(tcp.fallback_reason, ReasonCode::PEERNOSMC.0);
+    let lgrs: Vec<_> = c
+        .smc(SmcCmd::GetLgrSmcd)
+        .payloads
+        .iter()
+        .map(|m| m.lgr_smcd().unwrap())
+        .collect();
+    assert_eq!(lgrs.len(), 2, "client and server link groups: {lgrs:?}");
+    for s in &smc {
+        assert!(lgrs.iter().any(|g| Some(g.id) == s.lgr_id));
+    }
     let st = c.smc(SmcCmd::GetStats).payloads[0].stats().unwrap();
     assert!(st.smcd.tx_bytes >= 100_000, "{st:?}");
-    assert!(st.smcd.clnt_v2_succ + st.smcd.clnt_v1_succ >= 1);
-    assert!(st.smcd.srv_v2_succ + st.smcd.srv_v1_succ >= 1);
+    assert_eq!(st.smcd.clnt_v2_succ + st.smcd.clnt_v1_succ, 1);
+    assert_eq!(st.smcd.srv_v2_succ + st.smcd.srv_v1_succ, 1);
+    let fb: Vec<_> = c
+        .smc(SmcCmd::GetFbackStats)
+        .payloads
+        .iter()
+        .map(|m| m.fback_stats().unwrap())
+        .collect();
+    assert!(
+        fb.iter()
+            .any(|f| !f.is_server && f.rsn_code == ReasonCode::PEERNOSMC.0),
+        "{fb:?}"
+    );
+    let ns = c.dump(ENGINE, EngineMessage::netns_list());
+    let mine = ns
+        .payloads
+        .iter()
+        .map(|m| m.netns_entry().unwrap())
+        .find(|n| n.inode == own_netns())
+        .unwrap();
+    assert_eq!((mine.sock_cnt, mine.listen_cnt), (4, 1));
+    // Closed connections leave the socket dump; their bytes stay counted.
+    drop((a, b, t));
+    assert!(eventually(Duration::from_secs(10), || {
+        c.sockets(None).iter().all(|s| s.state == 10)
+    }));
+    let st = c.smc(SmcCmd::GetStats).payloads[0].stats().unwrap();
+    assert!(st.smcd.tx_bytes >= 100_000);
 }
 
 /// CPU ticks (user + system) a process has used.

@@ -180,9 +180,7 @@ fn get_knob(s: &mut Session, name: &str) -> Result<Knob, Error> {
     let replies = s
         .engine_query(EngineMessage::sysctl_get(sel.as_ref(), name))
         .map_err(|f| match f {
-            Failure::Errno(error::ENOENT) => Error::failed(format!(
-                "no sysctl named \"{name}\" (`smcctl sysctl show` lists them)"
-            )),
+            Failure::Errno(error::ENOENT) => no_such_knob(s, name),
             f => s.refused("SMCD_ENGINE SYSCTL_GET", f),
         })?;
     replies
@@ -194,6 +192,20 @@ fn get_knob(s: &mut Session, name: &str) -> Result<Knob, Error> {
                 s.endpoint()
             ))
         })
+}
+
+/// `ENOENT` for a knob: an unknown name, or (with `--netns`) a namespace smcd cannot find.
+/// Listing the namespace's knobs tells which.
+fn no_such_knob(s: &mut Session, name: &str) -> Error {
+    if s.netns.is_some() {
+        let sel = s.selector();
+        if let Err(f) = s.engine_dump(EngineMessage::sysctl_list(sel.as_ref())) {
+            return s.refused("SMCD_ENGINE SYSCTL_LIST", f);
+        }
+    }
+    Error::failed(format!(
+        "no sysctl named \"{name}\" (`smcctl sysctl show` lists them)"
+    ))
 }
 
 /// `name = value`, as sysctl(8) prints.
@@ -266,7 +278,7 @@ pub fn set(s: &mut Session, assignment: &str) -> Result<String, Error> {
             Failure::Errno(error::EINVAL) | Failure::Errno(error::ERANGE) => {
                 invalid_value(&before, val)
             }
-            Failure::Errno(error::ENOENT) => Error::failed(format!("no sysctl named \"{key}\"")),
+            Failure::Errno(error::ENOENT) => no_such_knob(s, key),
             f => s.refused("SMCD_ENGINE SYSCTL_SET", f),
         })?;
     let after = replies
@@ -304,7 +316,7 @@ mod tests {
             kind: Some(SysctlType::Int),
             value: Some(SysctlValue::Num(value)),
             min: Some(16384),
-            max: Some(1 << 30),
+            max: Some(1_073_741_823),
             default: Some(SysctlValue::Num(65536)),
             description: Some("send buffer size of new connections".into()),
             unit: Some("bytes".into()),
@@ -338,7 +350,7 @@ mod tests {
         assert_eq!(
             list_text(&knobs, 0),
             "Name      Value  Default  Range              Unit\n\
-             wmem     131072    65536  16384..1073741824  bytes\n\
+             wmem     131072    65536  16384..1073741823  bytes\n\
              hs_ctrl\n"
         );
         assert!(list_text(&knobs, 1).contains("send buffer size of new connections"));
@@ -360,7 +372,7 @@ mod tests {
         let e = invalid_value(&wire(&wmem(65536)), "5");
         assert_eq!(
             e.message,
-            "sysctl wmem: value 5 was refused (EINVAL); allowed range 16384..1073741824 bytes; \
+            "sysctl wmem: value 5 was refused (EINVAL); allowed range 16384..1073741823 bytes; \
              the value stays 65536"
         );
         assert_eq!(e.code, 1);

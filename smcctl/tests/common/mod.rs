@@ -186,25 +186,10 @@ impl Smcd {
         smcctl(Some(&self.socket), args)
     }
 
-    /// Whether this smcd serves the netlink control plane (issue 4). Until it does, the
-    /// live tests print why and do nothing.
-    pub fn serves_control_plane(&self, test: &str) -> bool {
+    /// Asserts that this smcd serves the netlink control plane (issue 4).
+    pub fn require_control_plane(&self) {
         let r = self.ctl("hs-limit show");
-        // An smcd from before issue 4 answers EOPNOTSUPP (or, with the dispatch point but
-        // no handlers yet, nothing at all).
-        if r.code != 0
-            && (r
-                .stderr
-                .contains("does not serve the netlink control families")
-                || r.stderr.contains("did not answer"))
-        {
-            eprintln!(
-                "SKIPPED {test}: this smcd does not serve the control plane yet: {}",
-                r.stderr.trim()
-            );
-            return false;
-        }
-        true
+        assert_eq!(r.code, 0, "smcd does not serve the control plane: {r:#?}");
     }
 }
 

@@ -64,8 +64,8 @@ fuzz_target!(|data: &[u8]| {
     let mut daemon = Daemon::new(device);
     // pid 1 so that a HELLO can name its sender; uid 0 and an unprivileged one.
     let mut clients = [
-        ClientCtx { pid: 1, uid: 0, gid: 0, session: None },
-        ClientCtx { pid: 1, uid: 65534, gid: 65534, session: None },
+        ClientCtx { pid: 1, uid: 0, gid: 0, session: None, netns: 0 },
+        ClientCtx { pid: 1, uid: 65534, gid: 65534, session: None, netns: 0 },
     ];
     let mut n = 0;
     while let Some((&len, tail)) = rest.split_first() {

@@ -106,6 +106,10 @@ pub struct ClientCtx {
     pub gid: u32,
     /// The session this client belongs to, after HELLO.
     pub session: Option<SessionKey>,
+    /// The peer's network namespace when it connected (0: unknown, read from `pid` when
+    /// needed). Control requests are about it, as a netlink socket's requests are about the
+    /// namespace the socket was created in.
+    pub netns: u64,
 }
 
 /// A message for another client (a listener channel).

@@ -194,6 +194,11 @@ impl Server {
                         uid,
                         gid,
                         session: None,
+                        netns: if pid == 0 {
+                            0
+                        } else {
+                            super::device::netns_of_pid(pid).unwrap_or(0)
+                        },
                     },
                     queue: VecDeque::new(),
                 },

@@ -107,7 +107,8 @@ pub struct ListenerCore {
     chan: Mutex<Option<Channel>>,
     /// The listener page's descriptor, kept to register again after smcd restarts.
     page_fd: Option<OwnedFd>,
-    /// When registration was last tried (to try again at most once a second).
+    /// When registration was last tried (to try again at most once a second); held while
+    /// registering, so there is never more than one registration (and one acceptor).
     last_register: Mutex<Option<Instant>>,
     /// Rung by `close` to stop the acceptor.
     stop: Doorbell,
@@ -147,6 +148,8 @@ impl ListenerCore {
             Ok((p, fd)) => (Some(p), Some(fd)),
             Err(_) => (None, None),
         };
+        // Open the device first, so the slot lands in the status area smcd reads.
+        let _ = engine.device();
         let slot = engine.status().listener_slot();
         slot.publish(&LstRecord {
             addr: local,
@@ -181,7 +184,12 @@ impl ListenerCore {
     /// Registers with smcd (again, after a restart) and starts the acceptor that watches the
     /// intent channel. Without smcd every client is plain TCP, which works too.
     fn register(self: &Arc<Self>) {
-        *lock(&self.last_register) = Some(Instant::now());
+        // Held throughout: one registration at a time, and none while one is live.
+        let mut last = lock(&self.last_register);
+        if lock(&self.chan).is_some() {
+            return;
+        }
+        *last = Some(Instant::now());
         let Some(dev) = self.engine.device() else {
             return;
         };

@@ -62,7 +62,17 @@ impl Smcd {
     }
 
     fn spawn(dir: PathBuf, socket: PathBuf, args: &[&str]) -> Smcd {
-        let child = Command::new(env!("CARGO_BIN_EXE_smcd"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_smcd"));
+        // SAFETY: prctl in the forked child before exec touches no shared state.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))
+                .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd
             .arg("--socket")
             .arg(&socket)
             .args(args)

@@ -284,21 +284,23 @@ fn conn_sock(c: &ConnRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
     let mode = DiagMode::from(c.mode);
     let smc = matches!(mode, DiagMode::Smcd | DiagMode::Smcr);
     // Our ring takes the peer's data (rx_prod, tx_cons); the peer's ring ours (rx_cons,
-    // tx_prod); the send buffer (with the loopback device the peer's ring) the tx cursors.
-    let (own, peer, snd) = (ring(c.rmbe), ring(c.peer_rmbe), c.sndbuf);
+    // tx_prod), and with the loopback device the send buffer is the peer's ring, so the tx
+    // cursors wrap there too. A byte published is also sent and finished at once: tx_sent and
+    // tx_fin are tx_prod (the engine does not write them).
+    let (own, peer) = (ring(c.rmbe), ring(c.peer_rmbe));
     let k = |x: Curs| c.cursors[x as usize];
     let conn = smc.then(|| ConnInfo {
         token: c.token as u32,
-        sndbuf_size: clamp32(snd),
+        sndbuf_size: clamp32(c.sndbuf),
         rmbe_size: clamp32(own),
         peer_rmbe_size: clamp32(peer),
         rx_prod: cursor(k(Curs::RxProd), own),
         rx_cons: cursor(k(Curs::RxCons), peer),
         tx_prod: cursor(k(Curs::TxProd), peer),
         tx_cons: cursor(k(Curs::TxCons), own),
-        tx_prep: cursor(k(Curs::TxPrep), snd),
-        tx_sent: cursor(k(Curs::TxSent), snd),
-        tx_fin: cursor(k(Curs::TxFin), snd),
+        tx_prep: cursor(k(Curs::TxPrep), peer),
+        tx_sent: cursor(k(Curs::TxProd), peer),
+        tx_fin: cursor(k(Curs::TxProd), peer),
         rx_prod_flags: c.flags[0],
         rx_conn_state_flags: c.flags[1],
         tx_prod_flags: c.flags[2],

@@ -205,8 +205,12 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// The caller's network namespace (the kernel's `sock_net(skb->sk)`).
+    /// The caller's network namespace (the kernel's `sock_net(skb->sk)`): the one it was in
+    /// when it connected, else the one its process is in now.
     pub fn caller_netns(&self) -> Result<u64, Errno> {
+        if self.client.netns != 0 {
+            return Ok(self.client.netns);
+        }
         super::device::netns_of_pid(self.client.pid).map_err(|_| libc::ESRCH)
     }
 
