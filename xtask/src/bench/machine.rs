@@ -69,6 +69,13 @@ fn uname() -> String {
     }
 }
 
+/// The 1, 5 and 15 minute load averages (/proc/loadavg).
+pub fn load_average() -> Option<[f64; 3]> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<f64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
 /// The CPUs this process may run on (its affinity mask), in order.
 pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it; CPU_ISSET reads it.

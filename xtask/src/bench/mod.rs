@@ -118,6 +118,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
         (None, None)
     };
     let started = machine::now_iso();
+    let load_start = machine::load_average();
+    if let Some([one, ..]) = load_start
+        && one > machine.cores as f64
+    {
+        eprintln!(
+            "bench: WARNING: load average {one:.1} on {} cores: other programs are running, \
+             the figures will be noisy",
+            machine.cores
+        );
+    }
     let stamp = machine::now_stamp();
     println!("bench: {} ({depth:?}, {} reps)", machine.line, cfg.reps);
     match (client_cpu, server_cpu) {
@@ -163,6 +173,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
         depth,
         machine,
         revision: machine::git_revision(&root),
+        load_start,
+        load_end: machine::load_average(),
         config: RunConfig {
             reps: cfg.reps,
             time_s: cfg.time,
@@ -178,7 +190,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
         totals: totals.clone(),
     };
     let files = write_outputs(&out_dir, &stamp, &run)?;
-    println!("\nbench: {}", run.machine.line);
+    match (run.load_start, run.load_end) {
+        (Some([a, ..]), Some([b, ..])) => println!(
+            "\nbench: {}; load average {a:.1} at the start, {b:.1} at the end",
+            run.machine.line
+        ),
+        _ => println!("\nbench: {}", run.machine.line),
+    }
     if run.settings_control != "applied" {
         println!("bench: WARNING: {}", run.settings_control);
     }

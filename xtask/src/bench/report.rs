@@ -23,6 +23,12 @@ pub struct RunResult {
     /// The workspace's git revision.
     pub revision: Option<String>,
     pub config: RunConfig,
+    /// Load averages (1, 5, 15 min) when the run started and ended: other work on the machine
+    /// moves the figures.
+    #[serde(default)]
+    pub load_start: Option<[f64; 3]>,
+    #[serde(default)]
+    pub load_end: Option<[f64; 3]>,
     /// "applied" when every requested sysctl was set, else what failed.
     pub settings_control: String,
     /// The values a variant runs with for the sysctls it does not name, and their source.
