@@ -955,6 +955,36 @@ fn real_connections_show_up() {
     assert!(st.smcd.tx_bytes >= 100_000);
 }
 
+/// A connect that is the first thing an engine does (a client process making one connection)
+/// is counted where smcd sees it, SMC-D or fallback: it opens the device on the way.
+#[test]
+fn first_connect_of_an_engine_is_counted() {
+    use smcd_engine::{SmcListener, SmcStream};
+    let smcd = Smcd::start();
+    let l = SmcListener::bind_with(&smcd.engine(), "127.0.0.1:0").unwrap();
+    let a = SmcStream::connect_with(&smcd.engine(), l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    assert!(a.is_smc() && b.is_smc());
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let t = SmcStream::connect_with(&smcd.engine(), plain.local_addr().unwrap()).unwrap();
+    assert!(!t.is_smc());
+    let mut c = Ctl::connect(&smcd.socket);
+    let st = c.smc(SmcCmd::GetStats).payloads[0].stats().unwrap();
+    assert_eq!(st.smcd.clnt_v2_succ, 1, "{st:?}");
+    assert_eq!(st.smcd.srv_v2_succ, 1, "{st:?}");
+    let fb: Vec<_> = c
+        .smc(SmcCmd::GetFbackStats)
+        .payloads
+        .iter()
+        .map(|m| m.fback_stats().unwrap())
+        .collect();
+    assert!(
+        fb.iter()
+            .any(|f| !f.is_server && f.rsn_code == ReasonCode::PEERNOSMC.0 && f.rsn_cnt == 1),
+        "{fb:?}"
+    );
+}
+
 /// CPU ticks (user + system) a process has used.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

@@ -152,8 +152,10 @@ pub fn connect(
     addr: SocketAddr,
     timeout: Option<Duration>,
 ) -> io::Result<Outcome> {
-    let status = engine.status();
     let result = connect_inner(engine, addr, timeout);
+    // Asked after the connect: a process's first connect opens the device, and only then is
+    // the status area the one smcd reads.
+    let status = engine.status();
     match &result {
         Ok(Outcome::Smc { .. }) => status.add(st::T_CLNT_V2_SUCC, 1),
         Ok(Outcome::Tcp(_, fb)) => status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1),
