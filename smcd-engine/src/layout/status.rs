@@ -372,7 +372,7 @@ impl StatusArea {
 }
 
 /// Identity of a connection, written once when its slot is published.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnIdentity {
     /// `smc_state`.
     pub state: u8,
@@ -742,38 +742,10 @@ impl Drop for LstSlot {
 /// A connection as smcd reads it from an engine's status area.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnRecord {
-    /// Identity fields.
-    pub state: u8,
-    /// smc_diag mode.
-    pub mode: u8,
-    /// 0 client, 1 server.
-    pub role: u8,
+    /// What the engine published when the connection was set up.
+    pub id: ConnIdentity,
     /// Shutdown bits (1 RCV, 2 SEND).
     pub shutdown: u8,
-    /// Fallback reasons.
-    pub fallback: (u32, u32),
-    /// Our address.
-    pub local: Option<SocketAddr>,
-    /// The peer's address.
-    pub peer: Option<SocketAddr>,
-    /// TCP socket inode.
-    pub inode: u64,
-    /// Link group.
-    pub lgr: u32,
-    /// Tokens.
-    pub token: u64,
-    /// Peer token.
-    pub peer_token: u64,
-    /// GIDs.
-    pub gid: u128,
-    /// Peer GID.
-    pub peer_gid: u128,
-    /// Buffer sizes.
-    pub rmbe: u64,
-    /// Peer buffer size.
-    pub peer_rmbe: u64,
-    /// Send buffer size.
-    pub sndbuf: u64,
     /// Cursors (absolute positions, in [`Curs`] order).
     pub cursors: [u64; 7],
     /// Flag bytes.
@@ -866,22 +838,24 @@ impl StatusView {
         let g = |off: usize| u128::from(w(off)) << 64 | u128::from(w(off + 8));
         let fl = w(C_FLAGS).to_le_bytes();
         Some(ConnRecord {
-            state: kind[0],
-            mode: kind[1],
-            role: kind[2],
+            id: ConnIdentity {
+                state: kind[0],
+                mode: kind[1],
+                role: kind[2],
+                fallback: (fb as u32, (fb >> 32) as u32),
+                local: addr(C_LADDR, ports as u16),
+                peer: addr(C_PADDR, (ports >> 16) as u16),
+                inode: w(C_INODE),
+                lgr: w(C_LGR) as u32,
+                token: w(C_TOKEN),
+                peer_token: w(C_PTOKEN),
+                gid: g(C_GID),
+                peer_gid: g(C_PGID),
+                rmbe: w(C_RMBE),
+                peer_rmbe: w(C_PRMBE),
+                sndbuf: w(C_SNDBUF),
+            },
             shutdown: kind[4],
-            fallback: (fb as u32, (fb >> 32) as u32),
-            local: addr(C_LADDR, ports as u16),
-            peer: addr(C_PADDR, (ports >> 16) as u16),
-            inode: w(C_INODE),
-            lgr: w(C_LGR) as u32,
-            token: w(C_TOKEN),
-            peer_token: w(C_PTOKEN),
-            gid: g(C_GID),
-            peer_gid: g(C_PGID),
-            rmbe: w(C_RMBE),
-            peer_rmbe: w(C_PRMBE),
-            sndbuf: w(C_SNDBUF),
             cursors: [0, 1, 2, 3, 4, 5, 6].map(|k| w(C_CURS + 8 * k)),
             flags: [fl[0], fl[1], fl[2], fl[3]],
         })
@@ -964,18 +938,24 @@ mod tests {
         area.add(T_SRV_V2_SUCC, 1);
         area.add(T_SRV_FBACK + fback_index(ReasonCode::PEERNOSMC), 3);
         let slot = area.conn_slot();
-        slot.publish(&ConnIdentity {
+        let id = ConnIdentity {
             state: 1,
             mode: 2,
             role: 1,
+            fallback: (0, 0x0301_0000),
             local: Some("127.0.0.1:5000".parse().unwrap()),
             peer: Some("[::1]:6000".parse().unwrap()),
+            inode: 42,
             lgr: 0x100,
             token: 7,
+            peer_token: 8,
             gid: 1 << 70 | 5,
+            peer_gid: 1 << 90 | 6,
             rmbe: 65536,
-            ..ConnIdentity::default()
-        });
+            peer_rmbe: 16384,
+            sndbuf: 16384,
+        };
+        slot.publish(&id);
         slot.bump(Cnt::TxCnt, 2);
         slot.bump(Cnt::TxBytes, 100);
         slot.bump_pd(true, 0);
@@ -983,13 +963,7 @@ mod tests {
         let conns = view.conns();
         assert_eq!(conns.len(), 1);
         let c = &conns[0];
-        assert_eq!(
-            (c.state, c.mode, c.role, c.lgr, c.token),
-            (1, 2, 1, 0x100, 7)
-        );
-        assert_eq!(c.local, Some("127.0.0.1:5000".parse().unwrap()));
-        assert_eq!(c.peer, Some("[::1]:6000".parse().unwrap()));
-        assert_eq!(c.gid, 1 << 70 | 5);
+        assert_eq!(c.id, id, "every identity field round-trips");
         assert_eq!(c.cursors[Curs::TxPrep as usize], 100);
         let t = view.totals();
         assert_eq!((t[T_TX_CNT], t[T_TX_BYTES], t[T_TX_PD]), (2, 100, 1));

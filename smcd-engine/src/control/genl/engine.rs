@@ -281,17 +281,18 @@ fn clamp32(v: u64) -> u32 {
 
 /// What `smcss` shows of one connection (smc_diag's `__smc_diag_dump`).
 fn conn_sock(c: &ConnRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
-    let mode = DiagMode::from(c.mode);
+    let id = &c.id;
+    let mode = DiagMode::from(id.mode);
     let smc = matches!(mode, DiagMode::Smcd | DiagMode::Smcr);
     // Our ring takes the peer's data (rx_prod, tx_cons); the peer's ring ours (rx_cons,
     // tx_prod), and with the loopback device the send buffer is the peer's ring, so the tx
     // cursors wrap there too. A byte published is also sent and finished at once: tx_sent and
     // tx_fin are tx_prod (the engine does not write them).
-    let (own, peer) = (ring(c.rmbe), ring(c.peer_rmbe));
+    let (own, peer) = (ring(id.rmbe), ring(id.peer_rmbe));
     let k = |x: Curs| c.cursors[x as usize];
     let conn = smc.then(|| ConnInfo {
-        token: c.token as u32,
-        sndbuf_size: clamp32(c.sndbuf),
+        token: id.token as u32,
+        sndbuf_size: clamp32(id.sndbuf),
         rmbe_size: clamp32(own),
         peer_rmbe_size: clamp32(peer),
         rx_prod: cursor(k(Curs::RxProd), own),
@@ -307,28 +308,28 @@ fn conn_sock(c: &ConnRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
         tx_conn_state_flags: c.flags[3],
     });
     let smcd = (mode == DiagMode::Smcd).then_some(SmcdSockInfo {
-        gid: (c.gid >> 64) as u64,
-        gid_ext: c.gid as u64,
-        peer_gid: (c.peer_gid >> 64) as u64,
-        peer_gid_ext: c.peer_gid as u64,
-        token: c.token,
-        peer_token: c.peer_token,
+        gid: (id.gid >> 64) as u64,
+        gid_ext: id.gid as u64,
+        peer_gid: (id.peer_gid >> 64) as u64,
+        peer_gid_ext: id.peer_gid as u64,
+        token: id.token,
+        peer_token: id.peer_token,
     });
     SockInfo {
-        state: c.state,
+        state: id.state,
         uid,
-        inode: c.inode,
-        local: c.local,
-        peer: c.peer,
+        inode: id.inode,
+        local: id.local,
+        peer: id.peer,
         ifindex: 0,
         mode,
-        fallback_reason: c.fallback.0,
-        peer_diagnosis: c.fallback.1,
+        fallback_reason: id.fallback.0,
+        peer_diagnosis: id.fallback.1,
         shutdown: c.shutdown,
         netns_inode: ns,
         pid: Some(pid),
-        role: Some(c.role),
-        lgr_id: smc.then_some(c.lgr),
+        role: Some(id.role),
+        lgr_id: smc.then_some(id.lgr),
         conn,
         smcd,
         smcr: None,
