@@ -21,7 +21,7 @@ use smc_proto::netlink::framing::{
     self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, ReplyBatch, ReplyEnd, split_messages,
 };
 use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage};
-use smc_proto::netlink::smc::{SmcCmd, SmcGenlMessage, Ueid};
+use smc_proto::netlink::smc::{FbackStats, SmcCmd, SmcGenlMessage, Ueid};
 use smcd_engine::driver::channel::{self, Channel, MAX_RECORD};
 use smcd_engine::layout::status::{
     ConnIdentity, Curs, LgrRecord, LstRecord, StatusArea, T_SRV_FBACK, T_TX_BYTES, fback_index,
@@ -158,6 +158,15 @@ impl Ctl {
             Some(SysctlValue::Num(v)) => v,
             v => panic!("{name} = {v:?}"),
         }
+    }
+
+    /// `GET_FBACK_STATS`: every fallback reason with its count.
+    fn fallbacks(&mut self) -> Vec<FbackStats> {
+        self.smc(SmcCmd::GetFbackStats)
+            .payloads
+            .iter()
+            .map(|m| m.fback_stats().unwrap())
+            .collect()
     }
 
     fn sockets(&mut self, sel: Option<&NetnsSelector>) -> Vec<SockInfo> {
@@ -927,12 +936,7 @@ fn real_connections_show_up() {
     assert!(st.smcd.tx_bytes >= 100_000, "{st:?}");
     assert_eq!(st.smcd.clnt_v2_succ + st.smcd.clnt_v1_succ, 1);
     assert_eq!(st.smcd.srv_v2_succ + st.smcd.srv_v1_succ, 1);
-    let fb: Vec<_> = c
-        .smc(SmcCmd::GetFbackStats)
-        .payloads
-        .iter()
-        .map(|m| m.fback_stats().unwrap())
-        .collect();
+    let fb = c.fallbacks();
     assert!(
         fb.iter()
             .any(|f| !f.is_server && f.rsn_code == ReasonCode::PEERNOSMC.0),
@@ -972,12 +976,7 @@ fn first_connect_of_an_engine_is_counted() {
     let st = c.smc(SmcCmd::GetStats).payloads[0].stats().unwrap();
     assert_eq!(st.smcd.clnt_v2_succ, 1, "{st:?}");
     assert_eq!(st.smcd.srv_v2_succ, 1, "{st:?}");
-    let fb: Vec<_> = c
-        .smc(SmcCmd::GetFbackStats)
-        .payloads
-        .iter()
-        .map(|m| m.fback_stats().unwrap())
-        .collect();
+    let fb = c.fallbacks();
     assert!(
         fb.iter()
             .any(|f| !f.is_server && f.rsn_code == ReasonCode::PEERNOSMC.0 && f.rsn_cnt == 1),
