@@ -520,6 +520,15 @@ impl SmcConn {
         self.own.arm(dir, WAIT_EVENTFD);
     }
 
+    /// A non-blocking call found nothing to do: reset the doorbell (the event loop has seen
+    /// what rang it) and arm it for `dir`. The caller re-checks its condition afterwards, so
+    /// a ring between the two is never lost. Only here, not on every call: a call that moves
+    /// data costs no system call on the doorbell.
+    fn rearm_doorbell(&self, dir: Dir) {
+        self.own.bell.drain();
+        self.arm_doorbell(dir);
+    }
+
     fn deadline(&self, t: &AtomicU64) -> Option<Instant> {
         match t.load(Ordering::Relaxed) {
             0 => None,
@@ -538,7 +547,6 @@ impl SmcConn {
         let mut rx = lock(&self.rx);
         let nonblocking = self.nonblocking.load(Ordering::Relaxed);
         if nonblocking {
-            self.own.bell.drain();
             self.own.disarm(Dir::Rx, WAIT_EVENTFD);
         }
         let deadline = self.deadline(&self.read_timeout);
@@ -575,7 +583,7 @@ impl SmcConn {
                 }
             }
             if nonblocking {
-                self.arm_doorbell(Dir::Rx);
+                self.rearm_doorbell(Dir::Rx);
                 if self.rx_refresh(&mut rx)? > 0 || self.seen_cflags.load(Ordering::Relaxed) != 0 {
                     continue;
                 }
@@ -652,7 +660,6 @@ impl SmcConn {
         self.check_send()?;
         let nonblocking = self.nonblocking.load(Ordering::Relaxed);
         if nonblocking {
-            self.own.bell.drain();
             self.own.disarm(Dir::Tx, WAIT_EVENTFD);
         }
         let deadline = self.deadline(&self.write_timeout);
@@ -699,7 +706,7 @@ impl SmcConn {
                     break;
                 }
                 self.set_write_blocked(&mut tx, true);
-                self.arm_doorbell(Dir::Tx);
+                self.rearm_doorbell(Dir::Tx);
                 self.tx_refresh(&mut tx)?;
                 if window.saturating_sub(tx.produced - tx.peer_consumed) > 0 {
                     continue;
