@@ -44,12 +44,6 @@ const INTENT_ATTENTION: Duration = Duration::from_secs(2);
 /// Most intents remembered (a bound against clients that registered and never connected).
 const MAX_INTENTS: usize = 65536;
 
-/// How often an idle acceptor looks whether the application stopped accepting.
-const ACCEPTOR_RECHECK: rustix::time::Timespec = rustix::time::Timespec {
-    tv_sec: 0,
-    tv_nsec: 20_000_000,
-};
-
 /// Handshake workers per listener: enough to overlap the waits of a handshake (each waits
 /// for its peer's next CLC message), few enough that handshake CPU does not starve the
 /// connections already running.
@@ -255,14 +249,6 @@ impl ListenerCore {
                 // smcd went away (seen by `sort`): register again below.
                 break;
             }
-            if self.waiters.load(Ordering::Acquire) > 0 {
-                // The application is in accept(): it takes the connections and drains the
-                // intents itself (`sort`). Waking here for every intent and every connection
-                // only costs context switches; look again shortly.
-                let mut fds = [PollFd::new(&self.stop, PollFlags::IN)];
-                let _ = rustix::event::poll(&mut fds, Some(&ACCEPTOR_RECHECK));
-                continue;
-            }
             let pending = self.intents_pending();
             let room = {
                 let st = lock(&self.state);
@@ -272,7 +258,9 @@ impl ListenerCore {
                 PollFd::new(&self.stop, PollFlags::IN),
                 PollFd::new(chan_fd, PollFlags::IN),
             ];
-            if pending && room {
+            // Threads in accept() take the connections themselves (one woken per connection);
+            // the acceptor joins in only while nobody accepts.
+            if pending && room && self.waiters.load(Ordering::Acquire) == 0 {
                 fds.push(PollFd::new(&self.tcp, PollFlags::IN));
             }
             // While intents are pending, wake now and then to re-check them (and room).
