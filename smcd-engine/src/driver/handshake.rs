@@ -11,9 +11,9 @@ use super::conn::{ConnParams, SmcConn, SmcdInfo};
 use super::engine::Engine;
 use super::lgr::{LinkGroup, PeerV2, Role};
 use crate::core::handshake::{self as hs, Refusal};
-use crate::device::Gid;
 use crate::device::loopback::LoopbackDevice;
-use crate::layout::status::{self as st, ConnIdentity, ConnSlot};
+use crate::device::{Dmb, Gid};
+use crate::layout::status::{self as st, ConnIdentity};
 use crate::settings::Settings;
 use smc_proto::clc::{
     ClcError, ClcMessage, Decline, HEADER_LEN, ReasonCode, SMC_V2, peek_message_len,
@@ -140,16 +140,21 @@ fn peer_v2(fce: Option<smc_proto::clc::FirstContactExt>, eid: smc_proto::clc::Ei
     }
 }
 
-/// A status slot for a new SMC-D connection, published with its identity; also counts the
-/// buffer statistics (`SMC_STAT_RMB_SIZE`, `_REUSE`, `_ALLOC`) for both buffers.
-fn smcd_slot(
+/// The end of either side's handshake: the connection with its status slot, published with
+/// its identity, and the buffer statistics (`SMC_STAT_RMB_SIZE`, `_REUSE`, `_ALLOC`) counted
+/// for both buffers.
+fn established(
     engine: &Engine,
-    sock: &TcpStream,
-    info: &SmcdInfo,
-    own_reused: bool,
-    peer_cached: bool,
-    sndbuf: usize,
-) -> ConnSlot {
+    settings: &Settings,
+    sock: TcpStream,
+    (own, peer): (Arc<Dmb>, Arc<Dmb>),
+    info: SmcdInfo,
+    lgr: Arc<LinkGroup>,
+    (own_reused, peer_cached): (bool, bool),
+) -> io::Result<Outcome> {
+    sock.set_read_timeout(None)?;
+    // The send buffer is the peer's ring, or less when wmem is smaller.
+    let sndbuf = settings.sndbuf_len().min(peer.map.ring_len());
     let status = engine.status();
     status.add(st::T_RX_RMB_SIZE + st::bucket(info.rmbe_size as u64), 1);
     status.add(
@@ -182,7 +187,7 @@ fn smcd_slot(
         fallback: (0, 0),
         local: sock.local_addr().ok(),
         peer: sock.peer_addr().ok(),
-        inode: rustix::fs::fstat(sock).map_or(0, |s| s.st_ino),
+        inode: rustix::fs::fstat(&sock).map_or(0, |s| s.st_ino),
         lgr: info.lgr_id,
         token: info.local_token,
         peer_token: info.peer_token,
@@ -192,7 +197,10 @@ fn smcd_slot(
         peer_rmbe: info.peer_rmbe_size as u64,
         sndbuf: sndbuf as u64,
     });
-    slot
+    Ok(Outcome::Smc {
+        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
+        lgr,
+    })
 }
 
 /// The client's handshake on a connected TCP socket whose listener `smcd` said expects SMC.
@@ -289,7 +297,6 @@ pub fn client(
         lgr.release_slot();
         return Err(e);
     }
-    sock.set_read_timeout(None)?;
     let info = SmcdInfo {
         lgr_id: lgr.id,
         local_gid: caps.gid,
@@ -301,14 +308,15 @@ pub fn client(
         version: SMC_V2,
         client: true,
     };
-    let sndbuf = settings
-        .sndbuf_len()
-        .min(info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN);
-    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached, sndbuf);
-    Ok(Outcome::Smc {
-        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
+    established(
+        engine,
+        settings,
+        sock,
+        (own, peer),
+        info,
         lgr,
-    })
+        (own_reused, peer_cached),
+    )
 }
 
 /// The server's handshake on an accepted TCP connection whose client `smcd` announced with
@@ -430,7 +438,6 @@ pub fn server(
         lgr.set_peer(peer_v2(conf.fce, info.eid));
         lgr.set_ready();
     }
-    sock.set_read_timeout(None)?;
     let info = SmcdInfo {
         lgr_id: lgr.id,
         local_gid: caps.gid,
@@ -442,12 +449,13 @@ pub fn server(
         version: SMC_V2,
         client: false,
     };
-    let sndbuf = settings
-        .sndbuf_len()
-        .min(info.peer_rmbe_size - crate::device::shm::DMB_HEADER_LEN);
-    let slot = smcd_slot(engine, &sock, &info, own_reused, peer_cached, sndbuf);
-    Ok(Outcome::Smc {
-        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
+    established(
+        engine,
+        settings,
+        sock,
+        (own, peer),
+        info,
         lgr,
-    })
+        (own_reused, peer_cached),
+    )
 }
