@@ -116,10 +116,10 @@ impl LinkGroup {
 
     /// Writes the group's current state into its status slot (for `GET_LGR_SMCD`).
     pub fn publish(&self) {
-        let (conns, sndbuf, dmb) = {
-            let p = lock(&self.pool);
-            (p.conns, p.sndbuf_bytes, p.dmb_bytes)
-        };
+        // Held across the write: two threads publishing at once must not leave the older
+        // snapshot in the slot.
+        let p = lock(&self.pool);
+        let (conns, sndbuf, dmb) = (p.conns, p.sndbuf_bytes, p.dmb_bytes);
         let peer = self.peer();
         self.slot.publish(&LgrRecord {
             id: self.id,
@@ -138,6 +138,7 @@ impl LinkGroup {
             peer_host: peer.hostname,
             eid: peer.eid,
         });
+        drop(p);
     }
 
     /// What the peer said in the first-contact exchange.
