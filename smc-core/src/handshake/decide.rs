@@ -1,12 +1,13 @@
-//! The CLC handshake decisions for SMC-D v2 over the loopback device, as `af_smc.c`
-//! (`smc_connect_ism`, `smc_listen_work`, `smc_find_ism_v2_device_serv`) and `smc_clc.c`
-//! (`smc_clc_match_eid`, the v2.1 feature checks) make them.
+//! The CLC handshake decisions for SMC-D v2 over an emulated ISM device such as loopback-ism,
+//! as `af_smc.c` (`smc_connect_ism`, `smc_listen_work`, `smc_find_ism_v2_device_serv`) and
+//! `smc_clc.c` (`smc_clc_match_eid`, the v2.1 feature checks) make them.
 //!
-//! Sans-IO: each function takes the message received and what this side knows, and returns
-//! either the facts the next step needs or the reason code to decline with. The driver reads
-//! and writes the messages.
+//! Each function takes the message received and what this side knows, and returns either the
+//! facts the next step needs or the reason code to decline with. The state machines in
+//! [`super::client`] and [`super::server`] put them in order.
 
-use crate::device::{Gid, gid_hi, gid_join, gid_lo};
+use crate::gid::{Gid, gid_hi, gid_join, gid_lo};
+use alloc::vec::Vec;
 use smc_proto::clc::{
     AcceptConfirm, AcceptConfirmBody, ClcMessage, Eid, FirstContactExt, Hostname, Proposal,
     ProposalBuilder, ReasonCode, SMC_FEATURE_MASK, SMC_RELEASE_1, SMC_V2, SMCD_MAX_BUFSIZE_CODE,
@@ -84,7 +85,7 @@ pub fn client_proposal(caps: &LocalCaps) -> Proposal {
 }
 
 /// What the client learned from an Accept.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcceptInfo {
     /// The server's GID.
     pub peer_gid: Gid,
@@ -196,7 +197,7 @@ pub fn client_confirm(
 // Server side.
 
 /// What the server learned from a Proposal.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProposalInfo {
     /// The client's GID (from its loopback device entry).
     pub peer_gid: Gid,
@@ -287,7 +288,7 @@ pub fn server_accept(
 }
 
 /// What the server learned from a Confirm.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfirmInfo {
     /// The client's DMB token.
     pub token: u64,
@@ -342,6 +343,7 @@ pub fn server_check_confirm(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
     use smc_proto::clc::Decline;
 
     fn caps(gid: Gid) -> LocalCaps {

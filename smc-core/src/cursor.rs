@@ -1,12 +1,13 @@
-//! Between the engine's absolute byte positions and the SMC-D CDC cursor words in shared
-//! memory (`union smcd_cdc_cursor` in `smc_cdc.h`).
+//! Between absolute byte positions and the `(wrap, count)` cursors of a CDC
+//! (`union smc_host_cursor` in `smc_cdc.h`).
 //!
 //! A cursor on the wire is `(wrap: u16, count: u32)` with `count < ring_len`: a position modulo
 //! `65536 × ring_len`. The engine keeps absolute `u64` positions and turns a received cursor
 //! back into one relative to the last position it accepted, rejecting anything that moves
 //! backwards or further than the ring allows (ARCHITECTURE rule 4: the peer is untrusted).
 
-use smc_proto::cdc::{ConnStateFlags, Cursor, ProducerFlags, SmcdCursorWord};
+use core::fmt;
+use smc_proto::cdc::Cursor;
 
 /// The wire cursor for absolute position `pos` in a ring of `ring_len` bytes.
 pub fn to_cursor(pos: u64, ring_len: usize) -> Cursor {
@@ -18,10 +19,9 @@ pub fn to_cursor(pos: u64, ring_len: usize) -> Cursor {
 }
 
 /// Why a received cursor was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CursorError {
     /// `count` was not inside the ring.
-    #[error("cursor count {count} outside a ring of {ring_len} bytes")]
     CountOutOfRing {
         /// The count received.
         count: u32,
@@ -29,7 +29,6 @@ pub enum CursorError {
         ring_len: usize,
     },
     /// The cursor moved further than the peer could have moved it.
-    #[error("cursor advanced by {advance} bytes, at most {max} possible")]
     TooFar {
         /// How far it moved.
         advance: u64,
@@ -37,6 +36,24 @@ pub enum CursorError {
         max: u64,
     },
 }
+
+impl fmt::Display for CursorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::CountOutOfRing { count, ring_len } => {
+                write!(f, "cursor count {count} outside a ring of {ring_len} bytes")
+            }
+            Self::TooFar { advance, max } => {
+                write!(
+                    f,
+                    "cursor advanced by {advance} bytes, at most {max} possible"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for CursorError {}
 
 /// The absolute position a received cursor stands for, given the last accepted position
 /// `last` and the furthest position the peer could legitimately have reached (`limit`).
@@ -58,20 +75,6 @@ pub fn from_cursor(c: Cursor, ring_len: usize, last: u64, limit: u64) -> Result<
         return Err(CursorError::TooFar { advance, max });
     }
     Ok(last + advance)
-}
-
-/// A producer-cursor word (flags bytes zero).
-pub fn prod_word(pos: u64, ring_len: usize) -> u64 {
-    SmcdCursorWord::encode(
-        to_cursor(pos, ring_len),
-        ProducerFlags::default(),
-        ConnStateFlags::default(),
-    )
-}
-
-/// A consumer-cursor word carrying the sender's producer and connection-state flags.
-pub fn cons_word(pos: u64, ring_len: usize, pflags: ProducerFlags, cflags: ConnStateFlags) -> u64 {
-    SmcdCursorWord::encode(to_cursor(pos, ring_len), pflags, cflags)
 }
 
 #[cfg(test)]

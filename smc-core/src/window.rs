@@ -7,7 +7,7 @@
 //! boundary ([`super::cursor`]).
 
 /// `SOCK_MIN_SNDBUF / 2`: the floor of the window-update limit.
-pub const WND_UPDATE_FLOOR: usize = 2304;
+pub const WND_UPDATE_FLOOR: usize = smc_proto::cdc::RMBE_UPDATE_LIMIT_MIN as usize;
 
 /// Which window-update limit to use. The kernel used `min()` until the 2022 fix "net/smc:
 /// correct settings of RMB window update limit"; `Min` is kept only so the benchmark can show
@@ -24,7 +24,9 @@ pub enum WndUpdateRule {
 /// `smc_rmb_wnd_update_limit`: how many consumed bytes the reader may leave unreported.
 pub fn rmbe_update_limit(rmbe_len: usize, rule: WndUpdateRule) -> usize {
     match rule {
-        WndUpdateRule::Max => (rmbe_len / 10).max(WND_UPDATE_FLOOR),
+        WndUpdateRule::Max => {
+            smc_proto::cdc::rmbe_update_limit(u32::try_from(rmbe_len).unwrap_or(u32::MAX)) as usize
+        }
         WndUpdateRule::Min => (rmbe_len / 10).min(WND_UPDATE_FLOOR),
     }
 }
@@ -81,25 +83,19 @@ pub fn autosplit_chunk(len: usize, autosplit_size: usize) -> usize {
 }
 
 /// The kernel's autocork test (`smc_should_autocork`): hold back a small send while a CDC send
-/// is still in flight, until it completes.
+/// is still in flight; the completion of that send pushes it (`smc_cdc_tx_handler`).
 ///
-/// With the loopback device a CDC "send" is a store into the peer's memory and completes at
-/// once: the kernel's SMC-D path never counts in-flight CDCs, so it never autocorks, and the
-/// engine passes `inflight_cdcs = 0` for the same reason. There is also nothing here that could
-/// push held-back data later (the kernel pushes from the completion handler), so holding data
-/// back would stall a request/response peer. The function stays so the rule is visible, tested
-/// and ready for a device with real completions (SMC-R).
+/// Only a transport whose CDC sends complete later (SMC-R: a work request) ever has one in
+/// flight. An SMC-D CDC is a store into the peer's memory and is complete when it is made, so
+/// the kernel's SMC-D path never autocorks, and neither does a connection configured without
+/// completions. `unsent` is the prepared bytes not yet sent (`smc_tx_prepared_sends`).
 pub fn should_autocork(
     inflight_cdcs: u32,
-    prepared: usize,
+    unsent: usize,
     sndbuf_len: usize,
     autocorking_size: usize,
-    first_send: bool,
 ) -> bool {
-    if first_send || inflight_cdcs == 0 {
-        return false;
-    }
-    prepared <= (sndbuf_len / 2).min(autocorking_size)
+    inflight_cdcs > 0 && unsent <= (sndbuf_len / 2).min(autocorking_size)
 }
 
 #[cfg(test)]
@@ -178,10 +174,13 @@ mod tests {
 
     #[test]
     fn autocork_needs_inflight() {
-        assert!(!should_autocork(0, 10, 65536, 65536, false));
-        assert!(should_autocork(1, 10, 65536, 65536, false));
-        assert!(!should_autocork(1, 10, 65536, 65536, true));
-        assert!(!should_autocork(1, 40000, 65536, 65536, false));
-        assert!(!should_autocork(1, 10, 65536, 0, false));
+        assert!(!should_autocork(0, 10, 65536, 65536));
+        assert!(should_autocork(1, 10, 65536, 65536));
+        assert!(!should_autocork(1, 40000, 65536, 65536));
+        assert!(!should_autocork(1, 10, 65536, 0));
+        assert!(
+            should_autocork(1, 0, 65536, 0),
+            "nothing unsent: nothing to push yet"
+        );
     }
 }

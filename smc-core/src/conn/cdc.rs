@@ -1,0 +1,226 @@
+//! The CDC exchange (`smc_cdc.c`): what a received CDC changes, and the one CDC a call sends.
+
+use super::{Connection, Effects, cflags_of, conn_flags};
+use crate::cursor::{CursorError, from_cursor, to_cursor};
+use core::fmt;
+use smc_proto::cdc::{ConnStateFlags, Cursor, ProducerFlags, seqno_before};
+
+/// A CDC as host values (the kernel's `smc_host_cdc_msg`).
+///
+/// `prod` is the sender's producer cursor over the *receiver's* ring; `cons` is the sender's
+/// consumer cursor over its *own* ring. SMC-D carries no sequence number (0 here); SMC-R's is
+/// checked when the connection has [`super::Config::completions`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostCdc {
+    /// Sequence number (SMC-R).
+    pub seqno: u16,
+    /// Producer cursor.
+    pub prod: Cursor,
+    /// Consumer cursor.
+    pub cons: Cursor,
+    /// Producer flags.
+    pub pflags: ProducerFlags,
+    /// Connection-state flags.
+    pub cflags: ConnStateFlags,
+}
+
+impl HostCdc {
+    fn same_content(&self, o: &HostCdc) -> bool {
+        self.prod == o.prod
+            && self.cons == o.cons
+            && self.pflags == o.pflags
+            && self.cflags == o.cflags
+    }
+}
+
+/// A CDC that breaks the rules: the connection must be aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    /// The producer cursor is outside the ring or moved further than the window allows.
+    ProducerCursor(CursorError),
+    /// The consumer cursor is outside the ring or confirms bytes never sent.
+    ConsumerCursor(CursorError),
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ProducerCursor(e) => write!(f, "producer cursor: {e}"),
+            Self::ConsumerCursor(e) => write!(f, "consumer cursor: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for Violation {}
+
+impl Connection {
+    /// A CDC arrived (`smc_cdc_msg_recv_action`): credit the peer's consumed bytes to our send
+    /// window, take its produced bytes, note urgent data, feed its close flags to the close
+    /// machine, and answer a blocked writer or an explicit request with our consumer cursor.
+    ///
+    /// Everything is validated before anything changes: a cursor outside the ring, moving
+    /// backwards, confirming bytes we never sent or producing more than our ring holds is a
+    /// [`Violation`] and leaves the connection as it was (the driver then aborts it). An SMC-R
+    /// CDC older than the last one is ignored, as the kernel does.
+    pub fn on_cdc(&mut self, c: &HostCdc) -> Result<Effects, Violation> {
+        let mut eff = Effects::default();
+        if self.is_aborted() {
+            return Ok(eff);
+        }
+        if self.cfg.completions && self.rx_seq.is_some_and(|last| seqno_before(c.seqno, last)) {
+            return Ok(eff);
+        }
+        let rx_ring = self.cfg.rx_ring;
+        let peer_consumed = from_cursor(c.cons, self.cfg.tx_ring, self.peer_consumed, self.sent)
+            .map_err(Violation::ConsumerCursor)?;
+        let produced = from_cursor(
+            c.prod,
+            rx_ring,
+            self.produced,
+            self.consumed + rx_ring as u64,
+        )
+        .map_err(Violation::ProducerCursor)?;
+        if self.cfg.completions {
+            self.rx_seq = Some(c.seqno);
+        }
+
+        let space_freed = peer_consumed > self.peer_consumed;
+        let new_data = produced > self.produced;
+        if space_freed {
+            self.peer_consumed = peer_consumed;
+            // Our request for an update has been answered.
+            self.upd_req = false;
+            eff.wake_writer = true;
+            // The peer has read up to our urgent byte: its flags may go.
+            if self.tx_urg.mark.is_some_and(|m| peer_consumed + 1 >= m) {
+                self.tx_urg = Default::default();
+            }
+        }
+        if new_data {
+            self.produced = produced;
+            eff.wake_reader = true;
+        }
+        self.peer_pflags = c.pflags;
+        if c.pflags.urg_data_present() {
+            // The flag stays in the peer's CDCs until we read to the mark; only new data
+            // carries a new urgent byte.
+            if new_data {
+                self.urgent_arrived(&mut eff);
+            }
+        } else if c.pflags.urg_data_pending() {
+            self.urgent_announced();
+        }
+
+        let before = self.close.received();
+        let act = self.close.peer_flags(conn_flags(c.cflags));
+        eff.close(act);
+        if self.close.received() != before {
+            // End of stream, a close or an abort must reach a sleeping reader and writer.
+            eff.wake_both();
+        }
+
+        // Space in the peer's ring lets queued bytes go (a staged buffer holds them).
+        if space_freed && self.prepared > self.sent {
+            self.push_data(&mut eff);
+        }
+        self.drained(&mut eff);
+        // smc_cdc_msg_recv_action: a blocked writer, a request or pending urgent data makes
+        // the consumer cursor go out now, but only if there is something to confirm.
+        let answer = (c.pflags.write_blocked()
+            || c.pflags.cons_curs_upd_req()
+            || c.pflags.urg_data_pending())
+            && self.consumed > self.confirmed
+            && !self.close.received().abort;
+        self.flush_cdc(&mut eff, answer);
+        Ok(eff)
+    }
+
+    /// A CDC this side sent has completed (SMC-R: its work request; completions arrive in
+    /// order). The bytes it announced no longer occupy the send buffer (`smc_cdc_tx_handler`),
+    /// and bytes held back by autocork go now.
+    pub fn on_cdc_complete(&mut self, seqno: u16) -> Effects {
+        let mut eff = Effects::default();
+        let mut any = false;
+        while let Some(&(s, sent)) = self.inflight.front() {
+            if seqno_before(seqno, s) {
+                break;
+            }
+            self.inflight.pop_front();
+            self.fin = sent;
+            any = true;
+        }
+        if !any || self.is_aborted() {
+            return eff;
+        }
+        eff.wake_writer = true;
+        if self.prepared > self.sent {
+            self.push_data(&mut eff);
+        }
+        self.drained(&mut eff);
+        self.flush_cdc(&mut eff, false);
+        eff
+    }
+
+    /// Our producer flags as the next CDC carries them.
+    fn own_pflags(&self) -> ProducerFlags {
+        let mut p = ProducerFlags::EMPTY;
+        p.set(ProducerFlags::WRITE_BLOCKED, self.write_blocked);
+        p.set(ProducerFlags::CONS_CURS_UPD_REQ, self.upd_req);
+        let present =
+            self.tx_urg.mark.is_some() || (self.tx_urg.pend && self.sent == self.prepared);
+        p.set(ProducerFlags::URG_DATA_PENDING, self.tx_urg.pending);
+        p.set(ProducerFlags::URG_DATA_PRESENT, present);
+        p
+    }
+
+    /// The end of every call that may send: one CDC goes out if it would tell the peer
+    /// anything new (data, flags), or if the consumer cursor is to be reported
+    /// (`cons_update`). Any CDC carries the current consumer cursor, as the kernel's does, so
+    /// it also confirms every byte read so far.
+    pub(super) fn flush_cdc(&mut self, eff: &mut Effects, cons_update: bool) {
+        if self.is_aborted() {
+            return;
+        }
+        let rx_ring = self.cfg.rx_ring;
+        let mut cdc = HostCdc {
+            seqno: 0,
+            prod: to_cursor(self.sent, self.cfg.tx_ring),
+            cons: to_cursor(
+                if cons_update {
+                    self.consumed
+                } else {
+                    self.confirmed
+                },
+                rx_ring,
+            ),
+            pflags: self.own_pflags(),
+            cflags: cflags_of(self.close.sent()),
+        };
+        // Before the first CDC the peer's view is all zero (a fresh DMB header, or nothing).
+        if cdc.same_content(&self.last_cdc.unwrap_or_default()) {
+            return;
+        }
+        cdc.cons = to_cursor(self.consumed, rx_ring);
+        self.confirmed = self.consumed;
+        self.tx_seq = self.tx_seq.wrapping_add(1);
+        cdc.seqno = self.tx_seq;
+        if self.cfg.completions {
+            self.inflight.push_back((cdc.seqno, self.sent));
+        } else {
+            self.fin = self.sent;
+        }
+        // The peer's request is answered; a blocked peer whose bytes we have all read is not
+        // blocked by us any more (smc_tx_consumer_update).
+        self.peer_pflags
+            .set(ProducerFlags::CONS_CURS_UPD_REQ, false);
+        if self.produced == self.consumed {
+            self.peer_pflags.set(ProducerFlags::WRITE_BLOCKED, false);
+        }
+        if cdc.pflags.urg_data_present() && self.tx_urg.pend {
+            self.tx_urg.pend = false;
+            self.tx_urg.mark = Some(self.sent);
+        }
+        self.last_cdc = Some(cdc);
+        eff.cdc = Some(cdc);
+    }
+}

@@ -1,0 +1,549 @@
+//! One SMC connection without IO: the send path (`smc_tx.c`), the receive path (`smc_rx.c`),
+//! the CDC exchange (`smc_cdc.c`) and the close state machine (`smc_close.c`), for SMC-D and
+//! SMC-R alike.
+//!
+//! # Positions
+//!
+//! Every cursor is an absolute `u64` byte count:
+//!
+//! ```text
+//!  send side:  fin ≤ sent ≤ prepared            peer_consumed ≤ sent
+//!              │     │      └ the application has handed this much over (tx_curs_prep)
+//!              │     └ written into the peer's ring and announced in a CDC (tx_curs_sent)
+//!              └ the CDC announcing it has completed (tx_curs_fin; SMC-D: = sent)
+//!  receive side: confirmed ≤ consumed ≤ produced
+//!              │           │          └ the peer's producer cursor (local_rx_ctrl.prod)
+//!              │           └ the application has read this much (local_tx_ctrl.cons)
+//!              └ the consumer cursor last sent to the peer (rx_curs_confirmed)
+//! ```
+//!
+//! # How a driver uses it
+//!
+//! * **Send**: [`Connection::send_plan`] says where in the transmit buffer the next bytes go
+//!   (for SMC-D loopback "DMB no-copy" that is the peer's ring itself, for a staged buffer the
+//!   local send buffer); the driver copies and calls [`Connection::sent`]. When the plan is
+//!   `None` the buffer is full: [`Connection::send_blocked`], then wait for writability.
+//! * **Receive**: [`Connection::recv_plan`] says where the next readable bytes are; the driver
+//!   copies and calls [`Connection::received`], which runs the window-update rule.
+//! * **CDC**: every CDC from the peer goes to [`Connection::on_cdc`] as host values (the
+//!   kernel's `smc_host_cdc_msg`). For SMC-D the driver builds it from the two cursor words in
+//!   its DMB whenever they change; for SMC-R it is a parsed 44-byte SEND.
+//! * Every call returns [`Effects`]: RDMA writes to post (staged buffers only), the CDC to
+//!   publish after them, which local waiters to wake, what to do with the TCP connection, and
+//!   whether the buffers may be freed. The driver carries them out in that order.
+//! * Time: [`Connection::poll_timeout`] is the next deadline (the close drain); at it, call
+//!   [`Connection::handle_timeout`].
+
+mod cdc;
+mod rx;
+mod tx;
+
+pub use cdc::{HostCdc, Violation};
+pub use rx::{OobError, RecvReady};
+pub use tx::{SendError, SendFlags};
+
+use crate::close::{AbortKind, CloseActions, CloseMachine, ConnFlags, SmcState};
+use crate::time::Instant;
+use crate::window::WndUpdateRule;
+use alloc::collections::VecDeque;
+use core::time::Duration;
+use smc_proto::cdc::ProducerFlags;
+
+/// `SMC_MAX_STREAM_WAIT_TIMEOUT`: how long a close waits for queued data to be sent.
+pub const CLOSE_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where the application's bytes go before the peer sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxBuffer {
+    /// Straight into the peer's ring (loopback-ism "DMB no-copy": the kernel's ghost sndbuf is
+    /// the peer's DMB). Send space is returned only when the peer's consumer cursor advances.
+    NoCopy,
+    /// Into a local send buffer of this many bytes, then RDMA WRITEs into the peer's ring
+    /// (SMC-R). Send space is returned when the CDC announcing the bytes completes.
+    Staged {
+        /// Length of the local send buffer.
+        len: usize,
+    },
+}
+
+/// What a connection is made with (the kernel copies sysctls into a socket at creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Data bytes of the local receive ring (SMC-D: the DMB minus its 32-byte header).
+    pub rx_ring: usize,
+    /// Data bytes of the peer's receive ring.
+    pub tx_ring: usize,
+    /// Where written bytes go first.
+    pub tx_buffer: TxBuffer,
+    /// CDC sends complete later (SMC-R work requests): sequence numbers are checked, in-flight
+    /// CDCs are counted (autocork) and send space comes back on completion.
+    pub completions: bool,
+    /// `autocorking_size` (0: off).
+    pub autocorking_size: usize,
+    /// `autosplit_size` (0: off).
+    pub autosplit_size: usize,
+    /// Publish at least every this many bytes of a long write (0: only at the kernel's points).
+    pub tx_chunk: usize,
+    /// The window-update rule.
+    pub wnd_rule: WndUpdateRule,
+    /// How long a close waits for queued bytes to be sent (`SO_LINGER`, else 2 s).
+    pub linger: Duration,
+}
+
+impl Config {
+    /// A connection over SMC-D "DMB no-copy" with the kernel's defaults.
+    pub fn smcd(rx_ring: usize, tx_ring: usize) -> Self {
+        Self {
+            rx_ring,
+            tx_ring,
+            tx_buffer: TxBuffer::NoCopy,
+            completions: false,
+            autocorking_size: 64 * 1024,
+            autosplit_size: 128 * 1024,
+            tx_chunk: 0,
+            wnd_rule: WndUpdateRule::Max,
+            linger: CLOSE_DRAIN_TIMEOUT,
+        }
+    }
+
+    /// A connection over SMC-R (a staged send buffer of `sndbuf` bytes, completions).
+    pub fn smcr(rx_ring: usize, tx_ring: usize, sndbuf: usize) -> Self {
+        Self {
+            tx_buffer: TxBuffer::Staged { len: sndbuf },
+            completions: true,
+            ..Self::smcd(rx_ring, tx_ring)
+        }
+    }
+}
+
+/// A contiguous piece of a ring buffer: where to copy and how many bytes. The piece may run
+/// past the end of the ring, where it continues at offset 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// Offset in the ring.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// What the TCP connection underneath must do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TcpAction {
+    /// Nothing.
+    #[default]
+    None,
+    /// Orderly shutdown in both directions.
+    Shutdown,
+    /// Reset (the kernel's `tcp_abort`).
+    Abort,
+}
+
+/// One RDMA WRITE of the local send buffer into the peer's ring (staged buffers only). The
+/// kernel posts at most two per CDC: one per contiguous piece of the peer's ring, each gathered
+/// from at most two pieces of the send buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteWrite {
+    /// Offset in the peer's ring.
+    pub dst: usize,
+    /// Pieces of the send buffer, `(offset, len)`; the second may have length 0.
+    pub src: [(usize, usize); 2],
+}
+
+impl RemoteWrite {
+    /// Bytes written.
+    pub fn len(&self) -> usize {
+        self.src[0].1 + self.src[1].1
+    }
+
+    /// Whether it writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What the driver must do after a call, in this order: the writes, then the CDC, then the
+/// TCP action; wake-ups and freeing after that.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[must_use = "effects must be carried out"]
+pub struct Effects {
+    /// RDMA WRITEs to post before the CDC (staged buffers only).
+    pub writes: [Option<RemoteWrite>; 2],
+    /// A CDC to publish (SMC-D: store its words into the peer's DMB; SMC-R: post the SEND).
+    pub cdc: Option<HostCdc>,
+    /// Wake local threads waiting to read (data, end of stream or an error is there).
+    pub wake_reader: bool,
+    /// Wake local threads waiting to write (space, or writing became impossible).
+    pub wake_writer: bool,
+    /// What to do with the TCP connection.
+    pub tcp: TcpAction,
+    /// The connection is closed on both sides and released: free its buffers.
+    pub free: bool,
+    /// Urgent data arrived: the urgent byte is at this offset of the receive ring; hand it to
+    /// [`Connection::set_urgent_byte`] before the peer can overwrite it.
+    pub urgent_at: Option<usize>,
+}
+
+impl Effects {
+    fn close(&mut self, a: CloseActions) {
+        if a.abort_tcp {
+            self.tcp = TcpAction::Abort;
+        } else if a.shutdown_tcp && self.tcp == TcpAction::None {
+            self.tcp = TcpAction::Shutdown;
+        }
+        self.free |= a.free;
+    }
+
+    fn wake_both(&mut self) {
+        self.wake_reader = true;
+        self.wake_writer = true;
+    }
+}
+
+/// Positions, for diagnostics (`smcss -d` cursors) and statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Positions {
+    /// The peer's producer cursor.
+    pub produced: u64,
+    /// Bytes the application read (plus a skipped urgent byte).
+    pub consumed: u64,
+    /// Consumer cursor last sent.
+    pub confirmed: u64,
+    /// Bytes handed over by the application.
+    pub prepared: u64,
+    /// Bytes written into the peer's ring and announced.
+    pub sent: u64,
+    /// Bytes whose CDC completed.
+    pub fin: u64,
+    /// The peer's consumer cursor.
+    pub peer_consumed: u64,
+}
+
+/// Urgent data on the receive side (`conn->urg_state`, `urg_curs`, `urg_rx_byte`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RxUrgent {
+    None,
+    /// The peer announced urgent data that has not arrived yet (`SMC_URG_NOTYET`).
+    NotYet,
+    /// The urgent byte is at `mark - 1` (`SMC_URG_VALID`); `read` once taken with `MSG_OOB`
+    /// (`SMC_URG_READ`).
+    Valid {
+        mark: u64,
+        byte: u8,
+        read: bool,
+    },
+}
+
+/// Urgent data on the send side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct TxUrgent {
+    /// `urg_data_pending`: an urgent send is being queued.
+    pending: bool,
+    /// `urg_tx_pend`: its last byte (the urgent byte) is queued and not yet announced.
+    pend: bool,
+    /// Announced: the position just after the urgent byte, until the peer has read to it.
+    mark: Option<u64>,
+}
+
+/// A shutdown or close waiting for queued bytes to be sent (`smc_close_stream_wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Draining {
+    /// When to give up (a close after its linger time; a shutdown never gives up).
+    deadline: Option<Instant>,
+    /// Close at the end (else: shut down writing).
+    close: bool,
+}
+
+/// One connection.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    cfg: Config,
+    // Receive side.
+    produced: u64,
+    consumed: u64,
+    confirmed: u64,
+    /// The peer's producer flags from its last CDC, as the kernel keeps them in
+    /// `local_rx_ctrl.prod_flags` (a request is forgotten once answered).
+    peer_pflags: ProducerFlags,
+    read_shut: bool,
+    /// The application shut down writing or closed: nothing more is taken.
+    write_shut: bool,
+    oob_inline: bool,
+    rx_urg: RxUrgent,
+    // Send side.
+    prepared: u64,
+    sent: u64,
+    fin: u64,
+    peer_consumed: u64,
+    write_blocked: bool,
+    upd_req: bool,
+    cork: bool,
+    tx_urg: TxUrgent,
+    /// CDCs sent and not completed: (sequence number, `sent` they announced).
+    inflight: VecDeque<(u16, u64)>,
+    // CDC exchange.
+    tx_seq: u16,
+    rx_seq: Option<u16>,
+    last_cdc: Option<HostCdc>,
+    // Close.
+    close: CloseMachine,
+    draining: Option<Draining>,
+}
+
+impl Connection {
+    /// A connection whose handshake has just finished.
+    pub fn new(cfg: Config) -> Self {
+        Self {
+            cfg,
+            produced: 0,
+            consumed: 0,
+            confirmed: 0,
+            peer_pflags: ProducerFlags::EMPTY,
+            read_shut: false,
+            write_shut: false,
+            oob_inline: false,
+            rx_urg: RxUrgent::None,
+            prepared: 0,
+            sent: 0,
+            fin: 0,
+            peer_consumed: 0,
+            write_blocked: false,
+            upd_req: false,
+            cork: false,
+            tx_urg: TxUrgent::default(),
+            inflight: VecDeque::new(),
+            tx_seq: 0,
+            rx_seq: None,
+            last_cdc: None,
+            close: CloseMachine::active(),
+            draining: None,
+        }
+    }
+
+    /// What it was made with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The close state.
+    pub fn state(&self) -> SmcState {
+        self.close.state()
+    }
+
+    /// The close machine (flags sent and received, error).
+    pub fn close_machine(&self) -> &CloseMachine {
+        &self.close
+    }
+
+    /// The pending error, if the connection was aborted.
+    pub fn error(&self) -> Option<AbortKind> {
+        self.close.error()
+    }
+
+    /// Whether the connection was aborted (its buffers must not be reused).
+    pub fn is_aborted(&self) -> bool {
+        self.close.error().is_some()
+    }
+
+    /// The positions.
+    pub fn positions(&self) -> Positions {
+        Positions {
+            produced: self.produced,
+            consumed: self.consumed,
+            confirmed: self.confirmed,
+            prepared: self.prepared,
+            sent: self.sent,
+            fin: self.fin,
+            peer_consumed: self.peer_consumed,
+        }
+    }
+
+    /// The last CDC this side published (for diagnostics: the flags as the peer sees them).
+    pub fn last_cdc(&self) -> Option<&HostCdc> {
+        self.last_cdc.as_ref()
+    }
+
+    /// The peer's producer flags as last received.
+    pub fn peer_pflags(&self) -> ProducerFlags {
+        self.peer_pflags
+    }
+
+    /// CDCs sent and not completed.
+    pub fn inflight_cdcs(&self) -> usize {
+        self.inflight.len()
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Close (smc_close.c).
+
+    /// `shutdown(SHUT_RD)`: reads return what is there, then end of stream.
+    pub fn shutdown_read(&mut self) -> Effects {
+        self.read_shut = true;
+        Effects {
+            wake_reader: true,
+            ..Effects::default()
+        }
+    }
+
+    /// Whether the application shut down its read side.
+    pub fn read_is_shut(&self) -> bool {
+        self.read_shut
+    }
+
+    /// `shutdown(SHUT_WR)` (`smc_close_shutdown_write`): nothing more is taken; what is
+    /// written goes out, and once it has been sent the peer is told we are done writing. With
+    /// a staged buffer whose bytes wait for the peer's window that takes until they are sent:
+    /// unlike a close, a shutdown loses nothing, however long the peer takes.
+    pub fn shutdown_write(&mut self) -> Effects {
+        let mut eff = Effects::default();
+        self.write_shut = true;
+        eff.wake_writer = true;
+        if self.draining.is_none() {
+            self.push_data(&mut eff);
+            if self.prepared > self.sent {
+                self.draining = Some(Draining {
+                    deadline: None,
+                    close: false,
+                });
+            } else {
+                self.finish_shutdown(&mut eff);
+            }
+        }
+        self.flush_cdc(&mut eff, false);
+        eff
+    }
+
+    /// The application closes (`smc_close_active`). Everything written is pushed first; with a
+    /// staged buffer whose bytes are not all sent and completed the close waits for them, at
+    /// most [`Config::linger`]. Received bytes left unread make it an abort, as the kernel's
+    /// `smc_close_final`.
+    pub fn close(&mut self, now: Instant) -> Effects {
+        let mut eff = Effects::default();
+        self.write_shut = true;
+        if self.close.error().is_none() && self.close.state().can_send() {
+            self.push_data(&mut eff);
+            if self.unfinished_sends() && !self.cfg.linger.is_zero() {
+                self.draining = Some(Draining {
+                    deadline: Some(now + self.cfg.linger),
+                    close: true,
+                });
+                self.flush_cdc(&mut eff, false);
+                return eff;
+            }
+        }
+        self.finish_close(&mut eff);
+        self.flush_cdc(&mut eff, false);
+        eff
+    }
+
+    /// Whether a shutdown or close is waiting for queued bytes.
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_some()
+    }
+
+    fn unfinished_sends(&self) -> bool {
+        self.prepared > self.sent || self.fin < self.sent
+    }
+
+    /// The end of a shutdown: done-writing goes out with the caller's CDC.
+    fn finish_shutdown(&mut self, eff: &mut Effects) {
+        let act = self.close.app_shutdown_write();
+        eff.close(act);
+        eff.wake_writer = true;
+    }
+
+    /// The second half of a close: the close machine's transition; its flags go out with the
+    /// caller's CDC.
+    fn finish_close(&mut self, eff: &mut Effects) {
+        self.draining = None;
+        let unread = self.produced > self.consumed;
+        let act = self.close.app_close(unread);
+        eff.close(act);
+        eff.wake_both();
+    }
+
+    /// Ends a drain whose bytes went out (or whose time is up when `expired`).
+    fn drained_or(&mut self, eff: &mut Effects, expired: bool) {
+        let Some(d) = self.draining else { return };
+        let done = if d.close {
+            !self.unfinished_sends()
+        } else {
+            self.prepared == self.sent
+        };
+        if !done && !expired {
+            return;
+        }
+        self.draining = None;
+        if d.close {
+            self.finish_close(eff);
+        } else {
+            self.finish_shutdown(eff);
+        }
+    }
+
+    /// A drain whose bytes went out finishes.
+    fn drained(&mut self, eff: &mut Effects) {
+        self.drained_or(eff, false);
+    }
+
+    /// The connection is lost underneath: the peer broke the protocol, its process or link went
+    /// away (`smc_close_active_abort`). Local calls fail with `kind`, the TCP connection is
+    /// reset; nothing more is sent.
+    pub fn abort(&mut self, kind: AbortKind) -> Effects {
+        let mut eff = Effects::default();
+        self.draining = None;
+        let act = self.close.local_abort(kind);
+        eff.close(act);
+        eff.wake_both();
+        eff
+    }
+
+    /// The TCP connection ended (EOF or reset). A peer that closed wrote its close flags first;
+    /// if they are here this is the orderly end, otherwise the peer vanished.
+    pub fn tcp_gone(&mut self) -> Effects {
+        if self.close.received().any_close() || self.close.error().is_some() {
+            return Effects::default();
+        }
+        self.abort(AbortKind::Reset)
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Timers.
+
+    /// The next deadline, if any: when it passes, call [`Connection::handle_timeout`].
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.draining.and_then(|d| d.deadline)
+    }
+
+    /// Time passed: a drain whose deadline passed ends now (what was not sent is lost, as in
+    /// the kernel).
+    pub fn handle_timeout(&mut self, now: Instant) -> Effects {
+        let mut eff = Effects::default();
+        if self
+            .draining
+            .is_some_and(|d| d.deadline.is_some_and(|t| now >= t))
+        {
+            self.drained_or(&mut eff, true);
+            self.flush_cdc(&mut eff, false);
+        }
+        eff
+    }
+}
+
+/// The connection-state flags a [`ConnFlags`] value stands for on the wire.
+pub fn cflags_of(f: ConnFlags) -> smc_proto::cdc::ConnStateFlags {
+    use smc_proto::cdc::ConnStateFlags;
+    let mut c = ConnStateFlags::EMPTY;
+    c.set(ConnStateFlags::PEER_DONE_WRITING, f.done_writing);
+    c.set(ConnStateFlags::PEER_CONN_CLOSED, f.closed);
+    c.set(ConnStateFlags::PEER_CONN_ABORT, f.abort);
+    c
+}
+
+/// The [`ConnFlags`] a received connection-state byte carries.
+pub fn conn_flags(c: smc_proto::cdc::ConnStateFlags) -> ConnFlags {
+    ConnFlags {
+        done_writing: c.peer_done_writing(),
+        closed: c.peer_conn_closed(),
+        abort: c.peer_conn_abort(),
+    }
+}
