@@ -19,7 +19,12 @@ pub mod cursor {
     }
 
     /// A consumer-cursor word carrying the sender's producer and connection-state flags.
-    pub fn cons_word(pos: u64, ring_len: usize, pflags: ProducerFlags, cflags: ConnStateFlags) -> u64 {
+    pub fn cons_word(
+        pos: u64,
+        ring_len: usize,
+        pflags: ProducerFlags,
+        cflags: ConnStateFlags,
+    ) -> u64 {
         SmcdCursorWord::encode(to_cursor(pos, ring_len), pflags, cflags)
     }
 }
