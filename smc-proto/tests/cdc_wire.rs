@@ -184,8 +184,8 @@ fn smcd_words_are_the_slot_bytes_in_host_order() {
     // The documented shift form for each endianness.
     let w = SmcdCursorWord::encode(
         Cursor::new(0x0102, 0x0304_0506),
-        ProducerFlags::from_bits(0x07),
-        ConnStateFlags::from_bits(0x08),
+        ProducerFlags::from_bits_retain(0x07),
+        ConnStateFlags::from_bits_retain(0x08),
     );
     #[cfg(target_endian = "little")]
     assert_eq!(w, 0x0807_0304_0506_0102);
@@ -217,8 +217,8 @@ fn arb_smcr() -> impl Strategy<Value = SmcrCdcRepr> {
             token,
             prod,
             cons,
-            prod_flags: ProducerFlags::from_bits(p),
-            conn_flags: ConnStateFlags::from_bits(c),
+            prod_flags: ProducerFlags::from_bits_retain(p),
+            conn_flags: ConnStateFlags::from_bits_retain(c),
         })
 }
 
@@ -227,8 +227,8 @@ fn arb_smcd() -> impl Strategy<Value = SmcdCdcRepr> {
         SmcdCdcRepr {
             prod,
             cons,
-            prod_flags: ProducerFlags::from_bits(p),
-            conn_flags: ConnStateFlags::from_bits(c),
+            prod_flags: ProducerFlags::from_bits_retain(p),
+            conn_flags: ConnStateFlags::from_bits_retain(c),
         }
     })
 }

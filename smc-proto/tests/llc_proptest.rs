@@ -9,7 +9,7 @@ use smc_proto::llc::{
 };
 
 fn flags() -> impl Strategy<Value = LlcFlags> {
-    any::<u8>().prop_map(LlcFlags::from_bits)
+    any::<u8>().prop_map(LlcFlags::from_bits_retain)
 }
 
 fn u24() -> impl Strategy<Value = u32> {

@@ -7,6 +7,9 @@ use proptest::prelude::*;
 use smc_proto::netlink::ctrl::{CtrlMessage, FamilyInfo, FamilyOp, McastGroup};
 use smc_proto::netlink::engine::*;
 use smc_proto::netlink::framing::{self, GenlPayload, Message, NLM_F_MULTI};
+use smc_proto::netlink::loopback::{
+    LOOPBACK_FAMILY_ID, LoopbackAttr, LoopbackCmd, LoopbackMessage, Verdict,
+};
 use smc_proto::netlink::smc::*;
 
 const SMC_ID: u16 = 0x1c;
@@ -601,6 +604,47 @@ fn payload_of<T: GenlPayload + Clone>(m: &Message<T>) -> T {
     }
 }
 
+fn socket_addr() -> impl Strategy<Value = std::net::SocketAddr> {
+    prop_oneof![
+        (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, port)| (ip, port).into()),
+        (any::<[u8; 16]>(), any::<u16>()).prop_map(|(ip, port)| (ip, port).into()),
+    ]
+}
+
+fn loopback_attr() -> impl Strategy<Value = LoopbackAttr> {
+    use LoopbackAttr as A;
+    prop_oneof![
+        any::<u32>().prop_map(A::Version),
+        any::<u32>().prop_map(A::Pid),
+        any::<u64>().prop_map(A::SessionKey),
+        any::<u64>().prop_map(A::Netns),
+        any::<u128>().prop_map(A::Gid),
+        any::<u32>().prop_map(A::EngineId),
+        text().prop_map(A::Seid),
+        text().prop_map(A::Hostname),
+        any::<u16>().prop_map(A::Chid),
+        socket_addr().prop_map(A::LocalAddr),
+        socket_addr().prop_map(A::RemoteAddr),
+        any::<u32>().prop_map(A::Backlog),
+        any::<bool>().prop_map(A::HsLimit),
+        any::<u32>().prop_map(A::ListenerId),
+        any::<u8>().prop_map(|v| A::Verdict(Verdict::from(v))),
+        any::<u32>().prop_map(A::Reason),
+        any::<u64>().prop_map(A::IntentId),
+        any::<bool>().prop_map(A::Ok),
+        any::<u64>().prop_map(A::Token),
+        any::<u32>().prop_map(A::Size),
+        any::<u128>().prop_map(A::PeerGid),
+        (100u16..0x3fff, prop::collection::vec(any::<u8>(), 0..12))
+            .prop_map(|(k, v)| A::Other(netlink_packet_core::DefaultNla::new(k, v))),
+    ]
+}
+
+fn loopback_message() -> impl Strategy<Value = LoopbackMessage> {
+    (any::<u8>(), prop::collection::vec(loopback_attr(), 0..8))
+        .prop_map(|(cmd, attrs)| LoopbackMessage::new(LoopbackCmd::from(cmd), attrs))
+}
+
 fn round_trip<T: GenlPayload + Clone + PartialEq>(family: u16, p: T) -> T {
     let bytes = framing::to_bytes(&framing::message(family, p, NLM_F_MULTI, 1, 2)).unwrap();
     let msgs = framing::parse_family_messages::<T>(&bytes, family).unwrap();
@@ -636,6 +680,7 @@ fn check_all(bytes: &[u8]) {
     check_consistent::<SmcGenlMessage>(bytes);
     check_consistent::<EngineMessage>(bytes);
     check_consistent::<CtrlMessage>(bytes);
+    check_consistent::<LoopbackMessage>(bytes);
 }
 
 #[derive(Debug, Clone)]
@@ -710,11 +755,17 @@ proptest! {
     }
 
     #[test]
+    fn loopback_messages_round_trip(m in loopback_message()) {
+        prop_assert_eq!(round_trip(LOOPBACK_FAMILY_ID, m.clone()), m);
+    }
+
+    #[test]
     fn mutated_messages_never_panic(
         smc in smc_message(),
         eng in engine_message(),
         ctl in ctrl_message(),
-        which in 0usize..4,
+        lo in loopback_message(),
+        which in 0usize..5,
         muts in prop::collection::vec(mutation(), 1..6),
     ) {
         let req = framing::split_messages(&framing::to_bytes(&framing::dump_request(SMC_ID, SmcGenlMessage::request(SmcCmd::GetStats), 1, false)).unwrap()).unwrap()[0].header;
@@ -722,6 +773,7 @@ proptest! {
             0 => framing::to_bytes(&framing::message(SMC_ID, smc, 0, 1, 2)).unwrap(),
             1 => framing::to_bytes(&framing::message(ENGINE_ID, eng, 0, 1, 2)).unwrap(),
             2 => framing::to_bytes(&framing::message(16, ctl, 0, 1, 2)).unwrap(),
+            3 => framing::to_bytes(&framing::message(LOOPBACK_FAMILY_ID, lo, 0, 1, 2)).unwrap(),
             _ => framing::to_bytes_many(&framing::dump_reply(SMC_ID, &req, [smc])).unwrap(),
         };
         apply(&mut bytes, &muts);

@@ -1,16 +1,26 @@
-//! The command line: `smcctl [OPTIONS] OBJECT VERB [ARGS]`, smc-tools' grammar.
+//! The command line: `smcctl [OPTIONS] OBJECT [VERB] [ARGS]`, smc-tools' grammar.
 //!
 //! clap (derive) defines every option, object and verb; the man page and the shell
-//! completions are generated from the same definitions. Before clap parses, [`expand`]
-//! does what smc-tools does by hand: objects and verbs may be abbreviated to any unique
-//! prefix (`smcctl l s` is `smcctl linkgroup show`), and a missing verb means `show`
-//! (`smcctl stats -d`, `smcctl linkgroup 100`). An unknown or ambiguous prefix is a usage
-//! error (exit 2).
+//! completions are generated from the same definitions. smc-tools' conveniences are clap's
+//! too:
+//!
+//! * objects and verbs may be abbreviated to any unique prefix (`infer_subcommands`):
+//!   `smcctl l s` is `smcctl linkgroup show`, and an exact name always wins;
+//! * a missing verb means `show`: every object's verb is optional, and an object whose `show`
+//!   has options takes them itself when the verb is left out (`smcctl stats -d -a`,
+//!   `smcctl linkgroup 100`), the default-subcommand pattern of clap's documentation.
+//!
+//! What clap leaves to [`parse`]: phrasing a word that names no object or verb, or more
+//! than one, the way smc-tools users read it (a usage error, exit 2); refusing a `show`
+//! option written before an explicit verb; and `manpage`, which is deliberately not a clap
+//! subcommand. clap infers hidden subcommands from prefixes as well, and `manpage` is taken
+//! by its full name only.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, Command, Parser, Subcommand};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{ArgAction, Args, Command, CommandFactory, Parser, Subcommand};
 
 use crate::error::Error;
 
@@ -22,6 +32,7 @@ pub const DEFAULT_SOCKET: &str = "/run/smcd/smcd.sock";
 #[command(
     name = "smcctl",
     version,
+    infer_subcommands = true,
     about = "Inspect and steer SMC: link groups, devices, statistics, sysctls and sockets",
     long_about = "Inspect and steer SMC (Shared Memory Communications) as smc-tools' smcd, smcr \
                   and smcss do, through the generic netlink families smcd serves on its control \
@@ -71,53 +82,21 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Object {
     /// SMC capabilities: version, host name, SMC-D/SMC-R features, SEID, ISM, RoCE.
-    Info {
-        /// What to do.
-        #[command(subcommand)]
-        verb: InfoVerb,
-    },
+    Info(Verbs<InfoVerb>),
     /// Link groups (smcd/smcr linkgroup).
-    Linkgroup {
-        /// What to do.
-        #[command(subcommand)]
-        verb: LinkgroupVerb,
-    },
+    Linkgroup(LinkgroupObject),
     /// SMC devices (smcd/smcr device).
-    Device {
-        /// What to do.
-        #[command(subcommand)]
-        verb: DeviceVerb,
-    },
+    Device(DeviceObject),
     /// Statistics: connections, RX/TX, fallback reasons (smcd/smcr stats).
-    Stats {
-        /// What to do.
-        #[command(subcommand)]
-        verb: StatsVerb,
-    },
+    Stats(StatsObject),
     /// Handshake limitation (the kernel's limit_smc_hs), per network namespace.
-    HsLimit {
-        /// What to do.
-        #[command(subcommand)]
-        verb: HsLimitVerb,
-    },
+    HsLimit(Verbs<HsLimitVerb>),
     /// SMC sysctls (/proc/sys/net/smc in the kernel), per network namespace.
-    Sysctl {
-        /// What to do.
-        #[command(subcommand)]
-        verb: SysctlVerb,
-    },
+    Sysctl(Verbs<SysctlVerb>),
     /// User EIDs (smcd ueid).
-    Ueid {
-        /// What to do.
-        #[command(subcommand)]
-        verb: UeidVerb,
-    },
+    Ueid(Verbs<UeidVerb>),
     /// The system EID (smcd seid).
-    Seid {
-        /// What to do.
-        #[command(subcommand)]
-        verb: SeidVerb,
-    },
+    Seid(Verbs<SeidVerb>),
     /// SMC sockets, as smcss lists them.
     Ss(SsArgs),
     /// Print a shell completion script.
@@ -126,20 +105,42 @@ pub enum Object {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    #[command(hide = true)]
+    /// Print the man page (roff). Not a clap subcommand (see the module doc): [`parse`]
+    /// makes it from the word `manpage`.
+    #[command(skip)]
     Manpage,
+    /// A first word that names no object (or `manpage`). [`parse`] never returns it: it
+    /// becomes [`Object::Manpage`] or a usage error.
+    #[command(external_subcommand)]
+    Unresolved(Vec<OsString>),
+}
+
+/// An object whose verbs take no options before them. A missing verb is the verb type's
+/// default, `show`.
+#[derive(Debug, Args)]
+pub struct Verbs<V: Subcommand> {
+    /// What to do.
+    #[command(subcommand)]
+    verb: Option<V>,
+}
+
+impl<V: Subcommand + Default + Clone> Verbs<V> {
+    /// The verb given, or `show`.
+    pub fn verb(&self) -> V {
+        self.verb.clone().unwrap_or_default()
+    }
 }
 
 /// `info` verbs.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Clone, Copy, Default)]
 pub enum InfoVerb {
     /// Show the capabilities (default).
+    #[default]
     Show,
 }
 
 /// Which technology to show.
-#[derive(Debug, Args, Clone, Copy, Default)]
+#[derive(Debug, Args, Clone, Copy, Default, PartialEq, Eq)]
 #[group(multiple = false)]
 pub struct Tech {
     /// SMC-D (the default).
@@ -157,18 +158,67 @@ impl Tech {
     }
 }
 
+/// The error for options of `show` given to `object` when an explicit verb follows: clap
+/// would take them for the object, and they are `show`'s only when the verb is left out.
+fn options_before_verb(object: &str) -> Error {
+    Error::usage(format!(
+        "options of \"{object} show\" go after the verb when one is given \
+         (smcctl {object} VERB [OPTIONS]), or leave the verb out"
+    ))
+}
+
+/// `linkgroup`: its verb, or `show` with the arguments given to the object.
+#[derive(Debug, Args)]
+pub struct LinkgroupObject {
+    /// `show`'s arguments when the verb is left out (`smcctl linkgroup 100`).
+    #[command(flatten)]
+    show: LinkgroupShow,
+    /// What to do.
+    #[command(subcommand)]
+    verb: Option<LinkgroupVerb>,
+}
+
+impl LinkgroupObject {
+    /// The verb given, or `show` with the object's arguments.
+    pub fn verb(&self) -> LinkgroupVerb {
+        self.verb
+            .clone()
+            .unwrap_or_else(|| LinkgroupVerb::Show(self.show.clone()))
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        match (&self.verb, &self.show.target) {
+            (Some(_), _) if self.show != LinkgroupShow::default() => {
+                Err(options_before_verb("linkgroup"))
+            }
+            // smc-tools: `linkgroup all`, `linkgroup 100` mean `show`; any other word was
+            // meant as a verb.
+            (None, Some(word)) if !looks_like_lgr_target(word) => Err(unresolved(
+                subcommand(&built(), &["linkgroup"]),
+                word,
+                "verb",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `linkgroup show`'s arguments.
+#[derive(Debug, Args, Clone, Default, PartialEq, Eq)]
+pub struct LinkgroupShow {
+    /// `all`, or one link group id (hexadecimal, as listed).
+    #[arg(value_name = "all|LG-ID")]
+    pub target: Option<String>,
+    /// Technology.
+    #[command(flatten)]
+    pub tech: Tech,
+}
+
 /// `linkgroup` verbs.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Clone)]
 pub enum LinkgroupVerb {
     /// List link groups (default); -d prints a detail block per link group.
-    Show {
-        /// `all`, or one link group id (hexadecimal, as listed).
-        #[arg(value_name = "all|LG-ID")]
-        target: Option<String>,
-        /// Technology.
-        #[command(flatten)]
-        tech: Tech,
-    },
+    Show(LinkgroupShow),
     /// List the links of SMC-R link groups (smcr linkgroup link-show); -d, -dd add columns.
     Links {
         /// `all`, or one link group id (hexadecimal).
@@ -177,19 +227,40 @@ pub enum LinkgroupVerb {
     },
 }
 
+/// `device`: its verb, or `show` with the options given to the object.
+#[derive(Debug, Args)]
+pub struct DeviceObject {
+    /// `show`'s options when the verb is left out (`smcctl device --smcr`).
+    #[command(flatten)]
+    show: Tech,
+    /// What to do.
+    #[command(subcommand)]
+    verb: Option<DeviceVerb>,
+}
+
+impl DeviceObject {
+    /// The verb given, or `show` with the object's options.
+    pub fn verb(&self) -> DeviceVerb {
+        self.verb.unwrap_or(DeviceVerb::Show(self.show))
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.verb.is_some() && self.show != Tech::default() {
+            return Err(options_before_verb("device"));
+        }
+        Ok(())
+    }
+}
+
 /// `device` verbs.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Clone, Copy)]
 pub enum DeviceVerb {
     /// List devices (default).
-    Show {
-        /// Technology.
-        #[command(flatten)]
-        tech: Tech,
-    },
+    Show(Tech),
 }
 
 /// Options of `stats show` and `stats reset`.
-#[derive(Debug, Args, Clone, Copy)]
+#[derive(Debug, Args, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatsArgs {
     /// Technology.
     #[command(flatten)]
@@ -201,8 +272,33 @@ pub struct StatsArgs {
     pub absolute: bool,
 }
 
+/// `stats`: its verb, or `show` with the options given to the object.
+#[derive(Debug, Args)]
+pub struct StatsObject {
+    /// `show`'s options when the verb is left out (`smcctl stats -a`).
+    #[command(flatten)]
+    show: StatsArgs,
+    /// What to do.
+    #[command(subcommand)]
+    verb: Option<StatsVerb>,
+}
+
+impl StatsObject {
+    /// The verb given, or `show` with the object's options.
+    pub fn verb(&self) -> StatsVerb {
+        self.verb.unwrap_or(StatsVerb::Show(self.show))
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.verb.is_some() && self.show != StatsArgs::default() {
+            return Err(options_before_verb("stats"));
+        }
+        Ok(())
+    }
+}
+
 /// `stats` verbs.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Clone, Copy)]
 pub enum StatsVerb {
     /// Show the statistics (default).
     Show(StatsArgs),
@@ -212,9 +308,10 @@ pub enum StatsVerb {
 }
 
 /// `hs-limit` verbs.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Clone, Copy, Default)]
 pub enum HsLimitVerb {
     /// Whether handshake limitation is on (default).
+    #[default]
     Show,
     /// Turn it on (needs root; applies to sockets created afterwards).
     Enable,
@@ -223,9 +320,10 @@ pub enum HsLimitVerb {
 }
 
 /// `sysctl` verbs.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Clone, Default)]
 pub enum SysctlVerb {
     /// List every knob with its value, default and range (default).
+    #[default]
     Show,
     /// Print one knob.
     Get {
@@ -241,9 +339,10 @@ pub enum SysctlVerb {
 }
 
 /// `ueid` verbs.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Clone, Default)]
 pub enum UeidVerb {
     /// List the user EIDs (default).
+    #[default]
     Show,
     /// Add a user EID (needs root).
     Add {
@@ -260,9 +359,10 @@ pub enum UeidVerb {
 }
 
 /// `seid` verbs.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Clone, Copy, Default)]
 pub enum SeidVerb {
     /// Show the system EID and whether it is used (default).
+    #[default]
     Show,
     /// Use the system EID (needs root).
     Enable,
@@ -290,113 +390,98 @@ pub struct SsArgs {
     pub wide: bool,
 }
 
-/// Objects whose verb may be left out: the verb then is `show`.
-const DEFAULT_VERB: &str = "show";
+/// Why [`parse`] returned no command line.
+#[derive(Debug)]
+pub enum ParseError {
+    /// clap's own answer: help or version (print to stdout, exit 0), or a usage error it
+    /// phrased (stderr, exit 2). `clap::Error::print` and `use_stderr` tell which.
+    Clap(clap::Error),
+    /// A usage error phrased here (exit 2).
+    Usage(Error),
+}
 
-/// Expands abbreviated objects and verbs and inserts the default verb, so that clap sees the
-/// full grammar. `args[0]` is the program name.
-pub fn expand(root: &Command, args: Vec<OsString>) -> Result<Vec<OsString>, Error> {
-    let mut root = root.clone();
-    root.build();
-    let mut out: Vec<OsString> = Vec::with_capacity(args.len() + 1);
-    let mut it = args.into_iter();
-    if let Some(prog) = it.next() {
-        out.push(prog);
-    }
-    let rest: Vec<OsString> = it.collect();
-    let wants_help = rest
-        .iter()
-        .any(|a| a == "-h" || a == "--help" || a == "help");
-
-    enum Stage {
-        Object,
-        Verb { object_at: usize },
-        Rest,
-    }
-    let mut stage = Stage::Object;
-    let mut current: Command = root.clone();
-    let mut i = 0;
-    while i < rest.len() {
-        let arg = &rest[i];
-        let Some(s) = arg.to_str() else {
-            out.push(arg.clone());
-            i += 1;
-            continue;
+/// Parses a command line (`args[0]` the program name). clap does the grammar, the prefix
+/// matching and the default verb; see the module doc for what is left to this function.
+pub fn parse(args: Vec<OsString>) -> Result<Cli, ParseError> {
+    let mut cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == ErrorKind::InvalidSubcommand => {
+            return Err(match e.get(ContextKind::InvalidSubcommand) {
+                Some(ContextValue::String(word)) => ParseError::Usage(unresolved_word(&args, word)),
+                _ => ParseError::Clap(e),
+            });
+        }
+        Err(e) => return Err(ParseError::Clap(e)),
+    };
+    if let Object::Unresolved(words) = &cli.object {
+        cli.object = match words.as_slice() {
+            [only] if only == "manpage" => Object::Manpage,
+            [first, ..] if first == "manpage" => {
+                return Err(ParseError::Usage(Error::usage(
+                    "manpage takes no arguments",
+                )));
+            }
+            _ => return Err(ParseError::Usage(unknown_object(words))),
         };
-        if s == "--" {
-            out.extend(rest[i..].iter().cloned());
-            break;
-        }
-        if matches!(stage, Stage::Rest) {
-            out.push(arg.clone());
-            i += 1;
-            continue;
-        }
-        if let Some(long) = s.strip_prefix("--") {
-            out.push(arg.clone());
-            i += 1;
-            if !long.contains('=') && long_takes_value(&current, long) && i < rest.len() {
-                out.push(rest[i].clone());
-                i += 1;
-            }
-            continue;
-        }
-        if s.len() > 1 && s.starts_with('-') {
-            out.push(arg.clone());
-            i += 1;
-            let shorts: Vec<char> = s[1..].chars().collect();
-            for (k, c) in shorts.iter().enumerate() {
-                if short_takes_value(&current, *c) {
-                    if k + 1 == shorts.len() && i < rest.len() {
-                        out.push(rest[i].clone());
-                        i += 1;
-                    }
-                    break;
-                }
-            }
-            continue;
-        }
-        // A positional word.
-        match stage {
-            Stage::Object => {
-                let name = resolve(&root, s, "object")?;
-                out.push(name.clone().into());
-                current = root
-                    .find_subcommand(&name)
-                    .cloned()
-                    .unwrap_or_else(|| root.clone());
-                stage = if current.has_subcommands() && name != "help" {
-                    Stage::Verb {
-                        object_at: out.len() - 1,
-                    }
-                } else {
-                    Stage::Rest
-                };
-            }
-            Stage::Verb { .. } => {
-                let object = current.get_name().to_owned();
-                match resolve(&current, s, "verb") {
-                    Ok(verb) => out.push(verb.into()),
-                    Err(_) if object == "linkgroup" && looks_like_lgr_target(s) => {
-                        // smc-tools: `linkgroup all`, `linkgroup 100` mean `show`.
-                        out.push(DEFAULT_VERB.into());
-                        out.push(arg.clone());
-                    }
-                    Err(e) => return Err(e),
-                }
-                stage = Stage::Rest;
-            }
-            Stage::Rest => out.push(arg.clone()),
-        }
-        i += 1;
     }
-    if let Stage::Verb { object_at } = stage
-        && !wants_help
-        && current.find_subcommand(DEFAULT_VERB).is_some()
-    {
-        out.insert(object_at + 1, DEFAULT_VERB.into());
+    match &cli.object {
+        Object::Linkgroup(o) => o.check(),
+        Object::Device(o) => o.check(),
+        Object::Stats(o) => o.check(),
+        _ => Ok(()),
     }
-    Ok(out)
+    .map_err(ParseError::Usage)?;
+    Ok(cli)
+}
+
+/// The clap command, built (help subcommands added, globals propagated), to look names up.
+fn built() -> Command {
+    let mut root = Cli::command();
+    root.build();
+    root
+}
+
+/// The usage error for a first word that names no object.
+pub fn unknown_object(words: &[OsString]) -> Error {
+    let root = built();
+    let word = words
+        .first()
+        .map(|w| w.to_string_lossy())
+        .unwrap_or_default();
+    unresolved(&root, &word, "object")
+}
+
+/// The usage error for a word clap could not resolve as a verb (or object): which command
+/// it was looking at is read back from clap, by parsing again with errors ignored.
+fn unresolved_word(args: &[OsString], word: &str) -> Error {
+    let mut root = Cli::command().ignore_errors(true);
+    let path: Vec<String> = match root.try_get_matches_from_mut(args) {
+        Ok(m) => {
+            let mut path = Vec::new();
+            let mut m = &m;
+            while let Some((name, sub)) = m.subcommand() {
+                path.push(name.to_owned());
+                m = sub;
+            }
+            path
+        }
+        Err(_) => Vec::new(),
+    };
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    let what = if path.is_empty() { "object" } else { "verb" };
+    unresolved(subcommand(&root, &path), word, what)
+}
+
+/// The (built) subcommand of `root` at `path`, or the deepest one that exists.
+fn subcommand<'a>(root: &'a Command, path: &[&str]) -> &'a Command {
+    let mut cmd = root;
+    for name in path {
+        match cmd.find_subcommand(name) {
+            Some(sub) => cmd = sub,
+            None => break,
+        }
+    }
+    cmd
 }
 
 /// `all` or a hexadecimal link group id.
@@ -416,135 +501,186 @@ pub fn parse_lgr_id(s: &str) -> Option<u32> {
     u32::from_str_radix(h, 16).ok()
 }
 
-/// The full name of the subcommand of `cmd` that `word` names exactly or is the unique
-/// prefix of (hidden subcommands only by their full name).
-fn resolve(cmd: &Command, word: &str, what: &str) -> Result<String, Error> {
-    let names: Vec<(&str, bool)> = cmd
+/// A word that names no subcommand of `cmd` (or more than one), phrased as smc-tools users
+/// expect: what was wrong and what the choices are.
+fn unresolved(cmd: &Command, word: &str, what: &str) -> Error {
+    let visible: Vec<&str> = cmd
         .get_subcommands()
-        .map(|c| (c.get_name(), c.is_hide_set()))
+        .filter(|c| !c.is_hide_set())
+        .map(Command::get_name)
         .collect();
-    if let Some((n, _)) = names.iter().find(|(n, _)| *n == word) {
-        return Ok((*n).to_owned());
-    }
-    let matches: Vec<&str> = names
+    let matches: Vec<&str> = visible
         .iter()
-        .filter(|(n, hidden)| !hidden && n.starts_with(word))
-        .map(|(n, _)| *n)
+        .copied()
+        .filter(|n| n.starts_with(word))
         .collect();
-    let visible: Vec<&str> = names.iter().filter(|(_, h)| !h).map(|(n, _)| *n).collect();
     let scope = if what == "object" {
         String::new()
     } else {
         format!(" of {}", cmd.get_name())
     };
-    match matches.as_slice() {
-        [one] => Ok((*one).to_owned()),
-        [] => Err(Error::usage(format!(
+    if matches.len() > 1 {
+        Error::usage(format!(
+            "{what} \"{word}\"{scope} is ambiguous: {} (try 'smcctl --help')",
+            matches.join(", ")
+        ))
+    } else {
+        Error::usage(format!(
             "{what} \"{word}\"{scope} is unknown; expected one of: {} (try 'smcctl --help')",
             visible.join(", ")
-        ))),
-        many => Err(Error::usage(format!(
-            "{what} \"{word}\"{scope} is ambiguous: {} (try 'smcctl --help')",
-            many.join(", ")
-        ))),
+        ))
     }
-}
-
-fn long_takes_value(cmd: &Command, long: &str) -> bool {
-    cmd.get_arguments().any(|a| {
-        (a.get_long() == Some(long) || a.get_all_aliases().is_some_and(|al| al.contains(&long)))
-            && a.get_action().takes_values()
-    })
-}
-
-fn short_takes_value(cmd: &Command, c: char) -> bool {
-    cmd.get_arguments()
-        .any(|a| a.get_short() == Some(c) && a.get_action().takes_values())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
-    fn exp(line: &str) -> Result<String, Error> {
+    fn try_line(line: &str) -> Result<Cli, ParseError> {
         let args: Vec<OsString> = std::iter::once("smcctl")
             .chain(line.split_whitespace())
             .map(OsString::from)
             .collect();
-        let v = expand(&Cli::command(), args)?;
-        Ok(v[1..]
-            .iter()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" "))
+        parse(args)
+    }
+
+    fn usage_error(line: &str) -> Error {
+        match try_line(line) {
+            Err(ParseError::Usage(e)) => e,
+            other => panic!("{line}: expected a usage error, got {other:?}"),
+        }
+    }
+
+    /// What a line means, in full words: the command, its resolved verb with its arguments,
+    /// and the global options. Two lines mean the same exactly when these are equal.
+    fn meaning(line: &str) -> String {
+        let cli = try_line(line).unwrap_or_else(|e| panic!("{line}: {e:?}"));
+        let verb = match &cli.object {
+            Object::Info(o) => format!("{:?}", o.verb()),
+            Object::Linkgroup(o) => format!("{:?}", o.verb()),
+            Object::Device(o) => format!("{:?}", o.verb()),
+            Object::Stats(o) => format!("{:?}", o.verb()),
+            Object::HsLimit(o) => format!("{:?}", o.verb()),
+            Object::Sysctl(o) => format!("{:?}", o.verb()),
+            Object::Ueid(o) => format!("{:?}", o.verb()),
+            Object::Seid(o) => format!("{:?}", o.verb()),
+            other => format!("{other:?}"),
+        };
+        format!(
+            "{} {verb} socket={} kernel={} netns={:?} json={} d={}",
+            crate::cmd::command_name(&cli.object),
+            cli.socket.display(),
+            cli.kernel,
+            cli.netns,
+            cli.json,
+            cli.details
+        )
+    }
+
+    fn same(short: &str, full: &str) {
+        assert_eq!(meaning(short), meaning(full), "{short:?} vs {full:?}");
     }
 
     #[test]
     fn prefixes_expand() {
-        assert_eq!(exp("l s").unwrap(), "linkgroup show");
-        assert_eq!(exp("lin sh -d").unwrap(), "linkgroup show -d");
-        assert_eq!(exp("d").unwrap(), "device show");
-        assert_eq!(exp("i").unwrap(), "info show");
-        assert_eq!(exp("st r").unwrap(), "stats reset");
-        assert_eq!(exp("sy g wmem").unwrap(), "sysctl get wmem");
-        assert_eq!(exp("u a ABC").unwrap(), "ueid add ABC");
-        assert_eq!(exp("se e").unwrap(), "seid enable");
-        assert_eq!(exp("hs e").unwrap(), "hs-limit enable");
-        assert_eq!(exp("ss -a").unwrap(), "ss -a");
-        assert_eq!(exp("c bash").unwrap(), "completions bash");
+        same("l s", "linkgroup show");
+        same("lin sh -d", "linkgroup show -d");
+        same("d", "device show");
+        same("i", "info show");
+        same("st r", "stats reset");
+        same("sy g wmem", "sysctl get wmem");
+        same("u a ABC", "ueid add ABC");
+        same("se e", "seid enable");
+        same("hs e", "hs-limit enable");
+        same("ss -a", "ss -a");
+        same("c bash", "completions bash");
+        assert!(meaning("sy g wmem").contains("Get { key: \"wmem\" }"));
+        assert!(meaning("c bash").contains("Bash"));
     }
 
     #[test]
     fn default_verb_is_show() {
-        assert_eq!(exp("stats").unwrap(), "stats show");
-        assert_eq!(exp("stats -d -a").unwrap(), "stats show -d -a");
-        assert_eq!(exp("-d stats").unwrap(), "-d stats show");
-        assert_eq!(exp("linkgroup 100").unwrap(), "linkgroup show 100");
-        assert_eq!(exp("l all").unwrap(), "linkgroup show all");
-        assert_eq!(exp("l --smcr").unwrap(), "linkgroup show --smcr");
-        assert_eq!(exp("linkgroup --help").unwrap(), "linkgroup --help");
+        same("stats", "stats show");
+        same("stats -d -a", "stats show -d -a");
+        same("-d stats", "-d stats show");
+        same("stats -d show", "stats show -d");
+        same("linkgroup 100", "linkgroup show 100");
+        same("l all", "linkgroup show all");
+        same("l --smcr", "linkgroup show --smcr");
+        same("d --smcr", "device show --smcr");
+        same("hs", "hs-limit show");
+        same("u", "ueid show");
+        assert!(meaning("linkgroup 100").contains("target: Some(\"100\")"));
+        assert!(meaning("st -a --smcr").contains("smcr: true"));
+        // Help for the object, not for its show.
+        match try_line("linkgroup --help") {
+            Err(ParseError::Clap(e)) => {
+                assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+                assert!(e.to_string().contains("smcctl linkgroup"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn option_values_are_not_objects() {
-        assert_eq!(
-            exp("--socket /tmp/s l").unwrap(),
-            "--socket /tmp/s linkgroup show"
-        );
-        assert_eq!(exp("--netns s stats").unwrap(), "--netns s stats show");
-        assert_eq!(
-            exp("--netns=blue sy sh").unwrap(),
-            "--netns=blue sysctl show"
-        );
-        assert_eq!(exp("ss --netns ss").unwrap(), "ss --netns ss");
+        same("--socket /tmp/s l", "--socket /tmp/s linkgroup show");
+        assert!(meaning("--socket /tmp/s l").contains("socket=/tmp/s"));
+        same("--netns s stats", "--netns s stats show");
+        same("--netns=blue sy sh", "--netns blue sysctl show");
+        assert!(meaning("ss --netns ss").contains("netns=Some(\"ss\")"));
     }
 
     #[test]
     fn unknown_and_ambiguous_are_usage_errors() {
-        let e = exp("s").unwrap_err();
+        let e = usage_error("s");
         assert_eq!(e.code, 2);
         assert!(e.message.contains("ambiguous"), "{}", e.message);
         assert!(e.message.contains("stats") && e.message.contains("sysctl"));
-        let e = exp("bogus").unwrap_err();
+        let e = usage_error("bogus");
         assert_eq!(e.code, 2);
         assert!(e.message.contains("unknown"), "{}", e.message);
-        let e = exp("stats bogus").unwrap_err();
+        let e = usage_error("stats bogus");
         assert!(
             e.message.contains("verb \"bogus\" of stats"),
             "{}",
             e.message
         );
-        let e = exp("h").unwrap_err();
+        let e = usage_error("sysctl s");
+        assert!(
+            e.message
+                .contains("verb \"s\" of sysctl is ambiguous: show, set"),
+            "{}",
+            e.message
+        );
+        let e = usage_error("h");
         assert!(e.message.contains("ambiguous"), "{}", e.message);
-        assert!(exp("linkgroup xyz").is_err());
-        // Hidden objects only by their full name.
-        assert!(exp("manp").is_err());
-        assert_eq!(exp("manpage").unwrap(), "manpage");
+        let e = usage_error("linkgroup xyz");
+        assert!(
+            e.message.contains("verb \"xyz\" of linkgroup is unknown"),
+            "{}",
+            e.message
+        );
+        assert!(usage_error("linkgroup 100 xyz").message.contains("\"xyz\""));
+        // Options of show before an explicit verb.
+        assert!(usage_error("stats -a reset").message.contains("stats show"));
+        assert!(usage_error("l --smcr s").message.contains("linkgroup show"));
+        // The man page only by its full name.
+        assert!(
+            usage_error("manp")
+                .message
+                .contains("object \"manp\" is unknown")
+        );
+        assert!(usage_error("m").message.contains("unknown"));
+        assert!(matches!(
+            try_line("manpage").unwrap().object,
+            Object::Manpage
+        ));
+        assert!(usage_error("manpage x").message.contains("no arguments"));
     }
 
     #[test]
-    fn expanded_lines_parse() {
+    fn abbreviated_lines_parse() {
         for line in [
             "l s -d",
             "l links -dd",
@@ -559,24 +695,22 @@ mod tests {
             "u",
             "se",
         ] {
-            let args: Vec<OsString> = std::iter::once("smcctl")
-                .chain(line.split_whitespace())
-                .map(OsString::from)
-                .collect();
-            let v = expand(&Cli::command(), args).unwrap();
-            Cli::try_parse_from(v).unwrap_or_else(|e| panic!("{line}: {e}"));
+            try_line(line).unwrap_or_else(|e| panic!("{line}: {e:?}"));
         }
     }
 
     #[test]
     fn conflicting_options_are_refused() {
-        for line in ["ss -l -a", "ss -D -R", "d --smcd --smcr"] {
-            let args: Vec<OsString> = std::iter::once("smcctl")
-                .chain(line.split_whitespace())
-                .map(OsString::from)
-                .collect();
-            let v = expand(&Cli::command(), args).unwrap();
-            assert!(Cli::try_parse_from(v).is_err(), "{line}");
+        for line in [
+            "ss -l -a",
+            "ss -D -R",
+            "d --smcd --smcr",
+            "d s --smcd --smcr",
+        ] {
+            match try_line(line) {
+                Err(ParseError::Clap(e)) => assert!(e.use_stderr(), "{line}"),
+                other => panic!("{line}: {other:?}"),
+            }
         }
     }
 

@@ -6,7 +6,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`cli`] | clap definitions, smc-tools' prefix matching of objects and verbs |
+//! | [`cli`] | clap definitions (prefix matching and the default verb are clap's), usage errors |
 //! | [`transport`] | the two ways to the server (one trait, two implementations) |
 //! | [`client`] | family lookup, dump and do requests, reply collection |
 //! | [`session`] | per-run options, lazy connection, refusal messages |
@@ -27,26 +27,21 @@ pub mod transport;
 use std::ffi::OsString;
 use std::io::Write;
 
-use clap::{CommandFactory, Parser};
-
 use crate::error::EXIT_USAGE;
 
 /// Runs smcctl with these arguments (`args[0]` the program name); returns the exit code.
 /// Output goes to stdout, one-line errors to stderr.
 pub fn run(args: Vec<OsString>) -> i32 {
-    let expanded = match cli::expand(&cli::Cli::command(), args) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("smcctl: {e}");
-            return e.code;
-        }
-    };
-    let parsed = match cli::Cli::try_parse_from(expanded) {
+    let parsed = match cli::parse(args) {
         Ok(c) => c,
-        Err(e) => {
+        Err(cli::ParseError::Clap(e)) => {
             // Help and version go to stdout with status 0, real errors to stderr with 2.
             let _ = e.print();
             return if e.use_stderr() { EXIT_USAGE } else { 0 };
+        }
+        Err(cli::ParseError::Usage(e)) => {
+            eprintln!("smcctl: {e}");
+            return e.code;
         }
     };
     match cmd::execute(&parsed) {

@@ -1,14 +1,15 @@
 #![no_main]
-//! Fuzz target for the netlink decoders: the framing, `SMC_GEN_NETLINK`, `SMCD_ENGINE` and
-//! nlctrl. The input is parsed as a buffer of netlink messages of each family (and with a
-//! couple of expected family ids), and, so that the fuzzer reaches attribute parsing without
-//! first having to guess a valid header, also as the attributes of one generic netlink
-//! message whose command is the first input byte. Whatever parses must re-emit and parse back
-//! to the same value.
+//! Fuzz target for the netlink decoders: the framing, `SMC_GEN_NETLINK`, `SMCD_ENGINE`,
+//! `SMCD_LOOPBACK` and nlctrl. The input is parsed as a buffer of netlink messages of each
+//! family (and with a couple of expected family ids), and, so that the fuzzer reaches
+//! attribute parsing without first having to guess a valid header, also as the attributes of
+//! one generic netlink message whose command is the first input byte. Whatever parses must
+//! re-emit and parse back to the same value.
 use libfuzzer_sys::fuzz_target;
 use smc_proto::netlink::ctrl::CtrlMessage;
 use smc_proto::netlink::engine::EngineMessage;
 use smc_proto::netlink::framing::{self, GenlPayload};
+use smc_proto::netlink::loopback::LoopbackMessage;
 use smc_proto::netlink::smc::SmcGenlMessage;
 
 fn check<T: GenlPayload + Clone + PartialEq>(data: &[u8]) {
@@ -31,6 +32,7 @@ fn all(data: &[u8]) {
     check::<SmcGenlMessage>(data);
     check::<EngineMessage>(data);
     check::<CtrlMessage>(data);
+    check::<LoopbackMessage>(data);
     for id in [0x10, 0x1c, 0x20, 0x21] {
         let _ = framing::parse_family_messages::<SmcGenlMessage>(data, id);
         let _ = framing::parse_family_messages::<EngineMessage>(data, id);

@@ -1,135 +1,97 @@
-//! Small flag-byte newtypes shared by the CDC and LLC modules.
+//! What the flag bytes of the CDC and LLC modules share, on top of the `bitflags` crate.
 //!
 //! The kernel declares these bytes as C bitfields (`struct smc_cdc_producer_flags`,
 //! `struct smc_cdc_conn_state_flags`) or plain `u8 flags` with `#define`d masks. On the wire they
-//! are single bytes whose bit 7 is the most significant bit. A newtype over the whole byte keeps
-//! bits we do not know about, so an unknown bit survives a parse/emit round trip.
+//! are single bytes whose bit 7 is the most significant bit. Each type is a `bitflags!` struct
+//! over the whole byte that ends in `const _ = !0;`: every bit counts as known to `bitflags`, so
+//! `from_bits` never fails, `!`/`complement` and `from_bits_truncate` drop nothing, and a bit we
+//! have no name for survives a parse/emit round trip. Parsers use `from_bits_retain` (or
+//! `From<u8>`).
+//!
+//! [`flag_byte!`] adds what `bitflags` does not have: `EMPTY`, `KNOWN` (only the named bits,
+//! since `all()` is every bit), `unknown_bits()`, `From<u8>`, `From<Flags> for u8`, and a
+//! `Debug` that shows the byte, every name whose bits are set (aliases included, because the
+//! LLC names depend on the message type) and the bits without a name.
 
-/// Defines a `u8` flag newtype with named bit constants, `bits`/`from_bits`, set operations,
-/// one boolean getter per named bit, and a `Debug` that names the bits and shows unknown ones.
-macro_rules! flags_newtype {
-    (
-        $(#[$meta:meta])*
-        $name:ident {
-            $( $(#[$cmeta:meta])* $konst:ident = $value:expr => $getter:ident ),* $(,)?
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name(u8);
+use core::fmt;
 
+use bitflags::Flags;
+
+/// Adds `EMPTY`, `KNOWN`, `unknown_bits`, the `u8` conversions and [`fmt_flag_byte`]'s
+/// `Debug` to a `bitflags!` type over `u8`.
+macro_rules! flag_byte {
+    ($name:ident) => {
         impl $name {
-            $( $(#[$cmeta])* pub const $konst: Self = Self($value); )*
-
             /// No bit set.
-            pub const EMPTY: Self = Self(0);
+            pub const EMPTY: Self = Self::empty();
 
-            /// Every bit this type names.
-            pub const KNOWN: Self = Self(0 $(| $value)*);
-
-            /// Wraps a raw byte; bits without a name are kept.
-            #[inline]
-            pub const fn from_bits(bits: u8) -> Self {
-                Self(bits)
-            }
-
-            /// The raw byte.
-            #[inline]
-            pub const fn bits(self) -> u8 {
-                self.0
-            }
-
-            /// True if every bit of `other` is set in `self`.
-            #[inline]
-            pub const fn contains(self, other: Self) -> bool {
-                self.0 & other.0 == other.0
-            }
-
-            /// `self` with the bits of `other` added.
-            #[inline]
-            #[must_use]
-            pub const fn union(self, other: Self) -> Self {
-                Self(self.0 | other.0)
-            }
-
-            /// `self` without the bits of `other`.
-            #[inline]
-            #[must_use]
-            pub const fn difference(self, other: Self) -> Self {
-                Self(self.0 & !other.0)
-            }
-
-            /// Sets or clears the bits of `other`.
-            #[inline]
-            pub fn set(&mut self, other: Self, on: bool) {
-                if on {
-                    self.0 |= other.0;
-                } else {
-                    self.0 &= !other.0;
+            /// Every bit this type names (unlike `all()`, which is every bit of the byte).
+            pub const KNOWN: Self = {
+                let flags = <Self as ::bitflags::Flags>::FLAGS;
+                let mut bits = 0u8;
+                let mut i = 0;
+                while i < flags.len() {
+                    if flags[i].is_named() {
+                        bits |= flags[i].value().bits();
+                    }
+                    i += 1;
                 }
-            }
+                Self::from_bits_retain(bits)
+            };
 
             /// The bits that have no name in this type (kept, never interpreted).
             #[inline]
             pub const fn unknown_bits(self) -> u8 {
-                self.0 & !Self::KNOWN.0
-            }
-
-            $(
-                #[doc = concat!("True if [`", stringify!($name), "::", stringify!($konst), "`] is set.")]
-                #[inline]
-                pub const fn $getter(self) -> bool {
-                    self.0 & $value != 0
-                }
-            )*
-        }
-
-        impl core::ops::BitOr for $name {
-            type Output = Self;
-            #[inline]
-            fn bitor(self, rhs: Self) -> Self {
-                self.union(rhs)
-            }
-        }
-
-        impl core::ops::BitOrAssign for $name {
-            #[inline]
-            fn bitor_assign(&mut self, rhs: Self) {
-                self.0 |= rhs.0;
+                self.bits() & !Self::KNOWN.bits()
             }
         }
 
         impl From<u8> for $name {
+            /// Every bit is kept, named or not.
             #[inline]
             fn from(bits: u8) -> Self {
-                Self(bits)
+                Self::from_bits_retain(bits)
             }
         }
 
         impl From<$name> for u8 {
             #[inline]
             fn from(f: $name) -> u8 {
-                f.0
+                f.bits()
             }
         }
 
-        impl core::fmt::Debug for $name {
-            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                write!(f, "{}({:#04x}", stringify!($name), self.0)?;
-                let mut sep = ": ";
-                $(
-                    if self.0 & $value == $value && $value != 0 {
-                        write!(f, "{}{}", sep, stringify!($konst))?;
-                        sep = " | ";
-                    }
-                )*
-                if self.unknown_bits() != 0 {
-                    write!(f, "{}unknown {:#04x}", sep, self.unknown_bits())?;
-                }
-                write!(f, ")")
+        impl ::core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                $crate::cdc::flags::fmt_flag_byte(f, stringify!($name), *self)
             }
         }
     };
 }
 
-pub(crate) use flags_newtype;
+pub(crate) use flag_byte;
+
+/// `Name(0x87: WRITE_BLOCKED | unknown 0x07)`: the byte, each name all of whose bits are set,
+/// then the bits no name covers. An empty byte is `Name(0x00)`.
+pub(crate) fn fmt_flag_byte<F>(f: &mut fmt::Formatter<'_>, name: &str, flags: F) -> fmt::Result
+where
+    F: Flags<Bits = u8>,
+{
+    let bits = flags.bits();
+    write!(f, "{name}({bits:#04x}")?;
+    let mut sep = ": ";
+    let mut known = 0u8;
+    for flag in F::FLAGS.iter().filter(|flag| flag.is_named()) {
+        let value = flag.value().bits();
+        known |= value;
+        if value != 0 && bits & value == value {
+            write!(f, "{sep}{}", flag.name())?;
+            sep = " | ";
+        }
+    }
+    let unknown = bits & !known;
+    if unknown != 0 {
+        write!(f, "{sep}unknown {unknown:#04x}")?;
+    }
+    f.write_str(")")
+}

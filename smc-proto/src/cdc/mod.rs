@@ -32,7 +32,7 @@ pub use smcd::{
 };
 pub use smcr::{SMCR_CDC_LEN, SMCR_CDC_MIN_LEN, SmcrCdc, SmcrCdcRepr, seqno_before};
 
-use flags::flags_newtype;
+use flags::flag_byte;
 use thiserror::Error;
 
 /// Byte 0 of every CDC message (`SMC_CDC_MSG_TYPE`). LLC messages use other values, so this
@@ -64,31 +64,96 @@ pub enum CdcError {
     },
 }
 
-flags_newtype! {
-    /// The producer flags byte (`struct smc_cdc_producer_flags`), bit 7 first.
-    ProducerFlags {
+bitflags::bitflags! {
+    /// The producer flags byte (`struct smc_cdc_producer_flags`), bit 7 first. Bits without a
+    /// name are kept (see the `flags` module): build one from a wire byte with
+    /// `from_bits_retain` or `From<u8>`.
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct ProducerFlags: u8 {
         /// The sender has more data than the receiver's window allows.
-        WRITE_BLOCKED = 0x80 => write_blocked,
+        const WRITE_BLOCKED = 0x80;
         /// Urgent data is pending (MSG_OOB queued, not yet all written).
-        URG_DATA_PENDING = 0x40 => urg_data_pending,
+        const URG_DATA_PENDING = 0x40;
         /// The write this CDC announces ends with the urgent byte.
-        URG_DATA_PRESENT = 0x20 => urg_data_present,
+        const URG_DATA_PRESENT = 0x20;
         /// Asks the peer to send its consumer cursor.
-        CONS_CURS_UPD_REQ = 0x10 => cons_curs_upd_req,
+        const CONS_CURS_UPD_REQ = 0x10;
         /// SMC-R: replay check after a link switch (`smc_cdc_msg_validate`), not a normal CDC.
-        FAILOVER_VALIDATION = 0x08 => failover_validation,
+        const FAILOVER_VALIDATION = 0x08;
+        // The kernel's reserved bits: kept, so they survive a parse/emit round trip.
+        const _ = !0;
     }
 }
 
-flags_newtype! {
-    /// The connection-state flags byte (`struct smc_cdc_conn_state_flags`), bit 7 first.
-    ConnStateFlags {
+flag_byte!(ProducerFlags);
+
+impl ProducerFlags {
+    /// True if [`Self::WRITE_BLOCKED`] is set.
+    #[inline]
+    pub const fn write_blocked(self) -> bool {
+        self.contains(Self::WRITE_BLOCKED)
+    }
+
+    /// True if [`Self::URG_DATA_PENDING`] is set.
+    #[inline]
+    pub const fn urg_data_pending(self) -> bool {
+        self.contains(Self::URG_DATA_PENDING)
+    }
+
+    /// True if [`Self::URG_DATA_PRESENT`] is set.
+    #[inline]
+    pub const fn urg_data_present(self) -> bool {
+        self.contains(Self::URG_DATA_PRESENT)
+    }
+
+    /// True if [`Self::CONS_CURS_UPD_REQ`] is set.
+    #[inline]
+    pub const fn cons_curs_upd_req(self) -> bool {
+        self.contains(Self::CONS_CURS_UPD_REQ)
+    }
+
+    /// True if [`Self::FAILOVER_VALIDATION`] is set.
+    #[inline]
+    pub const fn failover_validation(self) -> bool {
+        self.contains(Self::FAILOVER_VALIDATION)
+    }
+}
+
+bitflags::bitflags! {
+    /// The connection-state flags byte (`struct smc_cdc_conn_state_flags`), bit 7 first. Bits
+    /// without a name are kept, as for [`ProducerFlags`].
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct ConnStateFlags: u8 {
         /// The peer called shutdown(SHUT_WR).
-        PEER_DONE_WRITING = 0x80 => peer_done_writing,
+        const PEER_DONE_WRITING = 0x80;
         /// The peer closed the connection.
-        PEER_CONN_CLOSED = 0x40 => peer_conn_closed,
+        const PEER_CONN_CLOSED = 0x40;
         /// The peer aborted the connection (abnormal close, unread data discarded).
-        PEER_CONN_ABORT = 0x20 => peer_conn_abort,
+        const PEER_CONN_ABORT = 0x20;
+        // The kernel's reserved bits: kept, so they survive a parse/emit round trip.
+        const _ = !0;
+    }
+}
+
+flag_byte!(ConnStateFlags);
+
+impl ConnStateFlags {
+    /// True if [`Self::PEER_DONE_WRITING`] is set.
+    #[inline]
+    pub const fn peer_done_writing(self) -> bool {
+        self.contains(Self::PEER_DONE_WRITING)
+    }
+
+    /// True if [`Self::PEER_CONN_CLOSED`] is set.
+    #[inline]
+    pub const fn peer_conn_closed(self) -> bool {
+        self.contains(Self::PEER_CONN_CLOSED)
+    }
+
+    /// True if [`Self::PEER_CONN_ABORT`] is set.
+    #[inline]
+    pub const fn peer_conn_abort(self) -> bool {
+        self.contains(Self::PEER_CONN_ABORT)
     }
 }
 
@@ -129,7 +194,7 @@ mod tests {
 
     #[test]
     fn flags_keep_unknown_bits() {
-        let f = ProducerFlags::from_bits(0x87);
+        let f = ProducerFlags::from_bits_retain(0x87);
         assert!(f.write_blocked());
         assert_eq!(f.unknown_bits(), 0x07);
         assert_eq!(f.bits(), 0x87);
@@ -141,5 +206,59 @@ mod tests {
         assert_eq!(c.bits(), 0xC0);
         assert!(c.contains(ConnStateFlags::PEER_CONN_CLOSED));
         assert!(!c.peer_conn_abort());
+    }
+
+    #[test]
+    fn unknown_flag_bits_survive_parse_and_emit() {
+        // An SMC-R CDC with every reserved bit of both flag bytes set, next to named ones.
+        let mut wire = SmcrCdcRepr {
+            seqno: 1,
+            token: 2,
+            prod: Cursor::new(3, 4),
+            cons: Cursor::new(5, 6),
+            prod_flags: ProducerFlags::EMPTY,
+            conn_flags: ConnStateFlags::EMPTY,
+        }
+        .to_bytes();
+        wire[24] = 0x87;
+        wire[25] = 0x5f;
+        let r = SmcrCdcRepr::parse_bytes(&wire).unwrap();
+        assert_eq!(r.prod_flags.bits(), 0x87);
+        assert_eq!(r.prod_flags.unknown_bits(), 0x07);
+        assert_eq!(r.conn_flags.bits(), 0x5f);
+        assert_eq!(r.conn_flags.unknown_bits(), 0x1f);
+        assert!(r.conn_flags.peer_conn_closed());
+        assert_eq!(r.to_bytes(), wire);
+
+        // SMC-D: the flags travel in the consumer cursor word.
+        let w = SmcdCursorWord::encode(
+            Cursor::new(1, 2),
+            ProducerFlags::from(0xff),
+            ConnStateFlags::from(0xff),
+        );
+        let d = SmcdCursorWord::decode(w);
+        assert_eq!(u8::from(d.prod_flags), 0xff);
+        assert_eq!(u8::from(d.conn_flags), 0xff);
+    }
+
+    #[test]
+    fn bitflags_operations_keep_unknown_bits() {
+        // `const _ = !0`: every bit counts as known to bitflags, none is truncated.
+        assert_eq!(ProducerFlags::from_bits(0x07).map(|f| f.bits()), Some(0x07));
+        assert_eq!(ProducerFlags::from_bits_truncate(0x07).bits(), 0x07);
+        assert_eq!((!ProducerFlags::WRITE_BLOCKED).bits(), 0x7f);
+        assert_eq!(ProducerFlags::all().bits(), 0xff);
+        let mut f = ConnStateFlags::from_bits_retain(0x21);
+        f.set(ConnStateFlags::PEER_CONN_ABORT, false);
+        f |= ConnStateFlags::PEER_DONE_WRITING;
+        assert_eq!(f.bits(), 0x81);
+        // KNOWN is only the named bits.
+        assert_eq!(ProducerFlags::KNOWN.bits(), 0xf8);
+        assert_eq!(ConnStateFlags::KNOWN.bits(), 0xe0);
+        assert_eq!(ProducerFlags::EMPTY, ProducerFlags::default());
+        assert_eq!(
+            format!("{:?}", ConnStateFlags::EMPTY),
+            "ConnStateFlags(0x00)"
+        );
     }
 }

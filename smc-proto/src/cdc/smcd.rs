@@ -69,8 +69,8 @@ impl SmcdCursorWord {
                 u16::from_ne_bytes([b[0], b[1]]),
                 u32::from_ne_bytes([b[2], b[3], b[4], b[5]]),
             ),
-            prod_flags: ProducerFlags::from_bits(b[6]),
-            conn_flags: ConnStateFlags::from_bits(b[7]),
+            prod_flags: ProducerFlags::from_bits_retain(b[6]),
+            conn_flags: ConnStateFlags::from_bits_retain(b[7]),
         }
     }
 
@@ -183,12 +183,12 @@ impl<T: AsRef<[u8]>> SmcdCdc<T> {
 
     /// Producer flags, read from the consumer slot as the kernel does.
     pub fn prod_flags(&self) -> ProducerFlags {
-        ProducerFlags::from_bits(self.buffer.as_ref()[PROD_FLAGS_OFFSET])
+        ProducerFlags::from_bits_retain(self.buffer.as_ref()[PROD_FLAGS_OFFSET])
     }
 
     /// Connection-state flags, read from the consumer slot as the kernel does.
     pub fn conn_flags(&self) -> ConnStateFlags {
-        ConnStateFlags::from_bits(self.buffer.as_ref()[CONN_FLAGS_OFFSET])
+        ConnStateFlags::from_bits_retain(self.buffer.as_ref()[CONN_FLAGS_OFFSET])
     }
 
     /// The engine's 8 bytes at [`ENGINE_WORD_OFFSET`] as a host-order word.

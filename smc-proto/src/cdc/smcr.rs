@@ -126,12 +126,12 @@ impl<T: AsRef<[u8]>> SmcrCdc<T> {
 
     /// Producer flags byte.
     pub fn prod_flags(&self) -> ProducerFlags {
-        ProducerFlags::from_bits(self.buffer.as_ref()[field::PROD_FLAGS])
+        ProducerFlags::from_bits_retain(self.buffer.as_ref()[field::PROD_FLAGS])
     }
 
     /// Connection-state flags byte.
     pub fn conn_flags(&self) -> ConnStateFlags {
-        ConnStateFlags::from_bits(self.buffer.as_ref()[field::CONN_FLAGS])
+        ConnStateFlags::from_bits_retain(self.buffer.as_ref()[field::CONN_FLAGS])
     }
 }
 

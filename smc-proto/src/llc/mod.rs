@@ -24,7 +24,7 @@ pub use msgs::{
 };
 
 use crate::cdc::CDC_MSG_TYPE;
-use crate::cdc::flags::flags_newtype;
+use crate::cdc::flags::flag_byte;
 use thiserror::Error;
 
 /// Length of a v1 LLC message, and the value of its length byte (`SMC_WR_TX_SIZE`).
@@ -211,25 +211,75 @@ pub const fn classify(first_byte: u8) -> MsgKind {
     }
 }
 
-flags_newtype! {
+bitflags::bitflags! {
     /// The LLC header's flags byte (byte 3). The meaning of a bit depends on the message type,
-    /// so several names share a value; bits with no name are kept.
-    LlcFlags {
+    /// so several names share a value; bits with no name are kept (see `cdc::flags`).
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct LlcFlags: u8 {
         /// 0x80, every type: this is a response (`SMC_LLC_FLAG_RESP`).
-        RESPONSE = 0x80 => response,
+        const RESPONSE = 0x80;
         /// 0x40, ADD_LINK response: the request is rejected (`SMC_LLC_FLAG_ADD_LNK_REJ`).
-        ADD_LINK_REJECT = 0x40 => add_link_reject,
+        const ADD_LINK_REJECT = 0x40;
         /// 0x40, DELETE_LINK: delete all links, i.e. the link group (`SMC_LLC_FLAG_DEL_LINK_ALL`).
-        DELETE_LINK_ALL = 0x40 => delete_link_all,
+        const DELETE_LINK_ALL = 0x40;
         /// 0x20, DELETE_LINK: orderly (`SMC_LLC_FLAG_DEL_LINK_ORDERLY`).
-        DELETE_LINK_ORDERLY = 0x20 => delete_link_orderly,
+        const DELETE_LINK_ORDERLY = 0x20;
         /// 0x20, CONFIRM_RKEY / DELETE_RKEY response: negative (`SMC_LLC_FLAG_RKEY_NEG`).
-        RKEY_NEGATIVE = 0x20 => rkey_negative,
+        const RKEY_NEGATIVE = 0x20;
         /// 0x10, CONFIRM_RKEY response: retry the rkey set (`SMC_LLC_FLAG_RKEY_RETRY`).
-        RKEY_RETRY = 0x10 => rkey_retry,
+        const RKEY_RETRY = 0x10;
         /// 0x03, CONFIRM_LINK: no RMBE eyecatchers (`SMC_LLC_FLAG_NO_RMBE_EYEC`); Linux always
         /// sets it and rejects a CONFIRM_LINK without either bit.
-        NO_RMBE_EYECATCHER = 0x03 => no_rmbe_eyecatcher,
+        const NO_RMBE_EYECATCHER = 0x03;
+        // Bits no message type defines: kept, so they survive a parse/emit round trip.
+        const _ = !0;
+    }
+}
+
+flag_byte!(LlcFlags);
+
+impl LlcFlags {
+    /// True if [`Self::RESPONSE`] is set.
+    #[inline]
+    pub const fn response(self) -> bool {
+        self.contains(Self::RESPONSE)
+    }
+
+    /// True if [`Self::ADD_LINK_REJECT`] is set.
+    #[inline]
+    pub const fn add_link_reject(self) -> bool {
+        self.contains(Self::ADD_LINK_REJECT)
+    }
+
+    /// True if [`Self::DELETE_LINK_ALL`] is set.
+    #[inline]
+    pub const fn delete_link_all(self) -> bool {
+        self.contains(Self::DELETE_LINK_ALL)
+    }
+
+    /// True if [`Self::DELETE_LINK_ORDERLY`] is set.
+    #[inline]
+    pub const fn delete_link_orderly(self) -> bool {
+        self.contains(Self::DELETE_LINK_ORDERLY)
+    }
+
+    /// True if [`Self::RKEY_NEGATIVE`] is set.
+    #[inline]
+    pub const fn rkey_negative(self) -> bool {
+        self.contains(Self::RKEY_NEGATIVE)
+    }
+
+    /// True if [`Self::RKEY_RETRY`] is set.
+    #[inline]
+    pub const fn rkey_retry(self) -> bool {
+        self.contains(Self::RKEY_RETRY)
+    }
+
+    /// True if *either* bit of [`Self::NO_RMBE_EYECATCHER`] is set: that is what the kernel's
+    /// CONFIRM_LINK check accepts (`contains` would ask for both).
+    #[inline]
+    pub const fn no_rmbe_eyecatcher(self) -> bool {
+        self.intersects(Self::NO_RMBE_EYECATCHER)
     }
 }
 
@@ -417,7 +467,7 @@ impl<T: AsRef<[u8]>> LlcPacket<T> {
 
     /// Byte 3: flags.
     pub fn flags(&self) -> LlcFlags {
-        LlcFlags::from_bits(self.buffer.as_ref()[3])
+        LlcFlags::from_bits_retain(self.buffer.as_ref()[3])
     }
 
     /// The whole message (`message_len()` bytes). Valid after `check_len`.
@@ -589,5 +639,29 @@ mod tests {
         for c in 0..16 {
             assert_eq!(AddLinkRejectReason::from_code(c).code(), c);
         }
+    }
+
+    #[test]
+    fn flags_keep_unknown_bits_and_name_aliases() {
+        let f = LlcFlags::from_bits_retain(0xcc);
+        assert_eq!(LlcFlags::KNOWN.bits(), 0xf3);
+        assert_eq!(f.unknown_bits(), 0x0c);
+        assert_eq!(
+            format!("{f:?}"),
+            "LlcFlags(0xcc: RESPONSE | ADD_LINK_REJECT | DELETE_LINK_ALL | unknown 0x0c)"
+        );
+        // Either bit of the two-bit CONFIRM_LINK flag counts, as in the kernel.
+        assert!(LlcFlags::from_bits_retain(0x01).no_rmbe_eyecatcher());
+        assert!(!LlcFlags::from_bits_retain(0x01).contains(LlcFlags::NO_RMBE_EYECATCHER));
+
+        let msg = LlcMessage::TestLink(TestLink {
+            flags: f,
+            user_data: [7; 16],
+        });
+        let wire = msg.to_bytes();
+        assert_eq!(wire[3], 0xcc);
+        let back = LlcMessage::parse(&wire).unwrap();
+        assert_eq!(back.flags().bits(), 0xcc);
+        assert_eq!(back.to_bytes(), wire);
     }
 }

@@ -20,7 +20,7 @@ fn put_v1_header(b: &mut [u8], ty: LlcType, byte2: u8, flags: LlcFlags) {
 }
 
 fn flags_of(b: &[u8]) -> LlcFlags {
-    LlcFlags::from_bits(b[3])
+    LlcFlags::from_bits_retain(b[3])
 }
 
 /// An RMB rtoken as carried in CONFIRM_RKEY(_CONT) (`struct smc_rmb_rtoken`, 13 packed bytes).

@@ -1,8 +1,13 @@
-//! Netlink attribute plumbing shared by every family in this module: a typed-error splitter
-//! for attribute streams, value codecs (`u8` .. `u64`, `NLA_UINT`, strings, nests) and the
+//! Netlink attribute plumbing shared by every family in this module: the one walker over
+//! attribute streams ([`attrs`], the kernel's `nla_for_each_attr` with `nla_ok`, typed
+//! [`AttrError`]s), value codecs (`u8` .. `u64`, `NLA_UINT`, strings, nests) and the
 //! `attr_enum!` macro that turns a table of `Variant(type) = KIND => Codec` lines into an
 //! attribute enum implementing [`Nla`] (so `netlink-packet-core` emits it) and [`Attr`] (our
 //! lenient parser).
+//!
+//! Every family here (`SMC_GEN_NETLINK`, `SMCD_ENGINE`, `SMCD_LOOPBACK`, nlctrl) walks its
+//! attributes with [`attrs`], at the top level and in every nest; so can code outside this
+//! crate that must look at raw attributes (the daemon's policy checks).
 //!
 //! # Leniency rules (the same at every nesting level)
 //!
@@ -13,10 +18,14 @@
 //!   attribute stream is malformed or whose length is not a multiple of 4) also becomes
 //!   `Other(..)`: one bad attribute never makes a whole dump unreadable, and nothing is lost.
 //! * Only a malformed *top-level* attribute stream is an error (there is nothing to keep the
-//!   bytes in), see [`NlError::Attributes`].
+//!   bytes in), see [`NlError::Attributes`]; 1..3 bytes after its last attribute are ignored,
+//!   as the kernel's `nla_parse` does (it only logs "bytes leftover").
+//! * A family may refuse a message whose *known* attribute did not decode
+//!   ([`Attr::is_malformed`]); `SMCD_LOOPBACK` does, see its module.
 //!
 //! Values are in host byte order, as netlink is.
 
+use core::iter::FusedIterator;
 use core::marker::PhantomData;
 
 use netlink_packet_core::{DefaultNla, NLA_F_NESTED, NLA_TYPE_MASK, Nla};
@@ -50,65 +59,145 @@ impl RawAttr<'_> {
         self.kind_raw & NLA_TYPE_MASK
     }
 
+    /// The flag bits of the type field (`NLA_F_NESTED`, `NLA_F_NET_BYTEORDER`).
+    pub fn flags(&self) -> u16 {
+        self.kind_raw & !NLA_TYPE_MASK
+    }
+
+    /// Whether `NLA_F_NESTED` is set.
+    pub fn is_nested(&self) -> bool {
+        self.kind_raw & NLA_F_NESTED != 0
+    }
+
     /// This attribute as a [`DefaultNla`] that re-emits the same bytes.
     pub fn to_default(&self) -> DefaultNla {
         DefaultNla::new(self.kind_raw, self.value.to_vec())
     }
 }
 
-/// What to do with 1..3 bytes left after the last attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Leftover {
-    /// Ignore them, as the kernel's `nla_parse` does (it only logs "bytes leftover").
-    Ignore,
-    /// Treat them as a malformed stream.
-    Reject,
+/// Where and why an attribute stream stops being well formed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("malformed attribute stream at offset {offset}: {kind}")]
+pub struct AttrError {
+    /// Offset of the offending attribute header within the stream.
+    pub offset: usize,
+    /// What is wrong with it.
+    pub kind: AttrErrorKind,
 }
 
-/// Splits an attribute stream into attributes, checking every length before it is used.
-pub(crate) fn split_attrs(buf: &[u8], leftover: Leftover) -> Result<Vec<RawAttr<'_>>, NlError> {
-    let mut out = Vec::new();
-    let mut pos = 0usize;
-    while pos < buf.len() {
-        let rest = &buf[pos..];
-        if rest.len() < NLA_HDRLEN {
-            if leftover == Leftover::Ignore {
-                break;
-            }
-            return Err(NlError::Attributes {
-                offset: pos,
-                reason: "fewer than 4 bytes left for an attribute header",
-            });
-        }
-        let len = usize::from(u16::from_ne_bytes([rest[0], rest[1]]));
-        let kind_raw = u16::from_ne_bytes([rest[2], rest[3]]);
-        if len < NLA_HDRLEN {
-            return Err(NlError::Attributes {
-                offset: pos,
-                reason: "attribute length is shorter than its header",
-            });
-        }
-        if len > rest.len() {
-            return Err(NlError::Attributes {
-                offset: pos,
-                reason: "attribute length runs past the end of its container",
-            });
-        }
-        out.push(RawAttr {
-            kind_raw,
-            value: &rest[NLA_HDRLEN..len],
-        });
-        // The last attribute may omit its padding; `pos` then simply passes the end.
-        pos = pos.saturating_add(align4(len));
-    }
-    Ok(out)
+/// What is wrong with an attribute header (the three checks of the kernel's `nla_ok`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AttrErrorKind {
+    /// 1..3 bytes are left: not enough for a header. The kernel's `nla_parse` ignores such a
+    /// tail unless it validates strictly (`NL_VALIDATE_TRAILING`).
+    #[error("{have} bytes left, fewer than a 4-byte attribute header")]
+    ShortHeader {
+        /// Bytes left.
+        have: usize,
+    },
+    /// `nla_len` is smaller than the header itself.
+    #[error("attribute length {len} is shorter than its header")]
+    LengthBelowHeader {
+        /// The declared length.
+        len: u16,
+    },
+    /// `nla_len` runs past the end of the stream (or of the enclosing nest).
+    #[error("attribute length {len} runs past the end of its container ({have} bytes left)")]
+    PastEnd {
+        /// The declared length.
+        len: u16,
+        /// Bytes left in the container, header included.
+        have: usize,
+    },
 }
+
+impl From<AttrError> for NlError {
+    fn from(e: AttrError) -> Self {
+        NlError::Attributes {
+            offset: e.offset,
+            reason: e.kind,
+        }
+    }
+}
+
+/// Walks an attribute stream: the kernel's `nla_for_each_attr` loop with its `nla_ok` checks.
+///
+/// Yields each attribute in order, checking every length before it is used; the last one may
+/// omit its padding. At the first malformed header it yields one [`AttrError`] and then ends,
+/// because nothing after it can be framed. Callers choose their policy on top:
+///
+/// * strict (the kernel's `NL_VALIDATE_TRAILING`): `attrs(buf).collect::<Result<Vec<_>, _>>()`;
+/// * lenient (`nla_parse` without it, which stops at the bad header):
+///   `attrs(buf).map_while(Result::ok)`;
+/// * this crate's decoders: an error is fatal except a [`AttrErrorKind::ShortHeader`] tail
+///   after the top-level attributes.
+pub fn attrs(buf: &[u8]) -> AttrIter<'_> {
+    AttrIter { buf, pos: 0 }
+}
+
+/// The iterator [`attrs`] returns.
+#[derive(Debug, Clone)]
+pub struct AttrIter<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> AttrIter<'a> {
+    /// The bytes not yet walked (empty once the iterator has ended, also after an error).
+    pub fn rest(&self) -> &'a [u8] {
+        self.buf.get(self.pos..).unwrap_or_default()
+    }
+
+    fn fail(&mut self, kind: AttrErrorKind) -> Option<Result<RawAttr<'a>, AttrError>> {
+        let offset = self.pos;
+        self.pos = self.buf.len();
+        Some(Err(AttrError { offset, kind }))
+    }
+}
+
+impl<'a> Iterator for AttrIter<'a> {
+    type Item = Result<RawAttr<'a>, AttrError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.rest();
+        if rest.is_empty() {
+            return None;
+        }
+        if rest.len() < NLA_HDRLEN {
+            return self.fail(AttrErrorKind::ShortHeader { have: rest.len() });
+        }
+        let len = u16::from_ne_bytes([rest[0], rest[1]]);
+        let kind_raw = u16::from_ne_bytes([rest[2], rest[3]]);
+        let total = usize::from(len);
+        if total < NLA_HDRLEN {
+            return self.fail(AttrErrorKind::LengthBelowHeader { len });
+        }
+        if total > rest.len() {
+            return self.fail(AttrErrorKind::PastEnd {
+                len,
+                have: rest.len(),
+            });
+        }
+        // The last attribute may omit its padding; `pos` then simply passes the end.
+        self.pos = self.pos.saturating_add(align4(total));
+        Some(Ok(RawAttr {
+            kind_raw,
+            value: &rest[NLA_HDRLEN..total],
+        }))
+    }
+}
+
+impl FusedIterator for AttrIter<'_> {}
 
 /// An attribute enum generated by `attr_enum!` (or written by hand, like the command-aware
 /// top-level enums).
 pub trait Attr: Nla + Sized {
     /// Decodes one attribute. Never fails: what does not decode becomes `Other(..)`.
     fn parse_raw(kind_raw: u16, value: &[u8]) -> Self;
+
+    /// Whether this is an `Other(..)` whose attribute number this type knows: a known
+    /// attribute whose value (or flags) did not decode, kept raw.
+    fn is_malformed(&self) -> bool;
 
     /// Whether this attribute (and everything nested in it) fits netlink's 16-bit attribute
     /// length. `netlink-packet-core` would overflow the length field otherwise, so every
@@ -123,24 +212,30 @@ pub(crate) fn parse_nest<T: Attr>(raw: &[u8]) -> Option<Vec<T>> {
     if !raw.len().is_multiple_of(4) {
         return None;
     }
-    let attrs = split_attrs(raw, Leftover::Reject).ok()?;
-    Some(
-        attrs
-            .into_iter()
-            .map(|a| T::parse_raw(a.kind_raw, a.value))
-            .collect(),
-    )
+    attrs(raw)
+        .map(|a| a.map(|a| T::parse_raw(a.kind_raw, a.value)))
+        .collect::<Result<_, _>>()
+        .ok()
 }
 
-/// Parses a top-level attribute stream (the bytes after a genetlink header).
+/// Parses a top-level attribute stream (the bytes after a genetlink header). 1..3 bytes after
+/// the last attribute are ignored, as the kernel's `nla_parse` does.
 pub(crate) fn parse_top<T, F>(raw: &[u8], mut parse: F) -> Result<Vec<T>, NlError>
 where
     F: FnMut(u16, &[u8]) -> T,
 {
-    Ok(split_attrs(raw, Leftover::Ignore)?
-        .into_iter()
-        .map(|a| parse(a.kind_raw, a.value))
-        .collect())
+    let mut out = Vec::new();
+    for a in attrs(raw) {
+        match a {
+            Ok(a) => out.push(parse(a.kind_raw, a.value)),
+            Err(AttrError {
+                kind: AttrErrorKind::ShortHeader { .. },
+                ..
+            }) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
 }
 
 /// Total emitted size of a list of attributes.
@@ -429,6 +524,17 @@ macro_rules! attr_enum {
                 Self::Other(::netlink_packet_core::DefaultNla::new(kind_raw, value.to_vec()))
             }
 
+            fn is_malformed(&self) -> bool {
+                match self {
+                    Self::Other(o) => {
+                        let kind = ::netlink_packet_core::Nla::kind(o)
+                            & ::netlink_packet_core::NLA_TYPE_MASK;
+                        false $( || kind == $kind )* $( $( || kind == $ukind )* )?
+                    }
+                    _ => false,
+                }
+            }
+
             fn fits(&self) -> bool {
                 match self {
                     $( Self::$var(v) => <$codec as $crate::netlink::attr::AttrCodec>::fits(v), )*
@@ -446,27 +552,61 @@ pub(crate) use attr_enum;
 mod tests {
     use super::*;
 
+    fn walk(buf: &[u8]) -> Vec<Result<RawAttr<'_>, AttrError>> {
+        attrs(buf).collect()
+    }
+
     #[test]
-    fn split_rejects_bad_lengths() {
+    fn walker_rejects_bad_lengths() {
         // length 3 < header
-        assert!(matches!(
-            split_attrs(&[3, 0, 1, 0], Leftover::Reject),
-            Err(NlError::Attributes { offset: 0, .. })
-        ));
-        // length 12 > buffer
-        assert!(split_attrs(&[12, 0, 1, 0, 0, 0, 0, 0], Leftover::Reject).is_err());
-        // two leftover bytes
-        assert!(split_attrs(&[4, 0, 1, 0, 9, 9], Leftover::Reject).is_err());
         assert_eq!(
-            split_attrs(&[4, 0, 1, 0, 9, 9], Leftover::Ignore)
-                .unwrap()
-                .len(),
-            1
+            walk(&[3, 0, 1, 0]),
+            [Err(AttrError {
+                offset: 0,
+                kind: AttrErrorKind::LengthBelowHeader { len: 3 }
+            })]
         );
+        // length 12 > buffer
+        assert_eq!(
+            walk(&[12, 0, 1, 0, 0, 0, 0, 0]),
+            [Err(AttrError {
+                offset: 0,
+                kind: AttrErrorKind::PastEnd { len: 12, have: 8 }
+            })]
+        );
+        // two leftover bytes: one attribute, then the error, then nothing
+        let mut it = attrs(&[4, 0, 1, 0, 9, 9]);
+        assert_eq!(it.next().unwrap().unwrap().kind(), 1);
+        assert_eq!(it.rest(), &[9, 9]);
+        assert_eq!(
+            it.next(),
+            Some(Err(AttrError {
+                offset: 4,
+                kind: AttrErrorKind::ShortHeader { have: 2 }
+            }))
+        );
+        assert_eq!(it.next(), None);
+        assert_eq!(it.rest(), &[] as &[u8]);
+        // ...which the top-level parser ignores and a nest does not accept.
+        assert_eq!(parse_top(&[4, 0, 1, 0, 9, 9], |k, _| k).unwrap(), [1]);
+        assert!(matches!(
+            parse_top(&[4, 0, 1, 0, 3, 0, 1, 0], |k, _| k),
+            Err(NlError::Attributes { offset: 4, .. })
+        ));
         // last attribute without its padding is fine
-        let a = split_attrs(&[5, 0, 2, 0, 7], Leftover::Reject).unwrap();
-        assert_eq!(a[0].value, &[7]);
-        assert_eq!(a[0].kind(), 2);
+        let a = walk(&[5, 0, 2, 0, 7]);
+        let a = a[0].as_ref().unwrap();
+        assert_eq!(a.value, &[7]);
+        assert_eq!(a.kind(), 2);
+    }
+
+    #[test]
+    fn walker_reports_flags() {
+        let a = walk(&[8, 0, 3, 0x80, 1, 2, 3, 4])[0].unwrap();
+        assert_eq!(a.kind(), 3);
+        assert_eq!(a.flags(), NLA_F_NESTED);
+        assert!(a.is_nested());
+        assert_eq!(a.to_default().kind(), 0x8003);
     }
 
     #[test]

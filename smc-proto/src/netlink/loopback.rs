@@ -13,13 +13,22 @@
 //!
 //! The daemon serves this family under the fixed id [`LOOPBACK_FAMILY_ID`] (it also answers
 //! `CTRL_CMD_GETFAMILY` for it by name), so an engine needs no resolution round trip.
+//!
+//! Attributes are walked and decoded like every other family's (see [`super::attr`]): an
+//! attribute this version does not know is kept as [`LoopbackAttr::Other`]. Unlike the
+//! kernel's families, whose replies a client reads leniently, both ends of this channel are
+//! this project's, so a *known* attribute whose value does not decode (a GID that is not 16
+//! bytes, an address of an unknown family) makes the whole message an error
+//! ([`NlError::InvalidAttribute`]): the daemon answers such a request with `EINVAL`, as the
+//! kernel's policy check would, instead of acting on a message with a field missing.
 
-use netlink_packet_core::{
-    DecodeError, DefaultNla, Emitable, NLA_F_NESTED, Nla, NlaBuffer, NlasIterator, Parseable,
-    ParseableParametrized,
-};
+use netlink_packet_core::Emitable;
 use netlink_packet_generic::{GenlFamily, GenlHeader};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use super::NlError;
+use super::attr::{self, Attr, AttrCodec, Str, U16, U32, U64, attr_enum};
+use super::framing::{GenlPayload, impl_parseable_via_genl};
 
 /// Family name, as resolved through nlctrl.
 pub const LOOPBACK_FAMILY_NAME: &str = "SMCD_LOOPBACK";
@@ -116,12 +125,12 @@ pub enum Verdict {
     Unknown(u8),
 }
 
-impl Verdict {
-    fn number(self) -> u8 {
-        match self {
-            Self::Tcp => 0,
-            Self::Smc => 1,
-            Self::Unknown(n) => n,
+impl From<Verdict> for u8 {
+    fn from(v: Verdict) -> u8 {
+        match v {
+            Verdict::Tcp => 0,
+            Verdict::Smc => 1,
+            Verdict::Unknown(n) => n,
         }
     }
 }
@@ -136,7 +145,7 @@ impl From<u8> for Verdict {
     }
 }
 
-mod attr {
+mod kind {
     pub const VERSION: u16 = 1;
     pub const PID: u16 = 2;
     pub const SESSION_KEY: u16 = 3;
@@ -160,199 +169,146 @@ mod attr {
     pub const PEER_GID: u16 = 21;
 }
 
-/// One attribute of the `SMCD_LOOPBACK` family.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LoopbackAttr {
-    /// Protocol version the engine speaks (u32).
-    Version(u32),
-    /// The sender's process id (u32); smcd checks it against `SO_PEERCRED`.
-    Pid(u32),
-    /// Random per-engine key grouping the channels of one engine (u64).
-    SessionKey(u64),
-    /// Inode of the sender's network namespace (u64).
-    Netns(u64),
-    /// A 128-bit loopback GID (16 bytes, big endian: first 8 = gid, last 8 = gid_ext).
-    Gid(u128),
-    /// smcd's small id for an engine (u32).
-    EngineId(u32),
-    /// The host's system EID (string).
-    Seid(String),
-    /// The host name (string).
-    Hostname(String),
-    /// The device's CHID (u16).
-    Chid(u16),
-    /// A local socket address.
-    LocalAddr(SocketAddr),
-    /// A remote socket address.
-    RemoteAddr(SocketAddr),
-    /// Listen backlog (u32).
-    Backlog(u32),
-    /// Handshake limitation evaluated at listen (u8 0/1).
-    HsLimit(bool),
-    /// smcd's id for a listener (u32).
-    ListenerId(u32),
-    /// The answer to `Connect` (u8).
-    Verdict(Verdict),
-    /// A CLC reason code (u32).
-    Reason(u32),
-    /// smcd's id for a connect intent (u64).
-    IntentId(u64),
-    /// Success flag (u8 0/1).
-    Ok(bool),
-    /// A DMB token (u64).
-    Token(u64),
-    /// A DMB size in bytes (u32).
-    Size(u32),
-    /// The GID that may attach a DMB (16 bytes).
-    PeerGid(u128),
-    /// Anything else, kept as received.
-    Other(DefaultNla),
-}
-
-/// Encodes a socket address as family (1: 4 or 6), reserved (1), port (2, big endian), then 4
-/// or 16 address bytes.
-fn sockaddr_bytes(a: &SocketAddr) -> Vec<u8> {
-    let mut v = Vec::with_capacity(20);
-    match a.ip() {
-        IpAddr::V4(ip) => {
-            v.extend_from_slice(&[4, 0]);
-            v.extend_from_slice(&a.port().to_be_bytes());
-            v.extend_from_slice(&ip.octets());
-        }
-        IpAddr::V6(ip) => {
-            v.extend_from_slice(&[6, 0]);
-            v.extend_from_slice(&a.port().to_be_bytes());
-            v.extend_from_slice(&ip.octets());
-        }
+/// A 128-bit loopback GID: 16 bytes, big endian (first 8 = gid, last 8 = gid_ext).
+#[derive(Debug)]
+struct GidBe;
+impl AttrCodec for GidBe {
+    type Value = u128;
+    fn len(_: &u128) -> usize {
+        16
     }
-    v
-}
-
-fn parse_sockaddr(b: &[u8]) -> Result<SocketAddr, DecodeError> {
-    let port = |b: &[u8]| u16::from_be_bytes([b[2], b[3]]);
-    match (b.first(), b.len()) {
-        (Some(4), 8) => {
-            let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
-            Ok(SocketAddr::new(ip.into(), port(b)))
-        }
-        (Some(6), 20) => {
-            let mut o = [0u8; 16];
-            o.copy_from_slice(&b[4..20]);
-            Ok(SocketAddr::new(Ipv6Addr::from(o).into(), port(b)))
-        }
-        _ => Err(DecodeError::from(format!(
-            "bad socket address attribute ({} bytes)",
-            b.len()
-        ))),
+    fn emit(v: &u128, buf: &mut [u8]) {
+        buf[..16].copy_from_slice(&v.to_be_bytes());
+    }
+    fn parse(raw: &[u8]) -> Option<u128> {
+        Some(u128::from_be_bytes(raw.try_into().ok()?))
     }
 }
 
-fn fixed<const N: usize>(b: &[u8], what: &str) -> Result<[u8; N], DecodeError> {
-    b.try_into()
-        .map_err(|_| DecodeError::from(format!("{what}: need {N} bytes, got {}", b.len())))
-}
-
-fn parse_str(b: &[u8], what: &str) -> Result<String, DecodeError> {
-    let b = b.strip_suffix(&[0]).unwrap_or(b);
-    String::from_utf8(b.to_vec()).map_err(|_| DecodeError::from(format!("{what}: not UTF-8")))
-}
-
-impl Nla for LoopbackAttr {
-    fn value_len(&self) -> usize {
-        use LoopbackAttr::*;
-        match self {
-            Version(_) | Pid(_) | EngineId(_) | Backlog(_) | ListenerId(_) | Reason(_)
-            | Size(_) => 4,
-            SessionKey(_) | Netns(_) | IntentId(_) | Token(_) => 8,
-            Gid(_) | PeerGid(_) => 16,
-            Seid(s) | Hostname(s) => s.len() + 1,
-            Chid(_) => 2,
-            LocalAddr(a) | RemoteAddr(a) => sockaddr_bytes(a).len(),
-            HsLimit(_) | Verdict(_) | Ok(_) => 1,
-            Other(o) => o.value_len(),
+/// A flag in one byte: 0 is false, anything else true; emitted as 0 or 1.
+#[derive(Debug)]
+struct Flag;
+impl AttrCodec for Flag {
+    type Value = bool;
+    fn len(_: &bool) -> usize {
+        1
+    }
+    fn emit(v: &bool, buf: &mut [u8]) {
+        buf[0] = u8::from(*v);
+    }
+    fn parse(raw: &[u8]) -> Option<bool> {
+        match raw {
+            [b] => Some(*b != 0),
+            _ => None,
         }
     }
+}
 
-    fn kind(&self) -> u16 {
-        use LoopbackAttr::*;
-        match self {
-            Version(_) => attr::VERSION,
-            Pid(_) => attr::PID,
-            SessionKey(_) => attr::SESSION_KEY,
-            Netns(_) => attr::NETNS,
-            Gid(_) => attr::GID,
-            EngineId(_) => attr::ENGINE_ID,
-            Seid(_) => attr::SEID,
-            Hostname(_) => attr::HOSTNAME,
-            Chid(_) => attr::CHID,
-            LocalAddr(_) => attr::LOCAL_ADDR,
-            RemoteAddr(_) => attr::REMOTE_ADDR,
-            Backlog(_) => attr::BACKLOG,
-            HsLimit(_) => attr::HS_LIMIT,
-            ListenerId(_) => attr::LISTENER_ID,
-            Verdict(_) => attr::VERDICT,
-            Reason(_) => attr::REASON,
-            IntentId(_) => attr::INTENT_ID,
-            Ok(_) => attr::OK,
-            Token(_) => attr::TOKEN,
-            Size(_) => attr::SIZE,
-            PeerGid(_) => attr::PEER_GID,
-            Other(o) => o.kind(),
+/// [`Verdict`] in one byte.
+#[derive(Debug)]
+struct VerdictByte;
+impl AttrCodec for VerdictByte {
+    type Value = Verdict;
+    fn len(_: &Verdict) -> usize {
+        1
+    }
+    fn emit(v: &Verdict, buf: &mut [u8]) {
+        buf[0] = u8::from(*v);
+    }
+    fn parse(raw: &[u8]) -> Option<Verdict> {
+        match raw {
+            [b] => Some(Verdict::from(*b)),
+            _ => None,
         }
     }
+}
 
-    fn emit_value(&self, buf: &mut [u8]) {
-        use LoopbackAttr::*;
-        match self {
-            Version(v) | Pid(v) | EngineId(v) | Backlog(v) | ListenerId(v) | Reason(v)
-            | Size(v) => buf.copy_from_slice(&v.to_ne_bytes()),
-            SessionKey(v) | Netns(v) | IntentId(v) | Token(v) => {
-                buf.copy_from_slice(&v.to_ne_bytes())
+/// A socket address: family (1: 4 or 6), reserved (1), port (2, big endian), then 4 or 16
+/// address bytes.
+#[derive(Debug)]
+struct SockAddr;
+impl AttrCodec for SockAddr {
+    type Value = SocketAddr;
+    fn len(v: &SocketAddr) -> usize {
+        match v {
+            SocketAddr::V4(_) => 8,
+            SocketAddr::V6(_) => 20,
+        }
+    }
+    fn emit(v: &SocketAddr, buf: &mut [u8]) {
+        buf[2..4].copy_from_slice(&v.port().to_be_bytes());
+        match v.ip() {
+            IpAddr::V4(ip) => {
+                buf[..2].copy_from_slice(&[4, 0]);
+                buf[4..8].copy_from_slice(&ip.octets());
             }
-            Gid(g) | PeerGid(g) => buf.copy_from_slice(&g.to_be_bytes()),
-            Seid(s) | Hostname(s) => {
-                buf[..s.len()].copy_from_slice(s.as_bytes());
-                buf[s.len()] = 0;
+            IpAddr::V6(ip) => {
+                buf[..2].copy_from_slice(&[6, 0]);
+                buf[4..20].copy_from_slice(&ip.octets());
             }
-            Chid(c) => buf.copy_from_slice(&c.to_ne_bytes()),
-            LocalAddr(a) | RemoteAddr(a) => buf.copy_from_slice(&sockaddr_bytes(a)),
-            HsLimit(b) | Ok(b) => buf[0] = u8::from(*b),
-            Verdict(v) => buf[0] = v.number(),
-            Other(o) => o.emit_value(buf),
+        }
+    }
+    fn parse(b: &[u8]) -> Option<SocketAddr> {
+        let port = |b: &[u8]| u16::from_be_bytes([b[2], b[3]]);
+        match (b.first(), b.len()) {
+            (Some(4), 8) => {
+                let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
+                Some(SocketAddr::new(ip.into(), port(b)))
+            }
+            (Some(6), 20) => {
+                let o: [u8; 16] = b[4..20].try_into().ok()?;
+                Some(SocketAddr::new(Ipv6Addr::from(o).into(), port(b)))
+            }
+            _ => None,
         }
     }
 }
 
-impl<'a, T: AsRef<[u8]> + ?Sized> Parseable<NlaBuffer<&'a T>> for LoopbackAttr {
-    fn parse(nla: &NlaBuffer<&'a T>) -> Result<Self, DecodeError> {
-        let v = nla.value();
-        let u32v = |what| fixed::<4>(v, what).map(u32::from_ne_bytes);
-        let u64v = |what| fixed::<8>(v, what).map(u64::from_ne_bytes);
-        let u8v = |what| fixed::<1>(v, what).map(|b| b[0]);
-        Ok(match nla.kind() & !NLA_F_NESTED {
-            attr::VERSION => Self::Version(u32v("version")?),
-            attr::PID => Self::Pid(u32v("pid")?),
-            attr::SESSION_KEY => Self::SessionKey(u64v("session key")?),
-            attr::NETNS => Self::Netns(u64v("netns")?),
-            attr::GID => Self::Gid(u128::from_be_bytes(fixed::<16>(v, "gid")?)),
-            attr::ENGINE_ID => Self::EngineId(u32v("engine id")?),
-            attr::SEID => Self::Seid(parse_str(v, "seid")?),
-            attr::HOSTNAME => Self::Hostname(parse_str(v, "hostname")?),
-            attr::CHID => Self::Chid(u16::from_ne_bytes(fixed::<2>(v, "chid")?)),
-            attr::LOCAL_ADDR => Self::LocalAddr(parse_sockaddr(v)?),
-            attr::REMOTE_ADDR => Self::RemoteAddr(parse_sockaddr(v)?),
-            attr::BACKLOG => Self::Backlog(u32v("backlog")?),
-            attr::HS_LIMIT => Self::HsLimit(u8v("hs limit")? != 0),
-            attr::LISTENER_ID => Self::ListenerId(u32v("listener id")?),
-            attr::VERDICT => Self::Verdict(u8v("verdict")?.into()),
-            attr::REASON => Self::Reason(u32v("reason")?),
-            attr::INTENT_ID => Self::IntentId(u64v("intent id")?),
-            attr::OK => Self::Ok(u8v("ok")? != 0),
-            attr::TOKEN => Self::Token(u64v("token")?),
-            attr::SIZE => Self::Size(u32v("size")?),
-            attr::PEER_GID => Self::PeerGid(u128::from_be_bytes(fixed::<16>(v, "peer gid")?)),
-            _ => Self::Other(DefaultNla::parse(nla)?),
-        })
+attr_enum! {
+    /// One attribute of the `SMCD_LOOPBACK` family.
+    pub enum LoopbackAttr {
+        /// Protocol version the engine speaks (u32).
+        Version(u32) = kind::VERSION => U32,
+        /// The sender's process id (u32); smcd checks it against `SO_PEERCRED`.
+        Pid(u32) = kind::PID => U32,
+        /// Random per-engine key grouping the channels of one engine (u64).
+        SessionKey(u64) = kind::SESSION_KEY => U64,
+        /// Inode of the sender's network namespace (u64).
+        Netns(u64) = kind::NETNS => U64,
+        /// A 128-bit loopback GID (16 bytes, big endian: first 8 = gid, last 8 = gid_ext).
+        Gid(u128) = kind::GID => GidBe,
+        /// smcd's small id for an engine (u32).
+        EngineId(u32) = kind::ENGINE_ID => U32,
+        /// The host's system EID (string).
+        Seid(String) = kind::SEID => Str,
+        /// The host name (string).
+        Hostname(String) = kind::HOSTNAME => Str,
+        /// The device's CHID (u16).
+        Chid(u16) = kind::CHID => U16,
+        /// A local socket address.
+        LocalAddr(SocketAddr) = kind::LOCAL_ADDR => SockAddr,
+        /// A remote socket address.
+        RemoteAddr(SocketAddr) = kind::REMOTE_ADDR => SockAddr,
+        /// Listen backlog (u32).
+        Backlog(u32) = kind::BACKLOG => U32,
+        /// Handshake limitation evaluated at listen (u8 0/1).
+        HsLimit(bool) = kind::HS_LIMIT => Flag,
+        /// smcd's id for a listener (u32).
+        ListenerId(u32) = kind::LISTENER_ID => U32,
+        /// The answer to `Connect` (u8).
+        Verdict(Verdict) = kind::VERDICT => VerdictByte,
+        /// A CLC reason code (u32).
+        Reason(u32) = kind::REASON => U32,
+        /// smcd's id for a connect intent (u64).
+        IntentId(u64) = kind::INTENT_ID => U64,
+        /// Success flag (u8 0/1).
+        Ok(bool) = kind::OK => Flag,
+        /// A DMB token (u64).
+        Token(u64) = kind::TOKEN => U64,
+        /// A DMB size in bytes (u32).
+        Size(u32) = kind::SIZE => U32,
+        /// The GID that may attach a DMB (16 bytes).
+        PeerGid(u128) = kind::PEER_GID => GidBe,
     }
 }
 
@@ -447,31 +403,43 @@ impl GenlFamily for LoopbackMessage {
 
 impl Emitable for LoopbackMessage {
     fn buffer_len(&self) -> usize {
-        self.attrs.as_slice().buffer_len()
+        attr::attrs_len(&self.attrs)
     }
 
     fn emit(&self, buffer: &mut [u8]) {
-        self.attrs.as_slice().emit(buffer)
+        attr::emit_attrs(&self.attrs, buffer)
     }
 }
 
-impl ParseableParametrized<[u8], GenlHeader> for LoopbackMessage {
-    fn parse_with_param(buf: &[u8], header: GenlHeader) -> Result<Self, DecodeError> {
-        let mut attrs = Vec::new();
-        for nla in NlasIterator::new(buf) {
-            attrs.push(LoopbackAttr::parse(&nla?)?);
+impl GenlPayload for LoopbackMessage {
+    fn parse_genl(header: &GenlHeader, attrs: &[u8]) -> Result<Self, NlError> {
+        let attrs = attr::parse_top(attrs, LoopbackAttr::parse_raw)?;
+        // See the module doc: unknown attributes are kept, a malformed known one is refused.
+        if let Some(LoopbackAttr::Other(bad)) = attrs.iter().find(|a| a.is_malformed()) {
+            return Err(NlError::InvalidAttribute {
+                kind: netlink_packet_core::Nla::kind(bad) & netlink_packet_core::NLA_TYPE_MASK,
+            });
         }
         Ok(Self {
             cmd: header.cmd.into(),
             attrs,
         })
     }
+
+    fn fits(&self) -> bool {
+        self.attrs.iter().all(Attr::fits)
+    }
 }
+
+impl_parseable_via_genl!(LoopbackMessage);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+    use netlink_packet_core::{
+        DefaultNla, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+        ParseableParametrized,
+    };
     use netlink_packet_generic::GenlMessage;
 
     fn round_trip(msg: LoopbackMessage) -> Vec<u8> {
@@ -549,18 +517,51 @@ mod tests {
     #[test]
     fn bad_attributes_are_errors_not_panics() {
         for (kind, value) in [
-            (attr::GID, vec![1u8; 15]),
-            (attr::LOCAL_ADDR, vec![4, 0, 0, 1]),
-            (attr::LOCAL_ADDR, vec![9; 8]),
-            (attr::SEID, vec![0xff, 0xfe]),
-            (attr::TOKEN, vec![]),
+            (kind::GID, vec![1u8; 15]),
+            (kind::LOCAL_ADDR, vec![4, 0, 0, 1]),
+            (kind::LOCAL_ADDR, vec![9; 8]),
+            (kind::SEID, vec![0xff, 0xfe]),
+            (kind::TOKEN, vec![]),
         ] {
             let attrs = [DefaultNla::new(kind, value)];
             let mut buf = vec![0u8; attrs.as_slice().buffer_len()];
             attrs.as_slice().emit(&mut buf);
             let header = GenlHeader { cmd: 1, version: 1 };
             assert!(LoopbackMessage::parse_with_param(&buf[..], header).is_err());
+            assert_eq!(
+                LoopbackMessage::parse_genl(&header, &buf),
+                Err(NlError::InvalidAttribute { kind })
+            );
         }
         let _ = NetlinkHeader::default();
+    }
+
+    #[test]
+    fn unknown_attributes_and_trailing_bytes_are_kept_or_ignored() {
+        let header = GenlHeader { cmd: 3, version: 1 };
+        // An unknown attribute between two known ones, then two stray bytes (ignored, as the
+        // kernel's nla_parse does).
+        let mut buf = vec![8, 0, kind::VERSION as u8, 0, 1, 0, 0, 0];
+        buf.extend_from_slice(&[6, 0, 99, 0, 0xaa, 0xbb, 0, 0]);
+        buf.extend_from_slice(&[5, 0, kind::OK as u8, 0, 1, 0, 0, 0]);
+        buf.extend_from_slice(&[0, 0]);
+        let msg = LoopbackMessage::parse_genl(&header, &buf).unwrap();
+        assert_eq!(
+            msg.attrs,
+            [
+                LoopbackAttr::Version(1),
+                LoopbackAttr::Other(DefaultNla::new(99, vec![0xaa, 0xbb])),
+                LoopbackAttr::Ok(true),
+            ]
+        );
+        // Re-emitted byte for byte, without the stray tail.
+        let mut out = vec![0u8; msg.buffer_len()];
+        msg.emit(&mut out);
+        assert_eq!(out, buf[..buf.len() - 2]);
+        // A header that runs past the end is a typed framing error.
+        assert!(matches!(
+            LoopbackMessage::parse_genl(&header, &[12, 0, 1, 0, 0, 0, 0, 0]),
+            Err(NlError::Attributes { offset: 0, .. })
+        ));
     }
 }

@@ -86,7 +86,14 @@ pub enum NlError {
         /// Offset within the attribute area.
         offset: usize,
         /// What was wrong.
-        reason: &'static str,
+        reason: attr::AttrErrorKind,
+    },
+    /// A family that refuses malformed known attributes (`SMCD_LOOPBACK`) got one: the value
+    /// of attribute `kind` does not decode as that attribute's type.
+    #[error("attribute {kind} has a value that does not decode as its type")]
+    InvalidAttribute {
+        /// The attribute number (flag bits removed).
+        kind: u16,
     },
     /// A reply lacks an attribute the caller needs (for example `CTRL_ATTR_FAMILY_ID`).
     #[error("missing attribute {0}")]

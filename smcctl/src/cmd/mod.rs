@@ -16,8 +16,8 @@ pub(crate) mod testutil;
 use clap::CommandFactory;
 
 use crate::cli::{
-    Cli, DeviceVerb, HsLimitVerb, InfoVerb, LinkgroupVerb, Object, SeidVerb, StatsVerb, SysctlVerb,
-    UeidVerb,
+    Cli, DeviceVerb, HsLimitVerb, InfoVerb, LinkgroupShow, LinkgroupVerb, Object, SeidVerb,
+    StatsVerb, SysctlVerb, UeidVerb,
 };
 use crate::error::Error;
 use crate::netns::NetnsArg;
@@ -26,37 +26,33 @@ use crate::session::Session;
 /// The command in full words, for messages (`stats reset`).
 pub fn command_name(o: &Object) -> &'static str {
     match o {
-        Object::Info { .. } => "info",
-        Object::Linkgroup {
-            verb: LinkgroupVerb::Show { .. },
-        } => "linkgroup show",
-        Object::Linkgroup {
-            verb: LinkgroupVerb::Links { .. },
-        } => "linkgroup links",
-        Object::Device { .. } => "device show",
-        Object::Stats {
-            verb: StatsVerb::Show(_),
-        } => "stats show",
-        Object::Stats {
-            verb: StatsVerb::Reset(_),
-        } => "stats reset",
-        Object::HsLimit { verb } => match verb {
+        Object::Info(_) => "info",
+        Object::Linkgroup(o) => match o.verb() {
+            LinkgroupVerb::Show(_) => "linkgroup show",
+            LinkgroupVerb::Links { .. } => "linkgroup links",
+        },
+        Object::Device(_) => "device show",
+        Object::Stats(o) => match o.verb() {
+            StatsVerb::Show(_) => "stats show",
+            StatsVerb::Reset(_) => "stats reset",
+        },
+        Object::HsLimit(o) => match o.verb() {
             HsLimitVerb::Show => "hs-limit show",
             HsLimitVerb::Enable => "hs-limit enable",
             HsLimitVerb::Disable => "hs-limit disable",
         },
-        Object::Sysctl { verb } => match verb {
+        Object::Sysctl(o) => match o.verb() {
             SysctlVerb::Show => "sysctl show",
             SysctlVerb::Get { .. } => "sysctl get",
             SysctlVerb::Set { .. } => "sysctl set",
         },
-        Object::Ueid { verb } => match verb {
+        Object::Ueid(o) => match o.verb() {
             UeidVerb::Show => "ueid show",
             UeidVerb::Add { .. } => "ueid add",
             UeidVerb::Del { .. } => "ueid del",
             UeidVerb::Flush => "ueid flush",
         },
-        Object::Seid { verb } => match verb {
+        Object::Seid(o) => match o.verb() {
             SeidVerb::Show => "seid show",
             SeidVerb::Enable => "seid enable",
             SeidVerb::Disable => "seid disable",
@@ -64,6 +60,7 @@ pub fn command_name(o: &Object) -> &'static str {
         Object::Ss(_) => "ss",
         Object::Completions { .. } => "completions",
         Object::Manpage => "manpage",
+        Object::Unresolved(_) => "smcctl",
     }
 }
 
@@ -72,7 +69,11 @@ pub fn command_name(o: &Object) -> &'static str {
 fn uses_smc_family(o: &Object) -> bool {
     !matches!(
         o,
-        Object::Sysctl { .. } | Object::Ss(_) | Object::Completions { .. } | Object::Manpage
+        Object::Sysctl(_)
+            | Object::Ss(_)
+            | Object::Completions { .. }
+            | Object::Manpage
+            | Object::Unresolved(_)
     )
 }
 
@@ -86,6 +87,8 @@ pub fn execute(cli: &Cli) -> Result<String, Error> {
             return Ok(String::from_utf8_lossy(&out).into_owned());
         }
         Object::Manpage => return manpage(),
+        // `cli::parse` never returns it; a `Cli` parsed by clap alone may hold it.
+        Object::Unresolved(words) => return Err(crate::cli::unknown_object(words)),
         _ => {}
     }
     let netns = cli.netns.as_deref().map(NetnsArg::parse).transpose()?;
@@ -104,45 +107,45 @@ pub fn execute(cli: &Cli) -> Result<String, Error> {
         name,
     );
     match &cli.object {
-        Object::Info {
-            verb: InfoVerb::Show,
-        } => info::show(&mut s),
-        Object::Linkgroup { verb } => match verb {
-            LinkgroupVerb::Show { target, tech } => {
+        Object::Info(o) => match o.verb() {
+            InfoVerb::Show => info::show(&mut s),
+        },
+        Object::Linkgroup(o) => match o.verb() {
+            LinkgroupVerb::Show(LinkgroupShow { target, tech }) => {
                 linkgroup::show(&mut s, target.as_deref(), tech.is_smcr())
             }
             LinkgroupVerb::Links { target } => linkgroup::links(&mut s, target.as_deref()),
         },
-        Object::Device {
-            verb: DeviceVerb::Show { tech },
-        } => device::show(&mut s, tech.is_smcr()),
-        Object::Stats { verb } => match verb {
+        Object::Device(o) => match o.verb() {
+            DeviceVerb::Show(tech) => device::show(&mut s, tech.is_smcr()),
+        },
+        Object::Stats(o) => match o.verb() {
             StatsVerb::Show(a) => stats::run(&mut s, a.tech.is_smcr(), false),
             StatsVerb::Reset(a) => stats::run(&mut s, a.tech.is_smcr(), true),
         },
-        Object::HsLimit { verb } => match verb {
+        Object::HsLimit(o) => match o.verb() {
             HsLimitVerb::Show => hslimit::show(&mut s),
             HsLimitVerb::Enable => hslimit::set(&mut s, true),
             HsLimitVerb::Disable => hslimit::set(&mut s, false),
         },
-        Object::Sysctl { verb } => match verb {
+        Object::Sysctl(o) => match o.verb() {
             SysctlVerb::Show => sysctl::show(&mut s),
-            SysctlVerb::Get { key } => sysctl::get(&mut s, key),
-            SysctlVerb::Set { assignment } => sysctl::set(&mut s, assignment),
+            SysctlVerb::Get { key } => sysctl::get(&mut s, &key),
+            SysctlVerb::Set { assignment } => sysctl::set(&mut s, &assignment),
         },
-        Object::Ueid { verb } => match verb {
+        Object::Ueid(o) => match o.verb() {
             UeidVerb::Show => eid::ueid_show(&mut s),
-            UeidVerb::Add { eid } => eid::ueid_add(&mut s, eid),
-            UeidVerb::Del { eid } => eid::ueid_del(&mut s, eid),
+            UeidVerb::Add { eid } => eid::ueid_add(&mut s, &eid),
+            UeidVerb::Del { eid } => eid::ueid_del(&mut s, &eid),
             UeidVerb::Flush => eid::ueid_flush(&mut s),
         },
-        Object::Seid { verb } => match verb {
+        Object::Seid(o) => match o.verb() {
             SeidVerb::Show => eid::seid_show(&mut s),
             SeidVerb::Enable => eid::seid_set(&mut s, true),
             SeidVerb::Disable => eid::seid_set(&mut s, false),
         },
         Object::Ss(o) => ss::run(&mut s, o),
-        Object::Completions { .. } | Object::Manpage => Ok(String::new()),
+        Object::Completions { .. } | Object::Manpage | Object::Unresolved(_) => Ok(String::new()),
     }
 }
 
