@@ -338,24 +338,20 @@ pub(crate) struct RawAttr<'a> {
 /// Splits a request's attribute stream as `__nla_validate_parse` does (`nla_ok` loop): with
 /// `strict` (the kernel's `NL_VALIDATE_TRAILING`), a header that does not fit or bytes left
 /// after the last attribute are `EINVAL`; without, the stream simply ends there.
-pub(crate) fn split_attrs(mut buf: &[u8], strict: bool) -> Result<Vec<RawAttr<'_>>, Errno> {
+pub(crate) fn split_attrs(buf: &[u8], strict: bool) -> Result<Vec<RawAttr<'_>>, Errno> {
+    // The one walker of the workspace (smc-proto's, the kernel's nla_for_each_attr); what it
+    // cannot walk ends the list, or fails the request under a strict policy.
     let mut out = Vec::new();
-    while !buf.is_empty() {
-        let len = if buf.len() >= 4 {
-            usize::from(u16::from_ne_bytes([buf[0], buf[1]]))
-        } else {
-            0
-        };
-        if len < 4 || len > buf.len() {
-            return if strict { Err(libc::EINVAL) } else { Ok(out) };
+    for a in smc_proto::netlink::attr::attrs(buf) {
+        match a {
+            Ok(a) => out.push(RawAttr {
+                kind: a.kind(),
+                nested: a.is_nested(),
+                value: a.value,
+            }),
+            Err(_) if !strict => break,
+            Err(_) => return Err(libc::EINVAL),
         }
-        let kind = u16::from_ne_bytes([buf[2], buf[3]]);
-        out.push(RawAttr {
-            kind: kind & netlink_packet_core::NLA_TYPE_MASK,
-            nested: kind & netlink_packet_core::NLA_F_NESTED != 0,
-            value: &buf[4..len],
-        });
-        buf = &buf[align4(len).min(buf.len())..];
     }
     Ok(out)
 }
