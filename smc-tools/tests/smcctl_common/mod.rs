@@ -1,5 +1,5 @@
-//! Shared pieces of smcctl's tests: the smcctl binary, a real `smcd` (built from the
-//! workspace and spawned on a private socket), child processes that open real SMC-D
+//! Shared pieces of smcctl's tests: the smcctl binary, a real `smcd` (spawned on a private
+//! socket), child processes that open real SMC-D
 //! connections through the engine (this test binary re-executed with a role, optionally
 //! inside a network namespace), and network namespaces.
 #![allow(dead_code)]
@@ -7,7 +7,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -87,54 +86,9 @@ pub fn skip_unless_root(test: &str) -> bool {
     true
 }
 
-/// The `smcd` binary of this workspace, built on first use (`cargo build -p smcd-engine
-/// --bins`) into the target directory this test binary lives in.
+/// The `smcd` binary of this workspace (cargo builds it before the tests of its package).
 pub fn smcd_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test exe");
-        // target/<profile>/deps/<test>-<hash>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>")
-            .to_path_buf();
-        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| profile_dir.parent().expect("target").to_path_buf());
-        let profile = profile_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("debug")
-            .to_owned();
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "--quiet",
-            "-p",
-            "smcd-engine",
-            "--bins",
-            "--manifest-path",
-        ])
-        .arg(&manifest)
-        .env("CARGO_TARGET_DIR", &target_dir);
-        match profile.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            p => {
-                cmd.args(["--profile", p]);
-            }
-        }
-        let st = cmd.status().expect("run cargo build -p smcd-engine --bins");
-        assert!(st.success(), "cargo build -p smcd-engine --bins failed");
-        let bin = target_dir.join(&profile).join("smcd");
-        assert!(bin.exists(), "no smcd at {}", bin.display());
-        bin
-    })
+    Path::new(env!("CARGO_BIN_EXE_smcd"))
 }
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);

@@ -2,6 +2,7 @@
 //! message, the kernel path (this machine's kernel has no SMC: the one-line error is what
 //! is tested; with SMC the real output is), completions and the man page.
 
+#[path = "smcctl_common/mod.rs"]
 mod common;
 
 use common::{Smcd, smcctl, smcctl_args};
@@ -145,7 +146,7 @@ fn completions_and_man_page() {
     let on_disk = std::fs::read_to_string(&committed).unwrap_or_default();
     assert_eq!(
         on_disk, roff,
-        "docs/smcctl.1 is stale: regenerate with `cargo run -p smcctl -- manpage > docs/smcctl.1`"
+        "docs/smcctl.1 is stale: regenerate with `cargo run -p smc-tools --bin smcctl -- manpage > docs/smcctl.1`"
     );
     let help = smcctl(None, "--help");
     assert!(

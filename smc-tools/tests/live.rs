@@ -4,6 +4,7 @@
 //!
 //! Tests that need root (setns, admin commands, `ip netns`) print `SKIPPED ...` otherwise.
 
+#[path = "smcctl_common/mod.rs"]
 mod common;
 
 use common::{Conns, Netns, Smcd, eventually, skip_unless_root};
