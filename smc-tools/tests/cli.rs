@@ -2,10 +2,9 @@
 //! message, the kernel path (this machine's kernel has no SMC: the one-line error is what
 //! is tested; with SMC the real output is), completions and the man page.
 
-#[path = "smcctl_common/mod.rs"]
 mod common;
 
-use common::{Smcd, smcctl, smcctl_args};
+use common::{BINS, Smcd, smcctl, smcctl_args};
 
 #[test]
 #[ignore = "child process entry, started by the tests"]
@@ -170,7 +169,7 @@ fn no_backtrace_reaches_the_user() {
 /// exit 0 or one line and exit 1.
 #[test]
 fn any_smcd_answers_or_fails_in_one_line() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     for args in ["info", "sysctl show"] {
         let r = smcd.ctl(args);
         if r.code != 0 {

@@ -3,12 +3,12 @@
 
 mod common;
 
-use common::Smcd;
+use common::{BINS, Smcd};
 use std::process::Command;
 
 #[test]
 fn epoll_echo_example_over_smcd() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     // cargo test builds the examples next to the test binaries' directory.
     let exe = std::env::current_exe().unwrap();
     let example = exe

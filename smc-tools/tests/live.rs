@@ -4,10 +4,9 @@
 //!
 //! Tests that need root (setns, admin commands, `ip netns`) print `SKIPPED ...` otherwise.
 
-#[path = "smcctl_common/mod.rs"]
 mod common;
 
-use common::{Conns, Netns, Smcd, eventually, skip_unless_root};
+use common::{BINS, Conns, Netns, Smcd, skip_unless_root, wait_for};
 use serde_json::Value;
 
 #[test]
@@ -35,7 +34,7 @@ fn stat_line(text: &str, label: &str) -> u64 {
 
 #[test]
 fn info_device_and_linkgroups() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let _c = Conns::open(&smcd, None, 2, 0, 4096);
 
@@ -72,7 +71,7 @@ fn info_device_and_linkgroups() {
     assert_eq!(rows, jd["devices"].as_array().unwrap().len());
 
     // Link groups: the two connections live in at least one link group.
-    let j = eventually("link groups", || {
+    let j = wait_for("link groups", || {
         let j = smcd.ctl("--json linkgroup").json();
         let total: u64 = j["linkgroups"]
             .as_array()?
@@ -122,11 +121,11 @@ fn info_device_and_linkgroups() {
 
 #[test]
 fn stats_with_connections_and_fallbacks() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let bytes = 100_000usize;
     let _c = Conns::open(&smcd, None, 2, 1, bytes);
-    let j = eventually("counters", || {
+    let j = wait_for("counters", || {
         let j = smcd.ctl("--json stats").json();
         (u(&j["connections"]["smc"]["total"]) >= 4 && u(&j["fallback"]["total"]) >= 1).then_some(j)
     });
@@ -184,10 +183,10 @@ fn stats_with_connections_and_fallbacks() {
 
 #[test]
 fn sockets_like_smcss() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let c = Conns::open(&smcd, None, 2, 1, 1000);
-    let j = eventually("sockets", || {
+    let j = wait_for("sockets", || {
         let j = smcd.ctl("--json ss").json();
         let smc = j["sockets"]
             .as_array()?
@@ -242,7 +241,7 @@ fn sockets_like_smcss() {
 
 #[test]
 fn sysctl_get_set_and_range() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let show = smcd.ctl("sysctl show");
     let t = show.ok();
@@ -303,7 +302,7 @@ fn sysctl_get_set_and_range() {
 
 #[test]
 fn hs_limit_and_eids() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     assert_eq!(
         smcd.ctl("hs-limit").ok(),
@@ -353,7 +352,7 @@ fn admin_commands_need_root() {
     if skip_unless_root("admin_commands_need_root") {
         return;
     }
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     // The same smcctl as an unprivileged user.
     let setpriv = std::process::Command::new("setpriv")
@@ -405,7 +404,7 @@ fn two_namespaces() {
     if skip_unless_root("two_namespaces") {
         return;
     }
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let Some(a) = Netns::create("two_namespaces") else {
         return;
@@ -435,7 +434,7 @@ fn two_namespaces() {
 
     // Connections in a only.
     let c = Conns::open(&smcd, Some(&a), 2, 0, 10_000);
-    let ja = eventually("sockets in a", || {
+    let ja = wait_for("sockets in a", || {
         let j = smcd.ctl(&format!("{na} --json ss")).json();
         (j["sockets"].as_array()?.len() >= 4).then_some(j)
     });
@@ -450,7 +449,7 @@ fn two_namespaces() {
     assert_eq!(smcd.ctl(&format!("{nb} ss")).ok().lines().count(), 1);
 
     // Counters and link groups (SMC_GEN_NETLINK: smcctl enters the namespace).
-    let sa = eventually("counters in a", || {
+    let sa = wait_for("counters in a", || {
         let j = smcd.ctl(&format!("{na} --json stats")).json();
         (u(&j["connections"]["smc"]["total"]) >= 4).then_some(j)
     });
@@ -485,7 +484,7 @@ fn two_namespaces() {
 /// the root namespace and inside a fresh one.
 #[test]
 fn harness_opens_smc_connections() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let c = Conns::open(&smcd, None, 2, 1, 300_000);
     assert!(c.port > 0);
     drop(c);
@@ -497,4 +496,17 @@ fn harness_opens_smc_connections() {
     };
     let c = Conns::open(&smcd, Some(&ns), 1, 0, 1000);
     assert!(c.port > 0);
+}
+
+/// The harness itself: `Smcd::restart` stops smcd cleanly and starts a new one on the same
+/// socket, which answers.
+#[test]
+fn harness_restarts_smcd() {
+    let mut smcd = Smcd::start_with(BINS, &["--max-dmbs", "100"]);
+    smcd.require_control_plane();
+    let before = smcd.pid();
+    assert!(smcd.restart(), "smcd exits 0 on SIGTERM");
+    assert_ne!(smcd.pid(), before);
+    smcd.require_control_plane();
+    assert!(smcd.ctl("info").ok().starts_with("Kernel Capabilities\n"));
 }
