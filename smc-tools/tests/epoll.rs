@@ -1,30 +1,45 @@
 //! The epoll-driven example runs end to end over SMC-D: non-blocking streams whose readiness
 //! descriptors drive a single-threaded event loop.
+//!
+//! The example (`smcd-engine/examples/epoll_echo.rs`) is compiled into this test and run in a
+//! child process (this test binary re-executed), so no test has to build it with cargo.
 
 mod common;
+
+#[path = "../../smcd-engine/examples/epoll_echo.rs"]
+#[allow(dead_code)] // the example's own `main`; the child calls `run`
+mod epoll_echo;
 
 use common::{BINS, Smcd};
 use std::process::Command;
 
 #[test]
+#[ignore = "child process entry, started by the test"]
+fn epoll_echo_child() {
+    let Ok(args) = std::env::var("SMC_EPOLL_ECHO_ARGS") else {
+        return;
+    };
+    let n: Vec<usize> = args
+        .split_whitespace()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    epoll_echo::run(n[0], n[1]).expect("the example");
+}
+
+#[test]
 fn epoll_echo_example_over_smcd() {
     let smcd = Smcd::start(BINS);
-    // cargo test builds the examples next to the test binaries' directory.
-    let exe = std::env::current_exe().unwrap();
-    let example = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|dir| dir.join("examples").join("epoll_echo"))
-        .unwrap();
-    if !example.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "smcd-engine", "--example", "epoll_echo"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    let out = Command::new(&example)
-        .args(["6", "500"])
+    // The example with arguments `6 500`.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "epoll_echo_child",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("SMC_EPOLL_ECHO_ARGS", "6 500")
         .env("SMCD_SOCKET", &smcd.socket)
         .output()
         .expect("run the example");
