@@ -2,11 +2,12 @@
 //! and counters are non-empty), table and JSON side by side, and in two network namespaces
 //! for the per-namespace commands.
 //!
-//! Tests that need root (setns, admin commands, `ip netns`) print `SKIPPED ...` otherwise.
+//! Tests that need root (setns, admin commands, `ip netns`) or a tool (`ip`, `setpriv`) fail
+//! without it under `CI=true`, and print `SKIPPED ...` otherwise.
 
 mod common;
 
-use common::{BINS, Conns, Netns, Smcd, skip_unless_root, wait_for};
+use common::{BINS, Conns, Netns, Smcd, skip_unless_root, skip_unless_tool, wait_for};
 use serde_json::Value;
 
 #[test]
@@ -173,7 +174,10 @@ fn stats_with_connections_and_fallbacks() {
         u(&j["connections"]["smc"]["total"])
     );
 
-    // reset shows the values, then clears them (per namespace, in smcd).
+    // reset shows the values, then clears them (per namespace, in smcd; an admin command).
+    if skip_unless_root("stats_with_connections_and_fallbacks (reset)") {
+        return;
+    }
     let r = smcd.ctl("stats reset");
     assert!(stat_line(r.ok(), "SMC connections") >= 4);
     let after = smcd.ctl("--json stats").json();
@@ -355,11 +359,7 @@ fn admin_commands_need_root() {
     let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     // The same smcctl as an unprivileged user.
-    let setpriv = std::process::Command::new("setpriv")
-        .arg("--version")
-        .output();
-    if setpriv.is_err() {
-        eprintln!("SKIPPED admin_commands_need_root: no setpriv");
+    if skip_unless_tool("admin_commands_need_root", "setpriv") {
         return;
     }
     for args in [
