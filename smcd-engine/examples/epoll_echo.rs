@@ -55,7 +55,12 @@ fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let clients: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(4);
     let messages: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
+    run(clients, messages)
+}
 
+/// The loop and `clients` client threads sending `messages` messages each (smc-tools'
+/// `tests/epoll.rs` compiles this file in and calls it).
+pub fn run(clients: usize, messages: usize) -> std::io::Result<()> {
     let listener = SmcListener::bind("127.0.0.1:0")?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;

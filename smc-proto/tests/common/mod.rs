@@ -5,7 +5,31 @@
 //!   CDC and LLC, and IPv4/TCP for CLC.
 //! * [`tshark`]: runs `tshark -T pdml` once over a file, parses the PDML into packets, protocols
 //!   and fields, and compares a protocol's fields against expectations.
+//! * [`skip`]: what a test does when a tool or file it needs is missing (fail under `CI=true`).
+//!   smc-proto cannot use the workspace's harness (`smc-tests` depends on it), so it has its own.
 #![allow(dead_code)]
+
+/// Whether this is a CI run: `CI` is set to anything but empty, `0` or `false` (CI systems
+/// set `CI=true`; `.ci/run` does too).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// `test` cannot run here because of `why`: under CI that fails the test (a missing tool must
+/// not pass as a success); otherwise it prints `SKIPPED test: why` and the caller returns.
+#[track_caller]
+pub fn skip(test: &str, why: impl std::fmt::Display) {
+    if in_ci() {
+        panic!("{test}: {why}; under CI this fails instead of skipping (see .ci/run)");
+    }
+    // Straight to the descriptor: the test harness captures `eprintln!` of passing tests, and
+    // a skip must be seen.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {why} (under CI=true this fails)"
+    );
+}
 
 pub mod pcap {
     /// LINKTYPE_RAW: records are raw IPv4/IPv6 packets.

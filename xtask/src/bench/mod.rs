@@ -262,7 +262,7 @@ fn load(p: &Path) -> anyhow::Result<Value> {
     serde_json::from_str(&s).with_context(|| format!("{} is not JSON", p.display()))
 }
 
-/// `cargo build [--release] -p smcd-engine --bins -p smcctl`.
+/// `cargo build [--release] -p smc-tools --bins` (smcd, smc-perf and smcctl are among them).
 fn build(root: &Path, debug: bool) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
@@ -270,9 +270,9 @@ fn build(root: &Path, debug: bool) -> anyhow::Result<()> {
     if !debug {
         cmd.arg("--release");
     }
-    cmd.args(["-p", "smcd-engine", "--bins", "-p", "smcctl"]);
+    cmd.args(["-p", "smc-tools", "--bins"]);
     eprintln!(
-        "bench: cargo build{} -p smcd-engine --bins -p smcctl",
+        "bench: cargo build{} -p smc-tools --bins",
         if debug { "" } else { " --release" }
     );
     let mut child = procs::spawn_foreground(&mut cmd)?;

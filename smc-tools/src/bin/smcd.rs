@@ -12,7 +12,10 @@ use smcd_engine::control::server::Server;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
+// clap names the program after the package: `--version` printed `smcd-engine 0.1.0` while the
+// binary lived there, and still does.
 #[command(
+    name = "smcd-engine",
     version,
     about = "User-space SMC daemon: the loopback ISM device and the control socket"
 )]

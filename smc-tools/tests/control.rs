@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Smcd, eventually, say};
+use common::{BINS, Smcd, eventually, say};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 use smc_proto::clc::ReasonCode;
@@ -302,7 +302,7 @@ fn control_child() {
 
 #[test]
 fn families_resolve_by_name() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut c = Ctl::connect(&smcd.socket);
     assert_eq!(c.resolve("SMC_GEN_NETLINK"), Ok(SMC));
     assert_eq!(c.resolve("SMCD_ENGINE"), Ok(ENGINE));
@@ -317,7 +317,7 @@ fn families_resolve_by_name() {
 
 #[test]
 fn every_smc_command() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut c = Ctl::connect(&smcd.socket);
     let info = c.smc(SmcCmd::GetSysInfo).payloads[0].sys_info().unwrap();
     assert_eq!((info.ver, info.rel, info.is_ism_v2), (2, 1, true));
@@ -403,7 +403,7 @@ fn every_smc_command() {
 /// Each listener is the first thing a fresh engine does, as in a freshly started server.
 #[test]
 fn listener_takes_limit_smc_hs_when_it_listens() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut c = Ctl::connect(&smcd.socket);
     assert_eq!(c.smc(SmcCmd::EnableHsLimitation).end, ACK);
     let on = common::listen(&smcd.engine());
@@ -427,7 +427,7 @@ fn listener_takes_limit_smc_hs_when_it_listens() {
 
 #[test]
 fn engine_family_commands() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut c = Ctl::connect(&smcd.socket);
     let list = c.dump(ENGINE, EngineMessage::sysctl_list(None));
     assert_eq!(list.end, DONE);
@@ -511,7 +511,7 @@ fn engine_family_commands() {
 
 #[test]
 fn unprivileged_callers_may_only_look() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let kv = child(
         &smcd,
         &[
@@ -549,7 +549,7 @@ fn unprivileged_callers_may_only_look() {
 
 #[test]
 fn admin_group_may_change_state() {
-    let smcd = Smcd::start_with(&["--admin-group", "4321"]);
+    let smcd = Smcd::start_with(BINS, &["--admin-group", "4321"]);
     let kv = child(
         &smcd,
         &[
@@ -587,7 +587,7 @@ impl Drop for NamedNetns {
 
 #[test]
 fn namespaces_are_separate() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut c = Ctl::connect(&smcd.socket);
     let mine = own_netns();
     // A child in a fresh namespace changes its knobs...
@@ -666,7 +666,7 @@ fn fake_engine(smcd: &Smcd) -> (Channel, std::sync::Arc<StatusArea>) {
 
 #[test]
 fn status_areas_over_the_socket() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (ch, area) = fake_engine(&smcd);
     let g = area.lgr_slot();
     g.publish(&LgrRecord {
@@ -747,7 +747,7 @@ fn status_areas_over_the_socket() {
 
 #[test]
 fn bad_input_gets_errors_and_smcd_keeps_serving() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut c = Ctl::connect(&smcd.socket);
     let mut rng = common::Rng::new(common::Rng::seed());
     let mut req = |family: u16, cmd: u8, flags: u16, attrs: &[u8]| {
@@ -825,7 +825,7 @@ impl Ctl {
 #[test]
 fn many_clients_and_one_that_never_reads() {
     common::raise_nofile();
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     // Thousands of idle connections.
     let idle: Vec<Ctl> = (0..2000).map(|_| Ctl::connect(&smcd.socket)).collect();
     // A client that sends dumps and never reads its replies.
@@ -868,7 +868,7 @@ fn many_clients_and_one_that_never_reads() {
 fn real_connections_show_up() {
     use smcd_engine::{SmcListener, SmcStream};
     use std::io::{Read, Write};
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let engine = smcd.engine();
     let l = SmcListener::bind_with(&engine, "127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -964,7 +964,7 @@ fn real_connections_show_up() {
 #[test]
 fn first_connect_of_an_engine_is_counted() {
     use smcd_engine::{SmcListener, SmcStream};
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let l = SmcListener::bind_with(&smcd.engine(), "127.0.0.1:0").unwrap();
     let a = SmcStream::connect_with(&smcd.engine(), l.local_addr().unwrap()).unwrap();
     let (b, _) = l.accept().unwrap();

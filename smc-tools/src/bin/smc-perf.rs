@@ -33,7 +33,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Parser)]
-#[command(version, about = "SMC vs TCP load generator (bw, lat, crr)")]
+// clap names the program after the package: `--version` printed `smcd-engine 0.1.0` while the
+// binary lived there, and still does.
+#[command(
+    name = "smcd-engine",
+    version,
+    about = "SMC vs TCP load generator (bw, lat, crr)"
+)]
 struct Args {
     #[command(subcommand)]
     cmd: Cmd,

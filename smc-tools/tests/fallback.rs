@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Smcd, listen};
+use common::{BINS, Smcd, listen};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use smc_proto::clc::{AcceptConfirm, ClcMessage, Decline, ReasonCode, SMC_V2, SmcdAcceptConfirm};
 use smcd_engine::device::loopback::LoopbackDevice;
@@ -64,7 +64,7 @@ fn smcd_not_running() {
 /// An SMC client of a plain TCP server: PEERNOSMC, no CLC byte on the wire.
 #[test]
 fn peer_not_smc_capable() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let engine = smcd.engine();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let c = SmcStream::connect_with(&engine, l.local_addr().unwrap()).unwrap();
@@ -76,7 +76,7 @@ fn peer_not_smc_capable() {
 /// The server cannot get a DMB: it declines with MEM; the client records PEERDECL/MEM.
 #[test]
 fn buffer_allocation_failure() {
-    let smcd = Smcd::start_with(&["--max-dmbs", "0"]);
+    let smcd = Smcd::start_with(BINS, &["--max-dmbs", "0"]);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
@@ -125,7 +125,7 @@ fn fake_server(
 /// The server declines: the client falls back with PEERDECL and the server's code.
 #[test]
 fn peer_declines() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (addr, server) = fake_server(&smcd, false, |_| {
         ClcMessage::Decline(Decline::new(ReasonCode::NOV2DEXT, SMC_V2)).to_vec()
     });
@@ -143,7 +143,7 @@ fn peer_declines() {
 /// A malformed Accept (broken lengths) is declined with a reason, and both go TCP.
 #[test]
 fn malformed_accept() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (addr, server) = fake_server(&smcd, true, |_| {
         let body = SmcdAcceptConfirm {
             gid: 1,
@@ -178,7 +178,7 @@ fn malformed_accept() {
 /// An unexpected message (a Confirm where an Accept belongs) is declined (CNFERR).
 #[test]
 fn unexpected_clc_message() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (addr, server) = fake_server(&smcd, true, |_| {
         let body = SmcdAcceptConfirm {
             gid: 1,
@@ -201,7 +201,7 @@ fn unexpected_clc_message() {
 /// declined.
 #[test]
 fn accept_from_an_unexpected_device() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (addr, server) = fake_server(&smcd, true, |_| {
         let body = SmcdAcceptConfirm {
             gid: 0xdead,
@@ -253,7 +253,7 @@ fn fake_client(smcd: &Smcd, to: SocketAddr, clc: &[u8]) -> (TcpStream, Arc<Loopb
 /// exactly the bytes the client sends after the Decline.
 #[test]
 fn malformed_proposal() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let engine = smcd.engine();
     let l = listen(&engine);
     let to = l.local_addr().unwrap();
@@ -286,7 +286,7 @@ fn malformed_proposal() {
 /// A client whose Proposal names a GID other than the one smcd announced for it is declined.
 #[test]
 fn proposal_from_an_impostor_gid() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let engine = smcd.engine();
     let l = listen(&engine);
     let to = l.local_addr().unwrap();
@@ -311,7 +311,7 @@ fn proposal_from_an_impostor_gid() {
 /// clients get SMC-D again.
 #[test]
 fn congested_listener_with_handshake_limitation() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = smcd_engine::SmcListener::bind_with_options(
         &se,

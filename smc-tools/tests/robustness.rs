@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Peer, Smcd, dmb_resources, eventually, listen};
+use common::{BINS, Peer, Smcd, dmb_resources, eventually, listen};
 use smc_proto::clc::ReasonCode;
 use smcd_engine::{Fallback, Mode, SmcStream};
 use std::io::{ErrorKind, Read, Write};
@@ -55,7 +55,7 @@ fn kill_and_check(smcd: &Smcd, mut victim: Peer, mut survivor: Peer) {
 
 #[test]
 fn sigkill_of_the_server_mid_transfer() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut server = Peer::spawn(&smcd.socket, "stream-server", &[]);
     let port = server.expect("PORT");
     let mut client = Peer::spawn(&smcd.socket, "sink-client", &[port]);
@@ -66,7 +66,7 @@ fn sigkill_of_the_server_mid_transfer() {
 
 #[test]
 fn sigkill_of_the_client_mid_transfer() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut server = Peer::spawn(&smcd.socket, "stream-server", &[]);
     let port = server.expect("PORT");
     let mut client = Peer::spawn(&smcd.socket, "sink-client", &[port]);
@@ -77,7 +77,7 @@ fn sigkill_of_the_client_mid_transfer() {
 
 #[test]
 fn sigkill_of_a_writing_client() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut server = Peer::spawn(&smcd.socket, "sink-server", &[]);
     let port = server.expect("PORT");
     let mut client = Peer::spawn(&smcd.socket, "source-client", &[port]);
@@ -90,7 +90,7 @@ fn sigkill_of_a_writing_client() {
 /// (with an error, on both ends) and no other.
 #[test]
 fn scribbling_peer_breaks_only_its_connection() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut server = Peer::spawn(&smcd.socket, "scribble-target", &[]);
     let port: u16 = server.expect("PORT").parse().unwrap();
     let engine = smcd.engine();
@@ -128,7 +128,7 @@ fn scribbling_peer_breaks_only_its_connection() {
 /// working (the data plane is peer to peer); new connections fall back with NOSMCDEV.
 #[test]
 fn established_connections_survive_smcd() {
-    let mut smcd = Smcd::start();
+    let mut smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
@@ -155,7 +155,7 @@ fn established_connections_survive_smcd() {
 /// smcd restarts: a listener registers again by itself, and new connections are SMC-D again.
 #[test]
 fn listener_registers_again_after_smcd_restarts() {
-    let mut smcd = Smcd::start();
+    let mut smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
@@ -163,7 +163,7 @@ fn listener_registers_again_after_smcd_restarts() {
     let (s, _) = l.accept().unwrap();
     assert!(c.is_smc() && s.is_smc());
     assert!(smcd.stop());
-    let again = Smcd::start_at(&smcd.socket);
+    let again = Smcd::start_at(BINS, &smcd.socket);
     // The listener notices within a couple of seconds; the client engine reconnects on its
     // next connect (at most once a second).
     assert!(

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Peer, Rng, Smcd, listen, pattern, raise_nofile};
+use common::{BINS, Peer, Rng, Smcd, listen, pattern, raise_nofile, skip_unless_tool};
 use smc_proto::clc::ReasonCode;
 use smcd_engine::{Mode, SmcStream};
 use std::io::{ErrorKind, Read, Write};
@@ -25,7 +25,7 @@ fn connect(engine: &std::sync::Arc<smcd_engine::Engine>, port: u16) -> SmcStream
 #[test]
 fn bulk_transfer_both_directions_byte_exact() {
     const TOTAL: u64 = 256 << 20;
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let seed = Rng::seed();
     eprintln!("seed {seed}");
     let mut server = Peer::spawn(
@@ -59,7 +59,7 @@ fn bulk_transfer_both_directions_byte_exact() {
 /// shutdown(Write) gives the peer end of stream after every byte; the peer can still answer.
 #[test]
 fn half_close() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
@@ -89,7 +89,7 @@ fn half_close() {
 /// Closing with unread data aborts: the peer gets ConnectionReset.
 #[test]
 fn close_with_unread_data_resets_peer() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
@@ -114,7 +114,7 @@ fn close_with_unread_data_resets_peer() {
 /// After an orderly close by the peer, reads see end of stream and writes fail with BrokenPipe.
 #[test]
 fn write_after_peer_closed_is_broken_pipe() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
@@ -131,7 +131,7 @@ fn write_after_peer_closed_is_broken_pipe() {
 /// The server writes first; nothing waits for the client to speak.
 #[test]
 fn server_speaks_first() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
@@ -155,16 +155,17 @@ fn server_speaks_first() {
 /// client of a plain TCP server that is not ours (python3), also PEERNOSMC.
 #[test]
 fn interop_with_plain_tcp_peers() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let se = smcd.engine();
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
-    let nc = Command::new("nc")
-        .args(["-q", "1", "127.0.0.1", &port.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn();
-    if let Ok(mut nc) = nc {
+    if !skip_unless_tool("interop_with_plain_tcp_peers (the nc half)", "nc") {
+        let mut nc = Command::new("nc")
+            .args(["-q", "1", "127.0.0.1", &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("nc");
         nc.stdin.take().unwrap().write_all(b"from nc\n").unwrap();
         let (s, _) = l.accept().unwrap();
         assert_eq!(
@@ -178,8 +179,6 @@ fn interop_with_plain_tcp_peers() {
         drop(s);
         let out = nc.wait_with_output().unwrap();
         assert_eq!(out.stdout, b"to nc\n");
-    } else {
-        eprintln!("skipping the nc half: nc is not installed");
     }
 
     let mut py = Command::new("python3")
@@ -215,7 +214,7 @@ fn interop_with_plain_tcp_peers() {
 fn thousand_concurrent_connections() {
     const N: usize = 1000;
     raise_nofile();
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let mut server = Peer::spawn(&smcd.socket, "echo-server", &[N.to_string()]);
     let port: u16 = server.expect("PORT").parse().unwrap();
     let engine = smcd.engine();
@@ -263,7 +262,7 @@ fn thousand_concurrent_connections() {
 /// An SMC stream and a plain TCP stream are interchangeable in code that uses io traits.
 #[test]
 fn timeouts_and_options_behave_like_tcp() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
@@ -299,7 +298,7 @@ fn timeouts_and_options_behave_like_tcp() {
 /// IPv6 works like IPv4, and a dual-stack listener on `[::]` takes IPv4 clients over SMC-D.
 #[test]
 fn ipv6_and_dual_stack() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
     let l6 = smcd_engine::SmcListener::bind_with(&se, "[::1]:0").expect("bind [::1]");
     let c6 = SmcStream::connect_with(&ce, l6.local_addr().unwrap()).unwrap();

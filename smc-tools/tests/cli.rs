@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Smcd, smcctl, smcctl_args};
+use common::{BINS, Smcd, smcctl, smcctl_args};
 
 #[test]
 #[ignore = "child process entry, started by the tests"]
@@ -145,7 +145,7 @@ fn completions_and_man_page() {
     let on_disk = std::fs::read_to_string(&committed).unwrap_or_default();
     assert_eq!(
         on_disk, roff,
-        "docs/smcctl.1 is stale: regenerate with `cargo run -p smcctl -- manpage > docs/smcctl.1`"
+        "docs/smcctl.1 is stale: regenerate with `cargo run -p smc-tools --bin smcctl -- manpage > docs/smcctl.1`"
     );
     let help = smcctl(None, "--help");
     assert!(
@@ -169,7 +169,7 @@ fn no_backtrace_reaches_the_user() {
 /// exit 0 or one line and exit 1.
 #[test]
 fn any_smcd_answers_or_fails_in_one_line() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     for args in ["info", "sysctl show"] {
         let r = smcd.ctl(args);
         if r.code != 0 {

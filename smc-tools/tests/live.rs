@@ -2,11 +2,12 @@
 //! and counters are non-empty), table and JSON side by side, and in two network namespaces
 //! for the per-namespace commands.
 //!
-//! Tests that need root (setns, admin commands, `ip netns`) print `SKIPPED ...` otherwise.
+//! Tests that need root (setns, admin commands, `ip netns`) or a tool (`ip`, `setpriv`) fail
+//! without it under `CI=true`, and print `SKIPPED ...` otherwise.
 
 mod common;
 
-use common::{Conns, Netns, Smcd, eventually, skip_unless_root};
+use common::{BINS, Conns, Netns, Smcd, skip_unless_root, skip_unless_tool, wait_for};
 use serde_json::Value;
 
 #[test]
@@ -34,7 +35,7 @@ fn stat_line(text: &str, label: &str) -> u64 {
 
 #[test]
 fn info_device_and_linkgroups() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let _c = Conns::open(&smcd, None, 2, 0, 4096);
 
@@ -71,7 +72,7 @@ fn info_device_and_linkgroups() {
     assert_eq!(rows, jd["devices"].as_array().unwrap().len());
 
     // Link groups: the two connections live in at least one link group.
-    let j = eventually("link groups", || {
+    let j = wait_for("link groups", || {
         let j = smcd.ctl("--json linkgroup").json();
         let total: u64 = j["linkgroups"]
             .as_array()?
@@ -121,11 +122,11 @@ fn info_device_and_linkgroups() {
 
 #[test]
 fn stats_with_connections_and_fallbacks() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let bytes = 100_000usize;
     let _c = Conns::open(&smcd, None, 2, 1, bytes);
-    let j = eventually("counters", || {
+    let j = wait_for("counters", || {
         let j = smcd.ctl("--json stats").json();
         (u(&j["connections"]["smc"]["total"]) >= 4 && u(&j["fallback"]["total"]) >= 1).then_some(j)
     });
@@ -173,7 +174,10 @@ fn stats_with_connections_and_fallbacks() {
         u(&j["connections"]["smc"]["total"])
     );
 
-    // reset shows the values, then clears them (per namespace, in smcd).
+    // reset shows the values, then clears them (per namespace, in smcd; an admin command).
+    if skip_unless_root("stats_with_connections_and_fallbacks (reset)") {
+        return;
+    }
     let r = smcd.ctl("stats reset");
     assert!(stat_line(r.ok(), "SMC connections") >= 4);
     let after = smcd.ctl("--json stats").json();
@@ -183,10 +187,10 @@ fn stats_with_connections_and_fallbacks() {
 
 #[test]
 fn sockets_like_smcss() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let c = Conns::open(&smcd, None, 2, 1, 1000);
-    let j = eventually("sockets", || {
+    let j = wait_for("sockets", || {
         let j = smcd.ctl("--json ss").json();
         let smc = j["sockets"]
             .as_array()?
@@ -241,7 +245,7 @@ fn sockets_like_smcss() {
 
 #[test]
 fn sysctl_get_set_and_range() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let show = smcd.ctl("sysctl show");
     let t = show.ok();
@@ -302,7 +306,7 @@ fn sysctl_get_set_and_range() {
 
 #[test]
 fn hs_limit_and_eids() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     assert_eq!(
         smcd.ctl("hs-limit").ok(),
@@ -352,14 +356,10 @@ fn admin_commands_need_root() {
     if skip_unless_root("admin_commands_need_root") {
         return;
     }
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     // The same smcctl as an unprivileged user.
-    let setpriv = std::process::Command::new("setpriv")
-        .arg("--version")
-        .output();
-    if setpriv.is_err() {
-        eprintln!("SKIPPED admin_commands_need_root: no setpriv");
+    if skip_unless_tool("admin_commands_need_root", "setpriv") {
         return;
     }
     for args in [
@@ -404,7 +404,7 @@ fn two_namespaces() {
     if skip_unless_root("two_namespaces") {
         return;
     }
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let Some(a) = Netns::create("two_namespaces") else {
         return;
@@ -434,7 +434,7 @@ fn two_namespaces() {
 
     // Connections in a only.
     let c = Conns::open(&smcd, Some(&a), 2, 0, 10_000);
-    let ja = eventually("sockets in a", || {
+    let ja = wait_for("sockets in a", || {
         let j = smcd.ctl(&format!("{na} --json ss")).json();
         (j["sockets"].as_array()?.len() >= 4).then_some(j)
     });
@@ -449,7 +449,7 @@ fn two_namespaces() {
     assert_eq!(smcd.ctl(&format!("{nb} ss")).ok().lines().count(), 1);
 
     // Counters and link groups (SMC_GEN_NETLINK: smcctl enters the namespace).
-    let sa = eventually("counters in a", || {
+    let sa = wait_for("counters in a", || {
         let j = smcd.ctl(&format!("{na} --json stats")).json();
         (u(&j["connections"]["smc"]["total"]) >= 4).then_some(j)
     });
@@ -484,7 +484,7 @@ fn two_namespaces() {
 /// the root namespace and inside a fresh one.
 #[test]
 fn harness_opens_smc_connections() {
-    let smcd = Smcd::start();
+    let smcd = Smcd::start(BINS);
     let c = Conns::open(&smcd, None, 2, 1, 300_000);
     assert!(c.port > 0);
     drop(c);
@@ -496,4 +496,17 @@ fn harness_opens_smc_connections() {
     };
     let c = Conns::open(&smcd, Some(&ns), 1, 0, 1000);
     assert!(c.port > 0);
+}
+
+/// The harness itself: `Smcd::restart` stops smcd cleanly and starts a new one on the same
+/// socket, which answers.
+#[test]
+fn harness_restarts_smcd() {
+    let mut smcd = Smcd::start_with(BINS, &["--max-dmbs", "100"]);
+    smcd.require_control_plane();
+    let before = smcd.pid();
+    assert!(smcd.restart(), "smcd exits 0 on SIGTERM");
+    assert_ne!(smcd.pid(), before);
+    smcd.require_control_plane();
+    assert!(smcd.ctl("info").ok().starts_with("Kernel Capabilities\n"));
 }

@@ -10,7 +10,10 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 
 #[derive(Debug, Parser)]
+// clap names the program after the package: `--version` printed `smcd-engine 0.1.0` while the
+// binary lived there, and still does.
 #[command(
+    name = "smcd-engine",
     version,
     about = "netcat over SMC-D (falls back to TCP like any SMC socket)"
 )]
