@@ -22,7 +22,7 @@ use smc_proto::netlink::framing::{
 };
 use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage};
 use smc_proto::netlink::smc::{FbackStats, SmcCmd, SmcGenlMessage, Ueid};
-use smcd_engine::driver::channel::{self, Channel, MAX_RECORD};
+use smcd_engine::ipc::channel::{self, Channel, MAX_RECORD};
 use smcd_engine::layout::status::{
     ConnIdentity, Curs, LgrRecord, LstRecord, StatusArea, T_SRV_FBACK, T_TX_BYTES, fback_index,
 };

@@ -102,11 +102,11 @@ fn scribbling_peer_breaks_only_its_connection() {
     let mut rng = common::Rng::new(common::Rng::seed());
     // Garbage over the producer and consumer words of the server's DMB of connection a: random
     // bytes, with the producer count forced outside the ring so the damage is always visible.
-    let target = ia.peer_dmb();
+    let target = ia.link().peer();
     let mut junk: Vec<u8> = (0..16).map(|_| rng.next() as u8).collect();
     junk[2..6].copy_from_slice(&u32::MAX.to_ne_bytes());
     target.map.scribble(8, &junk);
-    target.notify(smcd_engine::device::Dir::Rx);
+    ia.link().ring_peer(smcd_engine::device::Dir::Rx);
     let noticed = server.expect("A");
     assert_eq!(noticed, "ConnectionAborted", "the server's read on a fails");
     // Our end of a sees the reset (the server aborted its TCP connection).

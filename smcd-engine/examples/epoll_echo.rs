@@ -7,9 +7,9 @@
 //! ```
 //!
 //! One thread runs the loop: the listener's readiness descriptor tells when `accept` has a
-//! connection; each stream's readiness descriptor ([`SmcStream::readiness_fd`]) tells when
-//! something changed, and the loop then reads and writes until both return `WouldBlock`
-//! (which re-arms the notification). Client threads (blocking streams) send messages and
+//! connection; each stream's readiness descriptor ([`SmcStream::readiness_fd`]) is readable
+//! and writable as a TCP socket's would be, edge-triggered here: the loop reads and writes
+//! until they return `WouldBlock`. Client threads (blocking streams) send messages and
 //! check the echoes. Prints what the connections became and exits 0 when all echoes match.
 
 use rustix::event::epoll;
@@ -114,8 +114,6 @@ pub fn run(clients: usize, messages: usize) -> std::io::Result<()> {
                                     | epoll::EventFlags::OUT
                                     | epoll::EventFlags::ET,
                             )?;
-                            // Arm both directions: anything that arrived before now is seen.
-                            stream.arm();
                             conns.insert(
                                 next,
                                 Conn {

@@ -2,7 +2,7 @@
 //! engine's own. A connection takes a snapshot when it is created, as the kernel copies sysctl
 //! values into a new socket; the control plane (`smcd`) makes them per namespace and settable.
 
-use crate::core::window::WndUpdateRule;
+use smc_core::window::WndUpdateRule;
 use std::time::Duration;
 
 /// Settings that shape new connections.

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 )]
 struct Args {
     /// Socket path.
-    #[arg(long, env = "SMCD_SOCKET", default_value = smcd_engine::driver::channel::DEFAULT_SOCKET)]
+    #[arg(long, env = "SMCD_SOCKET", default_value = smcd_engine::ipc::DEFAULT_SOCKET)]
     socket: PathBuf,
     /// Most DMBs the loopback device holds at once (the kernel's loopback-ism: 5000).
     #[arg(long, default_value_t = smcd_engine::control::device::DEFAULT_MAX_DMBS)]

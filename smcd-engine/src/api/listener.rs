@@ -93,7 +93,12 @@ impl SmcListener {
 
     /// Accepts a connection (SMC-D or TCP) and the client's address.
     pub fn accept(&self) -> io::Result<(SmcStream, SocketAddr)> {
-        self.core.accept().map(|a| (a.stream, a.peer))
+        self.core.accept().map(|a| {
+            (
+                SmcStream::from_outcome(&self.core.engine(), a.outcome, true),
+                a.peer,
+            )
+        })
     }
 
     /// An endless iterator over accepted connections.

@@ -5,4 +5,4 @@ pub mod listener;
 pub mod stream;
 
 pub use listener::SmcListener;
-pub use stream::{Mode, SmcStream, SmcdSummary};
+pub use stream::{Mode, SmcConnecting, SmcStream, SmcdSummary};

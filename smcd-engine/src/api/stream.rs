@@ -1,20 +1,23 @@
 //! [`SmcStream`]: a `std::net::TcpStream` look-alike whose bytes travel through shared memory
 //! when both ends are SMC-capable, and through TCP otherwise.
 
-use crate::core::close::SmcState;
-use crate::device::SmcdDevice;
 use crate::driver::conn::{SmcConn, SmcdInfo};
-use crate::driver::connect;
+use crate::driver::connect::{self, Connecting};
 use crate::driver::engine::Engine;
 use crate::driver::handshake::{Fallback, Outcome};
 use crate::driver::lgr::LinkGroup;
 use crate::layout::status::{ConnIdentity, ConnSlot};
+use crate::transport::smcd::SmcdLink;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use smc_core::close::SmcState;
 use smc_proto::clc::ReasonCode;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// `SIOCATMARK` (`linux/sockios.h`; the libc crate does not name it).
+const SIOCATMARK: libc::c_ulong = 0x8905;
 
 /// What a connection became.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +71,7 @@ impl std::fmt::Display for Mode {
 #[derive(Debug)]
 enum Kind {
     Smc {
-        conn: Box<SmcConn>,
+        conn: Arc<SmcConn<SmcdLink>>,
         lgr: Arc<LinkGroup>,
     },
     Tcp {
@@ -87,12 +90,12 @@ struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Kind::Smc { conn, lgr } = &self.kind {
-            let reusable = conn.close_now();
+            let reusable = conn.close_now() && conn.link().peer_closed();
             let aborted = conn.is_aborted();
-            if let Some(dev) = self.engine.device() {
+            if let Some(a) = self.engine.attached_now() {
                 lgr.put_dmb(
-                    dev.as_ref() as &dyn SmcdDevice,
-                    Arc::clone(conn.own_dmb()),
+                    a.ism.as_ref(),
+                    Arc::clone(conn.link().own()),
                     reusable,
                     aborted,
                 );
@@ -100,9 +103,9 @@ impl Drop for Inner {
             if aborted {
                 // The peer wrote garbage or vanished: nothing of it is to be trusted again.
                 lgr.detach(conn.info.peer_token);
-                lgr.kill();
+                self.engine.lgrs.kill(lgr);
             }
-            lgr.release_slot();
+            self.engine.lgrs.release(lgr);
         }
     }
 }
@@ -137,6 +140,23 @@ impl SmcStream {
         }))
     }
 
+    /// Starts a connect that does not wait (`EINPROGRESS`): wait until the returned
+    /// [`SmcConnecting`] is ready for what it says, then [`SmcConnecting::try_finish`].
+    pub fn connect_nonblocking(addr: SocketAddr) -> io::Result<SmcConnecting> {
+        Self::connect_nonblocking_with(Engine::global(), addr)
+    }
+
+    /// [`SmcStream::connect_nonblocking`] through `engine`.
+    pub fn connect_nonblocking_with(
+        engine: &Arc<Engine>,
+        addr: SocketAddr,
+    ) -> io::Result<SmcConnecting> {
+        Ok(SmcConnecting {
+            engine: Arc::clone(engine),
+            c: Connecting::start(engine, addr)?,
+        })
+    }
+
     /// Connects with a timeout (TCP connect and the CLC handshake each get at most this).
     pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<SmcStream> {
         Self::connect_timeout_with(Engine::global(), addr, timeout)
@@ -158,7 +178,7 @@ impl SmcStream {
                 // A fallback socket shows in socket dumps with its reasons (smcss "TCP 0x...").
                 let slot = engine.status().conn_slot();
                 slot.publish(&ConnIdentity {
-                    state: crate::core::close::SmcState::Active as u8,
+                    state: SmcState::Active as u8,
                     mode: 1,
                     role: u8::from(server),
                     fallback: (fallback.local.0, fallback.peer.0),
@@ -223,10 +243,69 @@ impl SmcStream {
     }
 
     /// The SMC connection, if any (statistics, diagnostics).
-    pub fn smc_conn(&self) -> Option<&SmcConn> {
+    pub fn smc_conn(&self) -> Option<&SmcConn<SmcdLink>> {
         match &self.inner.kind {
             Kind::Smc { conn, .. } => Some(conn),
             Kind::Tcp { .. } => None,
+        }
+    }
+
+    /// Sends urgent data (`MSG_OOB`): the last byte of `buf` is the urgent byte.
+    pub fn send_oob(&self, buf: &[u8]) -> io::Result<usize> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.write_with(buf, false, true),
+            Kind::Tcp { sock, .. } => rustix::net::send(
+                sock,
+                buf,
+                rustix::net::SendFlags::OOB | rustix::net::SendFlags::NOSIGNAL,
+            )
+            .map_err(io::Error::from),
+        }
+    }
+
+    /// Receives the urgent byte (`recv(MSG_OOB)`, with `MSG_PEEK` if `peek`).
+    pub fn recv_oob(&self, peek: bool) -> io::Result<u8> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.recv_oob(peek),
+            Kind::Tcp { sock, .. } => {
+                let mut b = [0u8; 1];
+                let mut f = rustix::net::RecvFlags::OOB;
+                if peek {
+                    f |= rustix::net::RecvFlags::PEEK;
+                }
+                rustix::net::recv(sock, &mut b, f)
+                    .map(|_| b[0])
+                    .map_err(io::Error::from)
+            }
+        }
+    }
+
+    /// `SIOCATMARK`: whether the next byte to read is the urgent byte.
+    pub fn at_mark(&self) -> io::Result<bool> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.at_mark(),
+            Kind::Tcp { sock, .. } => {
+                let mut v: libc::c_int = 0;
+                // SAFETY: SIOCATMARK writes one int through the pointer we pass.
+                let r = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCATMARK, &mut v) };
+                if r < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(v != 0)
+            }
+        }
+    }
+
+    /// `SO_OOBINLINE`: the urgent byte stays in the stream.
+    pub fn set_oob_inline(&self, on: bool) -> io::Result<()> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => {
+                conn.set_oob_inline(on);
+                Ok(())
+            }
+            Kind::Tcp { sock, .. } => {
+                rustix::net::sockopt::set_socket_oobinline(sock, on).map_err(io::Error::from)
+            }
         }
     }
 
@@ -353,7 +432,7 @@ impl SmcStream {
     /// Sends with `MSG_MORE`: the data may be held back until a later write without it.
     pub fn write_more(&self, buf: &[u8]) -> io::Result<usize> {
         match &self.inner.kind {
-            Kind::Smc { conn, .. } => conn.write_with(buf, true),
+            Kind::Smc { conn, .. } => conn.write_with(buf, true, false),
             Kind::Tcp { sock, .. } => rustix::net::send(
                 sock,
                 buf,
@@ -363,24 +442,18 @@ impl SmcStream {
         }
     }
 
-    /// The descriptor to wait on with `poll`/`epoll` for this stream.
+    /// The descriptor to wait on with `poll`/`epoll`/tokio's `AsyncFd` for this stream, with
+    /// the meaning a TCP socket's has: readable when a read would not wait (data, end of
+    /// stream, an error), writable when a write would not wait, `POLLRDHUP` once the peer is
+    /// done writing, `POLLHUP` once the connection is over (closed, aborted, the peer gone).
+    /// Level- and edge-triggered both work: a call that returns `WouldBlock` is what clears
+    /// the readiness it could not use.
     ///
-    /// For TCP it is the socket itself (readable/writable as usual). For SMC-D it becomes
-    /// readable whenever something changed (data arrived, space freed, the peer closed):
-    /// register it for `EPOLLIN` (edge-triggered works), and when it fires call both
-    /// [`read`](Read::read) and [`write`](Write::write) until they return `WouldBlock`,
-    /// which re-arms the notification. Call [`SmcStream::arm`] once before the first wait.
+    /// For TCP it is the socket itself.
     pub fn readiness_fd(&self) -> io::Result<BorrowedFd<'_>> {
         match &self.inner.kind {
             Kind::Smc { conn, .. } => conn.readiness_fd(),
             Kind::Tcp { sock, .. } => Ok(sock.as_fd()),
-        }
-    }
-
-    /// Arms both directions of the readiness descriptor (see [`SmcStream::readiness_fd`]).
-    pub fn arm(&self) {
-        if let Kind::Smc { conn, .. } = &self.inner.kind {
-            conn.arm_readiness();
         }
     }
 
@@ -393,7 +466,7 @@ impl SmcStream {
 
     fn write_impl(&self, buf: &[u8]) -> io::Result<usize> {
         match &self.inner.kind {
-            Kind::Smc { conn, .. } => conn.write_with(buf, false),
+            Kind::Smc { conn, .. } => conn.write_with(buf, false, false),
             Kind::Tcp { sock, .. } => (&*sock).write(buf),
         }
     }
@@ -478,7 +551,6 @@ impl SmcStream {
     /// Waits for the stream to be readable, at most `timeout` (a helper for simple loops).
     pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
         let fd = self.readiness_fd()?;
-        self.arm();
         let ts = timeout.map(|t| rustix::time::Timespec {
             tv_sec: t.as_secs() as i64,
             tv_nsec: i64::from(t.subsec_nanos()),
@@ -488,5 +560,47 @@ impl SmcStream {
             rustix::event::PollFlags::IN,
         )];
         Ok(rustix::event::poll(&mut fds, ts.as_ref())? > 0)
+    }
+}
+
+/// A connect that has not finished ([`SmcStream::connect_nonblocking`]): the socket to wait on
+/// and what to wait for change as it goes (the TCP connect, then the CLC handshake).
+#[derive(Debug)]
+pub struct SmcConnecting {
+    engine: Arc<Engine>,
+    c: Connecting,
+}
+
+impl SmcConnecting {
+    /// Whether to wait for the descriptor to be readable (else writable).
+    pub fn wants_read(&self) -> bool {
+        self.c.interest().contains(rustix::event::PollFlags::IN)
+    }
+
+    /// When the handshake gives up, if it has begun.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.c.deadline()
+    }
+
+    /// Goes on as far as possible without waiting: `Ok(Some)` is the connected stream (SMC or
+    /// TCP), `Ok(None)` means wait again, an error is the connect's error (what `SO_ERROR`
+    /// would say).
+    pub fn try_finish(&mut self) -> io::Result<Option<SmcStream>> {
+        Ok(self
+            .c
+            .step()?
+            .map(|o| SmcStream::from_outcome(&self.engine, o, false)))
+    }
+}
+
+impl AsFd for SmcConnecting {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.c.fd()
+    }
+}
+
+impl AsRawFd for SmcConnecting {
+    fn as_raw_fd(&self) -> RawFd {
+        self.c.fd().as_raw_fd()
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Everything here is plain state driven by the server loop: a handler takes a request from a
 //! client and returns the reply (with references to descriptors the server attaches) plus
-//! notifications for other clients; it does no IO itself except creating memfds and eventfds
+//! notifications for other clients; it does no IO itself except creating memfds and socket pairs
 //! for new DMBs and mapping pages engines hand in.
 
 use crate::device::shm::{create_dmb_memfd, random_u64};
@@ -16,7 +16,7 @@ use smc_proto::clc::ReasonCode;
 use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage, Verdict};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 /// Identifies one client connection of the server.
 pub type ClientId = u64;
@@ -53,7 +53,8 @@ pub struct Session {
 #[derive(Debug)]
 struct DmbEntry {
     memfd: OwnedFd,
-    bell: OwnedFd,
+    /// The owner's and the attacher's end of the DMB's channel.
+    chan: (OwnedFd, OwnedFd),
     len: usize,
     owner: SessionKey,
     peer: Gid,
@@ -126,8 +127,8 @@ pub struct Notification {
 pub enum FdRef {
     /// A DMB's memfd.
     DmbMem(u64),
-    /// A DMB's doorbell.
-    DmbBell(u64),
+    /// A DMB's channel: the owner's end (`true`) or the attacher's.
+    DmbChan(u64, bool),
     /// The sysctl page of a namespace.
     SysctlPage(u64),
     /// The listener table.
@@ -221,7 +222,13 @@ impl DeviceState {
         use rustix::fd::AsFd;
         match r {
             FdRef::DmbMem(t) => self.dmbs.get(&t).map(|e| e.memfd.as_fd()),
-            FdRef::DmbBell(t) => self.dmbs.get(&t).map(|e| e.bell.as_fd()),
+            FdRef::DmbChan(t, owner) => self.dmbs.get(&t).map(|e| {
+                if owner {
+                    e.chan.0.as_fd()
+                } else {
+                    e.chan.1.as_fd()
+                }
+            }),
             FdRef::Table => Some(self.table_fd.as_fd()),
             FdRef::ListenerPage(id) => self.listeners.get(&id)?.page_fd.as_ref().map(|f| f.as_fd()),
             FdRef::SysctlPage(_) => None,
@@ -401,7 +408,7 @@ impl DeviceState {
                 };
                 match self.register(session, size as usize, peer) {
                     Ok(token) => {
-                        out.fds = vec![FdRef::DmbMem(token), FdRef::DmbBell(token)];
+                        out.fds = vec![FdRef::DmbMem(token), FdRef::DmbChan(token, true)];
                         out.reply = reply(
                             LoopbackCmd::DmbRegister,
                             vec![LoopbackAttr::Token(token), LoopbackAttr::Size(size)],
@@ -427,7 +434,7 @@ impl DeviceState {
                     }
                     Some(e) => {
                         let owner_gid = self.sessions.get(&e.owner).map_or(0, |s| s.gid);
-                        out.fds = vec![FdRef::DmbMem(token), FdRef::DmbBell(token)];
+                        out.fds = vec![FdRef::DmbMem(token), FdRef::DmbChan(token, false)];
                         out.reply = reply(
                             LoopbackCmd::DmbAttach,
                             vec![
@@ -529,10 +536,7 @@ impl DeviceState {
             )));
         }
         let memfd = create_dmb_memfd(len)?;
-        let bell = rustix::event::eventfd(
-            0,
-            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-        )?;
+        let chan = crate::device::dmb_channel()?;
         let token = loop {
             let t = random_u64();
             if !self.dmbs.contains_key(&t) {
@@ -543,7 +547,7 @@ impl DeviceState {
             token,
             DmbEntry {
                 memfd,
-                bell,
+                chan,
                 len,
                 owner: session,
                 peer,
@@ -559,14 +563,14 @@ impl DeviceState {
     /// namespace bound to that address or the wildcard, else one elsewhere bound to exactly
     /// that address (the same rule engines apply to the listener table).
     pub fn find_listener(&self, remote: SocketAddr, netns: u64) -> Option<&Listener> {
-        let rip = canonical(remote.ip());
+        let rip = remote.ip().to_canonical();
         let port_match = |l: &&Listener| l.addr.port() == remote.port();
         let same_ns = self
             .listeners
             .values()
             .filter(port_match)
             .filter(|l| l.netns == netns);
-        let exact = |l: &&Listener| canonical(l.addr.ip()) == rip;
+        let exact = |l: &&Listener| l.addr.ip().to_canonical() == rip;
         let wildcard =
             |l: &&Listener| l.addr.ip().is_unspecified() && (l.addr.is_ipv6() || rip.is_ipv4());
         same_ns
@@ -653,14 +657,7 @@ impl DeviceState {
     }
 }
 
+/// IPv4-mapped IPv6 addresses compare as IPv4 (`IpAddr::to_canonical`).
 fn canonical_addr(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(canonical(a.ip()), a.port())
-}
-
-/// IPv4-mapped IPv6 addresses compare as IPv4.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
+    SocketAddr::new(a.ip().to_canonical(), a.port())
 }

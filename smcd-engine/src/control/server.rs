@@ -9,7 +9,7 @@
 
 use super::daemon::Daemon;
 use super::device::{ClientCtx, ClientId, FdRef};
-use crate::driver::channel::{self, MAX_RECORD};
+use crate::ipc::channel::{self, MAX_RECORD};
 use netlink_packet_core::{ErrorMessage, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_generic::GenlMessage;
 use rustix::event::epoll;

@@ -4,7 +4,7 @@
 //! same rules as the loopback device (sealed memfds, only the named peer attaches).
 
 use super::shm::{DmbMap, create_dmb_memfd, random_u64};
-use super::{Dmb, Doorbell, Gid, LOOPBACK_CHID, SmcdDevice};
+use super::{BufferProvider, Dmb, Gid, LOOPBACK_CHID, dmb_channel};
 use rustix::fd::OwnedFd;
 use std::collections::HashMap;
 use std::io;
@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug)]
 struct Registered {
     memfd: OwnedFd,
-    bell: OwnedFd,
+    /// The attacher's end of the DMB's channel.
+    chan: OwnedFd,
     len: usize,
     peer: Gid,
 }
@@ -51,7 +52,7 @@ pub struct LocalDevice {
     gid: Gid,
 }
 
-impl SmcdDevice for LocalDevice {
+impl BufferProvider for LocalDevice {
     fn gid(&self) -> Gid {
         self.gid
     }
@@ -64,7 +65,7 @@ impl SmcdDevice for LocalDevice {
         let memfd = create_dmb_memfd(len)?;
         let map = DmbMap::map(&memfd, len)?;
         map.reset();
-        let bell = Doorbell::new()?;
+        let (owner_chan, chan) = dmb_channel()?;
         let mut dmbs = self.fabric.dmbs.lock().unwrap_or_else(|e| e.into_inner());
         let token = loop {
             let t = random_u64();
@@ -72,17 +73,20 @@ impl SmcdDevice for LocalDevice {
                 break t;
             }
         };
-        let bell_dup = rustix::io::fcntl_dupfd_cloexec(&bell, 0)?;
         dmbs.insert(
             token,
             Registered {
                 memfd,
-                bell: bell_dup,
+                chan,
                 len,
                 peer,
             },
         );
-        Ok(Dmb { token, map, bell })
+        Ok(Dmb {
+            token,
+            map,
+            chan: owner_chan,
+        })
     }
 
     fn attach_dmb(&self, token: u64) -> io::Result<Dmb> {
@@ -100,8 +104,8 @@ impl SmcdDevice for LocalDevice {
             ));
         }
         let map = DmbMap::map(&r.memfd, r.len)?;
-        let bell = Doorbell::from_fd(rustix::io::fcntl_dupfd_cloexec(&r.bell, 0)?);
-        Ok(Dmb { token, map, bell })
+        let chan = rustix::io::fcntl_dupfd_cloexec(&r.chan, 0)?;
+        Ok(Dmb { token, map, chan })
     }
 
     fn unregister_dmb(&self, token: u64) {

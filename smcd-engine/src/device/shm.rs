@@ -17,10 +17,12 @@
 //! slots are 8-byte aligned words that the kernel itself treats as `atomic64_t`; here they are
 //! stored and loaded as [`AtomicU64`] so a reader never sees a torn cursor.
 //!
-//! The page after the DMB is the engine's own: the owner announces there that it is about to
-//! sleep (one word per direction, each on its own cache line so the peer's hot-path load of one
-//! does not contend with the owner's other thread). The kernel needs no such words because its
-//! loopback device calls the receiver's tasklet directly.
+//! The page after the DMB is the engine's own: the owner announces there that it waits (one
+//! word per direction, each on its own cache line so the peer's hot-path load of one does not
+//! contend with the owner's other thread). The kernel needs no such words because its loopback
+//! device calls the receiver's tasklet directly. The CDC's reserved word (bytes 24..32, which
+//! the kernel never reads) carries the connection's epoch: the owner writes a fresh one for
+//! every connection that uses the DMB, and the attacher finds its readiness bell by it.
 //!
 //! # Trust
 //!
@@ -172,6 +174,11 @@ impl DmbMap {
         self.atomic_u32(self.dmb_len + TX_WAITING_OFFSET)
     }
 
+    /// The connection epoch in the CDC's reserved word (see the module docs).
+    pub fn epoch_word(&self) -> &AtomicU64 {
+        self.atomic_u64(smc_proto::cdc::ENGINE_WORD_OFFSET)
+    }
+
     /// Resets the header and metadata for a new connection (the kernel clears a reused RMB's
     /// header in `smc_buf_create` the same way).
     pub fn reset(&self) {
@@ -234,19 +241,7 @@ impl Drop for DmbMap {
     }
 }
 
-/// A random non-zero 64-bit value (DMB tokens, session keys).
-pub fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    loop {
-        // getrandom with no flags blocks only before the pool is initialised at boot.
-        if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).is_ok() {
-            let v = u64::from_ne_bytes(b);
-            if v != 0 {
-                return v;
-            }
-        }
-    }
-}
+pub use crate::sys::random_u64;
 
 #[cfg(test)]
 mod tests {

@@ -1,21 +1,28 @@
-//! The client's connect (`smc_connect` / `__smc_connect`): ask `smcd` whether an SMC
-//! listener expects this connection (the SYN option's role), connect TCP, then run CLC or
-//! fall back.
+//! The client's connect (`smc_connect` / `__smc_connect`): find out whether an SMC listener
+//! expects this connection (the SYN option's role: smcd's listener table, then a connect
+//! intent), connect TCP, then run CLC or fall back.
+//!
+//! [`Connecting`] does all of it step by step without waiting, so a connect can return at once
+//! and finish as the socket becomes ready (`EINPROGRESS` semantics: wait for [`Connecting::fd`]
+//! to become ready for [`Connecting::interest`], then [`Connecting::step`] again); a blocking
+//! connect is the same machine driven by `poll`.
 //!
 //! The source address and port are fixed before `smcd` is asked, so the listener can match the
 //! connection it accepts to the intent without reading a byte from it.
 
-use super::engine::Engine;
-use super::handshake::{self, Fallback, Outcome};
+use super::engine::{Attached, Engine};
+use super::handshake::{ClientRun, Fallback, Outcome};
+use crate::ipc::ConnectVerdict;
 use crate::layout::Lookup;
 use crate::layout::status as st;
-use rustix::fd::OwnedFd;
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use smc_proto::clc::ReasonCode;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 fn family(a: &SocketAddr) -> AddressFamily {
     if a.is_ipv4() {
@@ -32,6 +39,15 @@ fn to_std(a: rustix::net::SocketAddrAny) -> io::Result<SocketAddr> {
 /// How many source ports a connect tries before it gives up on SMC.
 const PORT_TRIES: usize = 64;
 
+fn tcp_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
+        family(addr),
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?)
+}
+
 /// A socket bound to `src` and a random port of the kernel's ephemeral range, so the port is
 /// known before `smcd` is told about the connection.
 ///
@@ -41,10 +57,10 @@ const PORT_TRIES: usize = 64;
 /// i.e. never next to a plain client's connection (so the listener can never mistake one for
 /// ours); `smcd` refuses a second pending intent for the same address, and `connect()`
 /// refuses a 4-tuple still in use. `None` means: that port is taken, try another.
-fn bind_engine_port(src: IpAddr, fam: AddressFamily) -> io::Result<Option<(OwnedFd, SocketAddr)>> {
+fn bind_engine_port(src: IpAddr, dst: &SocketAddr) -> io::Result<Option<(OwnedFd, SocketAddr)>> {
     let (lo, hi) = port_range();
-    let port = lo + (crate::device::shm::random_u64() % u64::from(hi - lo + 1)) as u16;
-    let sock = rustix::net::socket_with(fam, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    let port = lo + (crate::sys::random_u64() % u64::from(hi - lo + 1)) as u16;
+    let sock = tcp_socket(dst)?;
     rustix::net::sockopt::set_socket_reuseaddr(&sock, true)?;
     match rustix::net::bind(&sock, &SocketAddr::new(src, port)) {
         Ok(()) => Ok(Some((sock, SocketAddr::new(src, port)))),
@@ -77,186 +93,277 @@ fn source_for(dst: SocketAddr) -> io::Result<IpAddr> {
     Ok(to_std(rustix::net::getsockname(&udp)?)?.ip())
 }
 
-/// Connects `sock` to `addr`, waiting at most `timeout`.
-fn tcp_connect(
-    sock: OwnedFd,
-    addr: SocketAddr,
-    timeout: Option<Duration>,
-) -> io::Result<TcpStream> {
-    let Some(timeout) = timeout else {
+/// Starts a non-blocking TCP connect: `Ok(true)` when it is under way or done.
+fn start_connect(sock: &OwnedFd, addr: &SocketAddr) -> io::Result<bool> {
+    loop {
+        match rustix::net::connect(sock, addr) {
+            Ok(()) | Err(rustix::io::Errno::INPROGRESS) => return Ok(true),
+            Err(rustix::io::Errno::INTR) => continue,
+            // This 4-tuple is still in use (a TIME_WAIT of an earlier connection).
+            Err(rustix::io::Errno::ADDRNOTAVAIL | rustix::io::Errno::ADDRINUSE) => {
+                return Ok(false);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What the connection will be once TCP is up.
+#[derive(Debug)]
+enum Plan {
+    /// Plain TCP with this reason.
+    Plain(ReasonCode),
+    /// A CLC Proposal to a listener smcd announced us to.
+    Smc(Attached, ConnectVerdict),
+}
+
+#[derive(Debug)]
+enum Phase {
+    Tcp(TcpStream, Plan),
+    Clc(Box<ClientRun>),
+    Done,
+}
+
+/// A connect under way.
+#[derive(Debug)]
+pub struct Connecting {
+    engine: Arc<Engine>,
+    phase: Phase,
+}
+
+impl Connecting {
+    /// Decides SMC or TCP and starts the TCP connect; returns at once (apart from one round
+    /// trip to smcd when the destination has an SMC listener).
+    pub fn start(engine: &Arc<Engine>, addr: SocketAddr) -> io::Result<Self> {
+        let (sock, plan) = Self::open(engine, addr)?;
+        Ok(Self {
+            engine: Arc::clone(engine),
+            phase: Phase::Tcp(TcpStream::from(sock), plan),
+        })
+    }
+
+    fn plain(addr: &SocketAddr, reason: ReasonCode) -> io::Result<(OwnedFd, Plan)> {
+        let sock = tcp_socket(addr)?;
+        if !start_connect(&sock, addr)? {
+            return Err(io::Error::from(io::ErrorKind::AddrNotAvailable));
+        }
+        Ok((sock, Plan::Plain(reason)))
+    }
+
+    fn open(engine: &Arc<Engine>, addr: SocketAddr) -> io::Result<(OwnedFd, Plan)> {
+        let Some(attached) = engine.attached() else {
+            // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before
+            // it proposes anything.
+            return Self::plain(&addr, ReasonCode::NOSMCDEV);
+        };
+        let session = &attached.session;
+        // The listener table answers "is there an SMC listener at that address?" without a
+        // round trip: most connections to plain TCP servers and to congested listeners with
+        // handshake limitation never talk to smcd (the kernel's SYN-ACK without the option).
+        if let Some(table) = &session.table {
+            match table.lookup(addr, session.netns()) {
+                Lookup::None => return Self::plain(&addr, ReasonCode::PEERNOSMC),
+                Lookup::Found(e) if e.hs_limit => {
+                    if session.listener_page(e.id).is_ok_and(|p| p.congested()) {
+                        return Self::plain(&addr, ReasonCode::PEERNOSMC);
+                    }
+                }
+                Lookup::Found(_) | Lookup::Ask => {}
+            }
+        }
+        let src = engine.source_for(addr.ip(), || source_for(addr))?;
+        for _ in 0..PORT_TRIES {
+            let Some((sock, local)) = bind_engine_port(src, &addr)? else {
+                continue;
+            };
+            let verdict = match session.connect_intent(local, addr) {
+                Ok(v) => v,
+                // Another engine announced the same source port to this listener.
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ADDRINUSE.raw_os_error()) => {
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!("smcd connect intent failed: {e}");
+                    engine.smcd_failed(session);
+                    if !start_connect(&sock, &addr)? {
+                        continue;
+                    }
+                    return Ok((sock, Plan::Plain(ReasonCode::NOSMCDEV)));
+                }
+            };
+            if !start_connect(&sock, &addr)? {
+                if verdict.smc {
+                    // The listener must forget the intent it was told about.
+                    session.intent_done(verdict.intent, false);
+                }
+                continue;
+            }
+            let plan = if verdict.smc {
+                Plan::Smc(attached.clone(), verdict)
+            } else {
+                Plan::Plain(ReasonCode(verdict.reason))
+            };
+            return Ok((sock, plan));
+        }
+        // No usable port after many tries: go plain TCP rather than fail.
+        Self::plain(&addr, ReasonCode::INTERR)
+    }
+
+    /// The socket to wait on.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        match &self.phase {
+            Phase::Tcp(s, _) => s.as_fd(),
+            Phase::Clc(run) => run.fd(),
+            Phase::Done => panic!("a finished connect has no socket"),
+        }
+    }
+
+    /// What to wait for before the next [`Self::step`].
+    pub fn interest(&self) -> PollFlags {
+        match &self.phase {
+            Phase::Tcp(..) | Phase::Done => PollFlags::OUT,
+            Phase::Clc(run) => run.interest(),
+        }
+    }
+
+    /// When the CLC handshake gives up (the TCP connect has the kernel's timeouts).
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Clc(run) => run.deadline(),
+            _ => None,
+        }
+    }
+
+    /// Makes what progress the socket allows without waiting: `Ok(None)` means wait for
+    /// [`Self::interest`] on [`Self::fd`] and call again; `Ok(Some)` is the connection (SMC or
+    /// TCP with its fallback reason); an error is the connect's error (`SO_ERROR`).
+    pub fn step(&mut self) -> io::Result<Option<Outcome>> {
+        let r = self.step_inner();
+        match &r {
+            Ok(Some(o)) => {
+                let status = self.engine.status();
+                match o {
+                    Outcome::Smc { .. } => status.add(st::T_CLNT_V2_SUCC, 1),
+                    Outcome::Tcp(_, fb) => {
+                        status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1)
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(_) => {
+                if matches!(self.phase, Phase::Done) {
+                    self.engine.status().add(st::T_CLNT_HS_ERR, 1);
+                }
+            }
+        }
+        r
+    }
+
+    fn step_inner(&mut self) -> io::Result<Option<Outcome>> {
         loop {
-            match rustix::net::connect(&sock, &addr) {
-                Ok(()) => return Ok(TcpStream::from(sock)),
-                Err(rustix::io::Errno::INTR) => continue,
+            match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Tcp(sock, plan) => {
+                    let mut fds = [PollFd::new(&sock, PollFlags::OUT)];
+                    let zero = rustix::time::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    };
+                    if rustix::event::poll(&mut fds, Some(&zero))? == 0 {
+                        self.phase = Phase::Tcp(sock, plan);
+                        return Ok(None);
+                    }
+                    let err = sock.take_error()?;
+                    if let Plan::Smc(a, v) = &plan {
+                        a.session.intent_done(v.intent, err.is_none());
+                    }
+                    if let Some(e) = err {
+                        // A TCP error: nothing to count, nothing to fall back to.
+                        self.phase = Phase::Tcp(sock, Plan::Plain(ReasonCode(0)));
+                        return Err(e);
+                    }
+                    match plan {
+                        Plan::Plain(reason) => {
+                            sock.set_nonblocking(false)?;
+                            return Ok(Some(Outcome::Tcp(sock, Fallback::local(reason))));
+                        }
+                        Plan::Smc(a, v) => {
+                            let settings = self.engine.settings();
+                            let run =
+                                ClientRun::new(&self.engine, &a.ism, sock, v.peer_gid, &settings);
+                            self.phase = Phase::Clc(Box::new(run));
+                        }
+                    }
+                }
+                Phase::Clc(mut run) => match run.step() {
+                    Ok(Some(o)) => {
+                        if let Outcome::Tcp(s, _) = &o {
+                            s.set_nonblocking(false)?;
+                        }
+                        return Ok(Some(o));
+                    }
+                    Ok(None) => {
+                        self.phase = Phase::Clc(run);
+                        return Ok(None);
+                    }
+                    // A handshake error: the phase stays Done, so it is counted.
+                    Err(e) => return Err(e),
+                },
+                Phase::Done => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "the connect already finished",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Runs to the end, waiting on the socket; the TCP connect waits at most `timeout`.
+    pub fn run(mut self, timeout: Option<std::time::Duration>) -> io::Result<Outcome> {
+        let tcp_deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(o) = self.step()? {
+                return Ok(o);
+            }
+            let deadline = match self.phase {
+                Phase::Tcp(..) => tcp_deadline,
+                _ => self.deadline(),
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) && matches!(self.phase, Phase::Tcp(..))
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection timed out",
+                ));
+            }
+            let timeout = deadline.map(|d| {
+                let left = d.saturating_duration_since(Instant::now());
+                rustix::time::Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                }
+            });
+            let mut fds = [PollFd::from_borrowed_fd(self.fd(), self.interest())];
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-    };
-    if timeout.is_zero() {
+    }
+}
+
+/// Connects to `addr` with `engine`, waiting: SMC-D when the listener is ours, else TCP with
+/// the reason.
+pub fn connect(
+    engine: &Arc<Engine>,
+    addr: SocketAddr,
+    timeout: Option<std::time::Duration>,
+) -> io::Result<Outcome> {
+    if timeout.is_some_and(|t| t.is_zero()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "zero connect timeout",
         ));
     }
-    let stream = TcpStream::from(sock);
-    stream.set_nonblocking(true)?;
-    match rustix::net::connect(&stream, &addr) {
-        Ok(()) => {}
-        Err(rustix::io::Errno::INPROGRESS) => {
-            let deadline = Instant::now() + timeout;
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "connection timed out",
-                    ));
-                }
-                let ts = rustix::time::Timespec {
-                    tv_sec: left.as_secs() as i64,
-                    tv_nsec: i64::from(left.subsec_nanos()),
-                };
-                let mut fds = [rustix::event::PollFd::new(
-                    &stream,
-                    rustix::event::PollFlags::OUT,
-                )];
-                match rustix::event::poll(&mut fds, Some(&ts)) {
-                    Ok(0) => continue,
-                    Ok(_) => break,
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if let Some(e) = stream.take_error()? {
-                return Err(e);
-            }
-        }
-        Err(e) => return Err(e.into()),
-    }
-    stream.set_nonblocking(false)?;
-    Ok(stream)
-}
-
-fn plain(addr: SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
-    match timeout {
-        Some(t) => TcpStream::connect_timeout(&addr, t),
-        None => TcpStream::connect(addr),
-    }
-}
-
-/// Connects to `addr` with `engine`: SMC-D when the listener is ours, else TCP with the reason.
-/// Counts the outcome in the engine's statistics (client successes, fallbacks, handshake
-/// errors).
-pub fn connect(
-    engine: &Arc<Engine>,
-    addr: SocketAddr,
-    timeout: Option<Duration>,
-) -> io::Result<Outcome> {
-    let result = connect_inner(engine, addr, timeout);
-    // Asked after the connect: a process's first connect opens the device, and only then is
-    // the status area the one smcd reads.
-    let status = engine.status();
-    match &result {
-        Ok(Outcome::Smc { .. }) => status.add(st::T_CLNT_V2_SUCC, 1),
-        Ok(Outcome::Tcp(_, fb)) => status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1),
-        Err(_) => {}
-    }
-    result
-}
-
-fn plain_fallback(
-    addr: SocketAddr,
-    timeout: Option<Duration>,
-    reason: ReasonCode,
-) -> io::Result<Outcome> {
-    let s = plain(addr, timeout)?;
-    Ok(Outcome::Tcp(s, Fallback::local(reason)))
-}
-
-fn connect_inner(
-    engine: &Arc<Engine>,
-    addr: SocketAddr,
-    timeout: Option<Duration>,
-) -> io::Result<Outcome> {
-    let Some(dev) = engine.device() else {
-        // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before it
-        // proposes anything.
-        return plain_fallback(addr, timeout, ReasonCode::NOSMCDEV);
-    };
-    // The listener table answers "is there an SMC listener at that address?" without a round
-    // trip: most connections to plain TCP servers and to congested listeners with handshake
-    // limitation never talk to smcd (the kernel's SYN-ACK without the SMC option).
-    if let Some(table) = &dev.table {
-        match table.lookup(addr, dev.netns()) {
-            Lookup::None => return plain_fallback(addr, timeout, ReasonCode::PEERNOSMC),
-            Lookup::Found(e) if e.hs_limit => {
-                if dev.listener_page(e.id).is_ok_and(|p| p.congested()) {
-                    return plain_fallback(addr, timeout, ReasonCode::PEERNOSMC);
-                }
-            }
-            Lookup::Found(_) | Lookup::Ask => {}
-        }
-    }
-    let settings = engine.settings();
-    let src = engine.source_for(addr.ip(), || source_for(addr))?;
-    let mut tries = 0;
-    let (stream, verdict) = loop {
-        tries += 1;
-        if tries > PORT_TRIES {
-            // No usable port after many tries: go plain TCP rather than fail.
-            return plain_fallback(addr, timeout, ReasonCode::INTERR);
-        }
-        let Some((sock, local)) = bind_engine_port(src, family(&addr))? else {
-            continue;
-        };
-        let verdict = match dev.connect_intent(local, addr) {
-            Ok(v) => v,
-            // Another engine announced the same source port to this listener: pick another.
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ADDRINUSE.raw_os_error()) => {
-                continue;
-            }
-            Err(e) => {
-                tracing::debug!("smcd connect intent failed: {e}");
-                engine.device_failed(&dev);
-                let s = tcp_connect(sock, addr, timeout)?;
-                return Ok(Outcome::Tcp(s, Fallback::local(ReasonCode::NOSMCDEV)));
-            }
-        };
-        match tcp_connect(sock, addr, timeout) {
-            Ok(s) => {
-                if verdict.smc {
-                    dev.intent_done(verdict.intent, true);
-                }
-                break (s, verdict);
-            }
-            Err(e) => {
-                if verdict.smc {
-                    // The listener must forget the intent it was told about.
-                    dev.intent_done(verdict.intent, false);
-                }
-                // This 4-tuple is still in use (a TIME_WAIT of an earlier connection).
-                if matches!(
-                    e.raw_os_error(),
-                    Some(x) if x == rustix::io::Errno::ADDRNOTAVAIL.raw_os_error()
-                        || x == rustix::io::Errno::ADDRINUSE.raw_os_error()
-                ) {
-                    continue;
-                }
-                return Err(e);
-            }
-        }
-    };
-    if !verdict.smc {
-        return Ok(Outcome::Tcp(
-            stream,
-            Fallback::local(ReasonCode(verdict.reason)),
-        ));
-    }
-    match handshake::client(engine, &dev, stream, verdict.peer_gid, &settings) {
-        Err(e) => {
-            engine.status().add(st::T_CLNT_HS_ERR, 1);
-            Err(e)
-        }
-        ok => ok,
-    }
+    Connecting::start(engine, addr)?.run(timeout)
 }

@@ -1,15 +1,15 @@
 //! The engine: one per process by default (the role the kernel's SMC module plays for one
-//! host), holding the device handle, the link groups, the status area `smcd` reads, and the
-//! settings new connections get (the namespace's knobs as `smcd` publishes them). Tests may
-//! create several engines in one process; each has its own GID, so they talk SMC-D to each
-//! other as two processes would.
+//! host), holding its registration with `smcd`, the devices smcd provides, the link groups,
+//! the status area smcd reads, and the settings new connections get (the namespace's knobs as
+//! `smcd` publishes them). Tests may create several engines in one process; each has its own
+//! GID, so they talk SMC-D to each other as two processes would.
 
 use super::lgr::LgrTable;
-use crate::core::handshake::LocalCaps;
-use crate::device::SmcdDevice;
-use crate::device::loopback::LoopbackDevice;
+use crate::device::BufferProvider;
+use crate::ipc::SmcdSession;
 use crate::layout::status::StatusArea;
 use crate::settings::Settings;
+use smc_core::handshake::LocalCaps;
 use smc_proto::clc::{Eid, Hostname};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -36,16 +36,25 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
-            socket: super::channel::socket_path(),
+            socket: crate::ipc::socket_path(),
             settings: None,
             ueids: None,
         }
     }
 }
 
+/// The engine's registration with smcd and the ISM device it provides.
+#[derive(Debug, Clone)]
+pub struct Attached {
+    /// The registration.
+    pub session: Arc<SmcdSession>,
+    /// The SMC-D device.
+    pub ism: Arc<dyn BufferProvider>,
+}
+
 #[derive(Debug)]
-struct DeviceSlot {
-    dev: Option<Arc<LoopbackDevice>>,
+struct Slot {
+    attached: Option<Attached>,
     last_try: Option<Instant>,
 }
 
@@ -53,7 +62,7 @@ struct DeviceSlot {
 #[derive(Debug)]
 pub struct Engine {
     socket: PathBuf,
-    device: Mutex<DeviceSlot>,
+    slot: Mutex<Slot>,
     overrides: Option<Settings>,
     ueids: Option<Vec<Eid>>,
     /// This engine's link groups.
@@ -61,6 +70,10 @@ pub struct Engine {
     housekeeping: OnceLock<()>,
     private_status: OnceLock<Arc<StatusArea>>,
     sources: Mutex<HashMap<IpAddr, (IpAddr, Instant)>>,
+}
+
+fn std_until(t: smc_core::Instant) -> Duration {
+    crate::sys::std_instant(t).saturating_duration_since(Instant::now())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -72,8 +85,8 @@ impl Engine {
     pub fn new(cfg: EngineConfig) -> Arc<Self> {
         Arc::new(Self {
             socket: cfg.socket,
-            device: Mutex::new(DeviceSlot {
-                dev: None,
+            slot: Mutex::new(Slot {
+                attached: None,
                 last_try: None,
             }),
             overrides: cfg.settings,
@@ -93,23 +106,12 @@ impl Engine {
         GLOBAL.get_or_init(|| Engine::new(EngineConfig::default()))
     }
 
-    /// The settings a new connection gets: fixed ones if configured, else the namespace's
-    /// knobs as `smcd` publishes them (defaults without `smcd`).
-    pub fn settings(&self) -> Settings {
-        if let Some(s) = &self.overrides {
-            return s.clone();
-        }
-        let dev = lock(&self.device).dev.clone();
-        dev.and_then(|d| d.sysctl.as_ref().and_then(|p| p.load()))
-            .map_or_else(Settings::default, |(v, _)| Settings::from_values(&v))
-    }
-
-    /// The device, connecting to `smcd` if needed (at most once per second while it is
+    /// The registration with smcd, connecting if needed (at most once per second while it is
     /// missing). `None` means: no SMC-D device, fall back with NOSMCDEV.
-    pub fn device(&self) -> Option<Arc<LoopbackDevice>> {
-        let mut slot = lock(&self.device);
-        if let Some(d) = &slot.dev {
-            return Some(Arc::clone(d));
+    pub fn attached(&self) -> Option<Attached> {
+        let mut slot = lock(&self.slot);
+        if let Some(a) = &slot.attached {
+            return Some(a.clone());
         }
         if slot
             .last_try
@@ -118,13 +120,17 @@ impl Engine {
             return None;
         }
         slot.last_try = Some(Instant::now());
-        match LoopbackDevice::open(&self.socket) {
-            Ok(d) => {
-                let d = Arc::new(d);
+        match SmcdSession::open(&self.socket) {
+            Ok(s) => {
+                let session = Arc::new(s);
+                let ism = crate::device::loopback::smcd_devices(&session)
+                    .into_iter()
+                    .next()?;
                 // Link groups made under an earlier registration carry another GID.
                 self.lgrs.kill_all();
-                slot.dev = Some(Arc::clone(&d));
-                Some(d)
+                let a = Attached { session, ism };
+                slot.attached = Some(a.clone());
+                Some(a)
             }
             Err(e) => {
                 tracing::debug!("smcd at {} unreachable: {e}", self.socket.display());
@@ -133,20 +139,40 @@ impl Engine {
         }
     }
 
-    /// Forgets the device after `smcd` went away; the next connection tries again.
-    pub fn device_failed(&self, dev: &Arc<LoopbackDevice>) {
-        let mut slot = lock(&self.device);
-        if slot.dev.as_ref().is_some_and(|d| Arc::ptr_eq(d, dev)) {
-            slot.dev = None;
+    /// The registration, only if there is one already (no attempt to connect).
+    pub fn attached_now(&self) -> Option<Attached> {
+        lock(&self.slot).attached.clone()
+    }
+
+    /// Forgets the registration after `smcd` went away; the next connection tries again.
+    pub fn smcd_failed(&self, session: &Arc<SmcdSession>) {
+        let mut slot = lock(&self.slot);
+        if slot
+            .attached
+            .as_ref()
+            .is_some_and(|a| Arc::ptr_eq(&a.session, session))
+        {
+            slot.attached = None;
             slot.last_try = None;
         }
     }
 
-    /// The status area connections and listeners report into: the device's (read by smcd),
+    /// The settings a new connection gets: fixed ones if configured, else the namespace's
+    /// knobs as `smcd` publishes them (defaults without `smcd`).
+    pub fn settings(&self) -> Settings {
+        if let Some(s) = &self.overrides {
+            return s.clone();
+        }
+        self.attached_now()
+            .and_then(|a| a.session.sysctl.as_ref().and_then(|p| p.load()))
+            .map_or_else(Settings::default, |(v, _)| Settings::from_values(&v))
+    }
+
+    /// The status area connections and listeners report into: the session's (read by smcd),
     /// or a private one without smcd.
     pub fn status(&self) -> Arc<StatusArea> {
-        if let Some(d) = &lock(&self.device).dev {
-            return Arc::clone(&d.status);
+        if let Some(a) = &lock(&self.slot).attached {
+            return Arc::clone(&a.session.status);
         }
         Arc::clone(
             self.private_status
@@ -154,13 +180,24 @@ impl Engine {
         )
     }
 
+    /// smcd's small id for this engine (0 without smcd).
+    pub fn engine_id(&self) -> u32 {
+        self.attached_now()
+            .map_or(0, |a| a.session.info().engine_id)
+    }
+
     /// What this engine brings to a handshake on `dev`.
-    pub fn caps(&self, dev: &LoopbackDevice) -> LocalCaps {
-        let info = dev.info();
-        let published = dev.sysctl.as_ref().and_then(|p| p.load()).map(|(_, e)| e);
+    pub fn caps(&self, dev: &dyn BufferProvider) -> LocalCaps {
+        let attached = self.attached_now();
+        let info = attached.as_ref().map(|a| a.session.info().clone());
+        let published = attached
+            .as_ref()
+            .and_then(|a| a.session.sysctl.as_ref().and_then(|p| p.load()))
+            .map(|(_, e)| e);
         let seid_enabled = published.as_ref().is_none_or(|e| e.seid_enabled);
+        let seid_text = info.as_ref().map_or("", |i| i.seid.as_str());
         let seid =
-            Eid::new(&info.seid).filter(|e| seid_enabled && !e.is_zero() && !info.seid.is_empty());
+            Eid::new(seid_text).filter(|e| seid_enabled && !e.is_zero() && !seid_text.is_empty());
         let ueids = match &self.ueids {
             Some(u) => u.clone(),
             None => published
@@ -172,7 +209,7 @@ impl Engine {
             chid: dev.chid(),
             seid,
             ueids,
-            hostname: Hostname::new(&info.hostname),
+            hostname: Hostname::new(info.as_ref().map_or("", |i| i.hostname.as_str())),
         }
     }
 
@@ -197,21 +234,29 @@ impl Engine {
         Ok(src)
     }
 
-    /// Starts the thread that frees idle link groups (once).
+    /// Starts the thread that frees idle link groups (once). It sleeps until the next group
+    /// can expire (at most a minute, so a changed `lgr_idle_time` takes effect), not in
+    /// fixed small steps.
     pub fn start_housekeeping(self: &Arc<Self>) {
         self.housekeeping.get_or_init(|| {
             let weak: Weak<Engine> = Arc::downgrade(self);
             let _ = std::thread::Builder::new()
                 .name("smc-lgr-sweep".into())
                 .spawn(move || {
+                    let mut nap = Duration::from_secs(1);
                     loop {
-                        std::thread::sleep(Duration::from_secs(1));
+                        std::thread::sleep(nap);
                         let Some(e) = weak.upgrade() else { return };
                         let idle = e.settings().lgr_idle;
-                        let dev = lock(&e.device).dev.clone();
-                        if let Some(dev) = dev {
-                            e.lgrs.sweep(dev.as_ref() as &dyn SmcdDevice, idle);
+                        if let Some(a) = e.attached_now() {
+                            e.lgrs.sweep(a.ism.as_ref(), idle);
                         }
+                        nap = e
+                            .lgrs
+                            .next_expiry(idle)
+                            .map_or(Duration::from_secs(60), |t| {
+                                std_until(t).clamp(Duration::from_secs(1), Duration::from_secs(60))
+                            });
                     }
                 });
         });

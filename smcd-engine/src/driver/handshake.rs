@@ -1,30 +1,46 @@
 //! Running the CLC handshake over the TCP connection (`af_smc.c`: `__smc_connect`,
-//! `smc_listen_work`), with the decisions from [`crate::core::handshake`].
+//! `smc_listen_work`) with the state machines of `smc_core::handshake`: this side reads and
+//! writes the bytes, answers the machines' requests for buffers (link group, DMB, the peer's
+//! DMB) and builds the connection when they end.
 //!
-//! Every failure before the Confirm ends in a Decline with a reason and a TCP fallback that
-//! loses nothing: no application byte has been sent yet, and CLC messages are read exactly
-//! (header first, then the length it announces). A failure on the server after the Confirm
-//! (attaching the client's DMB) aborts the connection instead: the client already runs SMC
-//! and would not read a Decline (the kernel sends one there that nobody reads).
+//! A handshake runs step by step ([`ClientRun::step`], [`ServerRun::step`]: as far as the
+//! socket allows without waiting) or to the end ([`ClientRun::run`]). Every failure before the
+//! Confirm ends in a Decline with a reason and a TCP fallback that loses nothing: no
+//! application byte has been read, CLC messages are read exactly. A failure on the server
+//! after the Confirm (attaching the client's DMB) resets the connection instead: the client
+//! already runs SMC and would not read a Decline.
+//!
+//! With each DMB offered, its owner sends the connection's readiness bell through the DMB's
+//! channel before the message that names the DMB, tagged with a fresh epoch it also writes
+//! into the DMB's header; the peer, having attached the DMB, takes the bell with that epoch.
 
 use super::conn::{ConnParams, SmcConn, SmcdInfo};
 use super::engine::Engine;
 use super::lgr::{LinkGroup, PeerV2, Role};
-use crate::core::handshake::{self as hs, Refusal};
-use crate::device::loopback::LoopbackDevice;
-use crate::device::{Dmb, Gid};
+use crate::device::{BufferProvider, Dmb, Gid};
+use crate::ipc::channel::{recv_record, send_record};
 use crate::layout::status::{self as st, ConnIdentity};
 use crate::settings::Settings;
-use smc_proto::clc::{
-    ClcError, ClcMessage, Decline, HEADER_LEN, ReasonCode, SMC_V2, peek_message_len,
+use crate::sys::{core_now, random_u64, std_instant};
+use crate::transport::smcd::SmcdLink;
+use crate::transport::{Bell, Readiness};
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::{AsFd, BorrowedFd};
+use rustix::net::{RecvFlags, SendFlags};
+use smc_core::conn::{CLOSE_DRAIN_TIMEOUT, Config, TxBuffer};
+use smc_core::handshake::{
+    ClientEvent, ClientHandshake, HandshakeError, LocalBuffer, ServerEvent, ServerHandshake,
+    decide::{AcceptInfo, ConfirmInfo, ProposalInfo},
+    starts_with_clc,
 };
-use std::io::{self, Read, Write};
+use smc_proto::clc::{FirstContactExt, ReasonCode, SMC_V2};
+use std::io;
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-/// `CLC_WAIT_TIME`: how long either side waits for the next CLC message.
-pub const CLC_WAIT_TIME: Duration = Duration::from_secs(6);
+pub use smc_core::handshake::CLC_WAIT_TIME;
 
 /// Why a connection runs over TCP: (local reason, peer reason), as smcss shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,13 +61,22 @@ impl Fallback {
     }
 }
 
+impl From<smc_core::handshake::Fallback> for Fallback {
+    fn from(f: smc_core::handshake::Fallback) -> Self {
+        Self {
+            local: f.local,
+            peer: f.peer,
+        }
+    }
+}
+
 /// The result of a handshake.
 #[derive(Debug)]
 pub enum Outcome {
     /// SMC-D is up.
     Smc {
         /// The connection.
-        conn: Box<SmcConn>,
+        conn: Arc<SmcConn<SmcdLink>>,
         /// Its link group (one slot held).
         lgr: Arc<LinkGroup>,
     },
@@ -59,76 +84,22 @@ pub enum Outcome {
     Tcp(TcpStream, Fallback),
 }
 
-/// Reads one CLC message: the 8-byte header, then exactly the rest of the length it gives.
-/// `Ok(Err(..))` is a malformed message (to be declined); `Err` is a TCP failure.
-pub fn read_clc(sock: &TcpStream) -> io::Result<Result<ClcMessage, ClcError>> {
-    let mut s = sock;
-    let mut hdr = [0u8; HEADER_LEN];
-    s.read_exact(&mut hdr)?;
-    let len = match peek_message_len(&hdr) {
-        Ok(l) => l,
-        Err(e) => return Ok(Err(e)),
-    };
-    let mut buf = vec![0u8; len];
-    buf[..HEADER_LEN].copy_from_slice(&hdr);
-    s.read_exact(&mut buf[HEADER_LEN..])?;
-    Ok(ClcMessage::parse(&buf))
-}
-
-/// Whether the next bytes on the stream start a CLC message, without consuming them
-/// (waits for 8 bytes, at most [`CLC_WAIT_TIME`]). The server asks this before its first read:
-/// a connection taken for an announced SMC client but not carrying CLC (which only a stale
-/// announcement could cause) then stays plain TCP with every byte intact.
-pub fn peek_is_clc(sock: &TcpStream) -> io::Result<bool> {
-    let mut hdr = [0u8; HEADER_LEN];
-    let n = loop {
-        match rustix::net::recv(
-            sock,
-            &mut hdr,
-            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::WAITALL,
-        ) {
-            Ok((n, _)) => break n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    };
-    Ok(
-        n >= 4
-            && smc_proto::clc::Eyecatcher::from_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]).is_some(),
-    )
-}
-
-/// Writes one CLC message.
-pub fn write_clc(sock: &TcpStream, msg: &ClcMessage) -> io::Result<()> {
-    let mut s = sock;
-    s.write_all(&msg.to_vec())
-}
-
-fn decline(sock: &TcpStream, reason: ReasonCode, version: u8) {
-    let _ = write_clc(sock, &ClcMessage::Decline(Decline::new(reason, version)));
-}
-
-fn timeout_err(e: io::Error) -> io::Error {
-    if e.kind() == io::ErrorKind::WouldBlock {
-        io::Error::new(io::ErrorKind::TimedOut, "CLC handshake timed out")
-    } else {
-        e
-    }
-}
-
-/// Connection parameters from the settings snapshot.
-pub fn params(s: &Settings) -> ConnParams {
-    ConnParams {
-        spin: s.spin,
-        autosplit_size: s.autosplit_size as usize,
-        wnd_rule: s.wnd_update_rule,
+/// The core's configuration for a new SMC-D connection from the settings snapshot.
+pub fn core_config(s: &Settings, rx_ring: usize, tx_ring: usize) -> Config {
+    Config {
+        rx_ring,
+        tx_ring,
+        tx_buffer: TxBuffer::NoCopy,
+        completions: false,
         autocorking_size: s.autocorking_size as usize,
+        autosplit_size: s.autosplit_size as usize,
         tx_chunk: s.tx_chunk as usize,
-        sndbuf: s.sndbuf_len(),
+        wnd_rule: s.wnd_update_rule,
+        linger: CLOSE_DRAIN_TIMEOUT,
     }
 }
 
-fn peer_v2(fce: Option<smc_proto::clc::FirstContactExt>, eid: smc_proto::clc::Eid) -> PeerV2 {
+fn peer_v2(fce: Option<FirstContactExt>, eid: smc_proto::clc::Eid) -> PeerV2 {
     PeerV2 {
         version: SMC_V2,
         release: fce.map_or(0, |f| f.release),
@@ -140,21 +111,95 @@ fn peer_v2(fce: Option<smc_proto::clc::FirstContactExt>, eid: smc_proto::clc::Ei
     }
 }
 
+/// Sends this connection's readiness bell through our DMB's channel, tagged with a fresh
+/// epoch that also goes into the DMB's header.
+fn send_bell(own: &Dmb, ready: &Readiness) -> io::Result<()> {
+    let epoch = random_u64();
+    // Release: the peer reads it after the CLC message that names the DMB.
+    own.map.epoch_word().store(epoch, Ordering::Release);
+    let bell = ready.bell_for_peer()?;
+    send_record(own.chan.as_fd(), &epoch.to_ne_bytes(), &[bell.as_fd()])
+}
+
+/// Takes the peer's bell for this connection from the peer DMB's channel: the message with
+/// the epoch in the DMB's header (older ones, of handshakes that did not finish, are dropped).
+fn fetch_bell(peer: &Dmb) -> io::Result<Bell> {
+    let epoch = peer.map.epoch_word().load(Ordering::Acquire);
+    let mut buf = [0u8; 8];
+    loop {
+        let (n, mut fds) = match recv_record(peer.chan.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the peer sent no readiness bell for this connection",
+                ));
+            }
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the peer's DMB channel is closed",
+            ));
+        }
+        if n == 8 && u64::from_ne_bytes(buf) == epoch && fds.len() == 1 {
+            return Ok(Bell::from_fd(fds.pop().expect("one")));
+        }
+    }
+}
+
+/// What a handshake holds while it runs: given back if it does not finish.
+#[derive(Debug)]
+struct Held {
+    lgr: Arc<LinkGroup>,
+    first_contact: bool,
+    own: Arc<Dmb>,
+    own_reused: bool,
+    ready: Readiness,
+    peer: Option<(Arc<Dmb>, bool, Bell)>,
+}
+
+impl Held {
+    fn give_back(self, engine: &Engine, dev: &dyn BufferProvider) {
+        self.lgr.put_dmb(dev, self.own, true, false);
+        engine.lgrs.release(&self.lgr);
+        if self.first_contact {
+            // The peer may not have the group: nobody else may join it.
+            engine.lgrs.kill(&self.lgr);
+        }
+    }
+}
+
 /// The end of either side's handshake: the connection with its status slot, published with
-/// its identity, and the buffer statistics (`SMC_STAT_RMB_SIZE`, `_REUSE`, `_ALLOC`) counted
-/// for both buffers.
+/// its identity, and the buffer statistics (`SMC_STAT_RMB_SIZE`, `_REUSE`, `_ALLOC`).
 fn established(
     engine: &Engine,
     settings: &Settings,
     sock: TcpStream,
-    (own, peer): (Arc<Dmb>, Arc<Dmb>),
-    info: SmcdInfo,
-    lgr: Arc<LinkGroup>,
-    (own_reused, peer_cached): (bool, bool),
+    held: Held,
+    client: bool,
 ) -> io::Result<Outcome> {
-    sock.set_read_timeout(None)?;
-    // The send buffer is the peer's ring, or less when wmem is smaller.
-    let sndbuf = settings.sndbuf_len().min(peer.map.ring_len());
+    let Held {
+        lgr,
+        own,
+        own_reused,
+        ready,
+        peer,
+        ..
+    } = held;
+    let (peer, peer_cached, bell) = peer.expect("attached before the end");
+    let info = SmcdInfo {
+        lgr_id: lgr.id,
+        local_gid: lgr.local_gid,
+        peer_gid: lgr.peer_gid,
+        local_token: own.token,
+        peer_token: peer.token,
+        rmbe_size: own.map.dmb_len(),
+        peer_rmbe_size: peer.map.dmb_len(),
+        version: SMC_V2,
+        client,
+    };
     let status = engine.status();
     status.add(st::T_RX_RMB_SIZE + st::bucket(info.rmbe_size as u64), 1);
     status.add(
@@ -179,11 +224,12 @@ fn established(
             },
         1,
     );
+    let cfg = core_config(settings, own.map.ring_len(), peer.map.ring_len());
     let slot = status.conn_slot();
     slot.publish(&ConnIdentity {
-        state: crate::core::close::SmcState::Active as u8,
+        state: smc_core::close::SmcState::Active as u8,
         mode: 2,
-        role: u8::from(!info.client),
+        role: u8::from(!client),
         fallback: (0, 0),
         local: sock.local_addr().ok(),
         peer: sock.peer_addr().ok(),
@@ -195,267 +241,623 @@ fn established(
         peer_gid: info.peer_gid,
         rmbe: info.rmbe_size as u64,
         peer_rmbe: info.peer_rmbe_size as u64,
-        sndbuf: sndbuf as u64,
+        // With DMB no-copy the send buffer is the peer's ring.
+        sndbuf: peer.map.ring_len() as u64,
     });
+    let link = SmcdLink::new(own, peer, ready, bell);
+    let params = ConnParams {
+        spin: settings.spin,
+    };
     Ok(Outcome::Smc {
-        conn: Box::new(SmcConn::new(sock, own, peer, params(settings), info, slot)),
+        conn: SmcConn::new(sock, link, cfg, params, info, slot),
         lgr,
     })
 }
 
-/// The client's handshake on a connected TCP socket whose listener `smcd` said expects SMC.
-pub fn client(
-    engine: &Arc<Engine>,
-    dev: &Arc<LoopbackDevice>,
-    sock: TcpStream,
-    expected_gid: Option<Gid>,
-    settings: &Settings,
-) -> io::Result<Outcome> {
-    sock.set_read_timeout(Some(CLC_WAIT_TIME))?;
-    let caps = engine.caps(dev);
-    let proposal = hs::client_proposal(&caps);
-    write_clc(&sock, &proposal.into())?;
-    let msg = match read_clc(&sock).map_err(timeout_err)? {
-        Ok(m) => m,
-        Err(e) => {
-            let r = e.decline_reason();
-            decline(&sock, r, SMC_V2);
-            sock.set_read_timeout(None)?;
-            return Ok(Outcome::Tcp(sock, Fallback::local(r)));
-        }
+fn handshake_error(e: HandshakeError) -> io::Error {
+    let kind = match e {
+        HandshakeError::TimedOut => io::ErrorKind::TimedOut,
+        HandshakeError::PeerClosed => io::ErrorKind::ConnectionReset,
+        HandshakeError::AttachFailed => io::ErrorKind::ConnectionAborted,
     };
-    let fall = |sock: TcpStream, refusal: Refusal| -> io::Result<Outcome> {
-        if let Refusal::Decline(r) = refusal {
-            decline(&sock, r, SMC_V2);
+    io::Error::new(kind, e.to_string())
+}
+
+/// Bytes queued for the TCP connection, written as it takes them.
+#[derive(Debug, Default)]
+struct Out {
+    buf: Vec<u8>,
+    sent: usize,
+}
+
+impl Out {
+    /// Writes what it can; `Ok(false)` while bytes remain.
+    fn flush(&mut self, sock: &TcpStream) -> io::Result<bool> {
+        while self.sent < self.buf.len() {
+            match rustix::net::send(
+                sock,
+                &self.buf[self.sent..],
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            ) {
+                Ok(n) => self.sent += n,
+                Err(rustix::io::Errno::AGAIN) => return Ok(false),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        sock.set_read_timeout(None)?;
-        let (local, peer) = refusal.reasons();
-        Ok(Outcome::Tcp(sock, Fallback { local, peer }))
-    };
-    let acc = match hs::client_check_accept(msg, &caps, expected_gid) {
-        Ok(a) => a,
-        Err(refusal) => {
-            if let Refusal::PeerDeclined {
-                out_of_sync: true, ..
-            } = refusal
-            {
-                // The server's link group with us is broken: ours must not be reused.
-                for g in engine.lgrs.list() {
-                    if g.local_gid == caps.gid {
-                        g.kill();
+        self.buf.clear();
+        self.sent = 0;
+        Ok(true)
+    }
+
+    fn pending(&self) -> bool {
+        self.sent < self.buf.len()
+    }
+}
+
+/// Reads at most `want` bytes without waiting: `Ok(None)` if none are there, `Ok(Some(0))`
+/// at end of stream.
+fn read_some(sock: &TcpStream, buf: &mut [u8], want: usize) -> io::Result<Option<usize>> {
+    let n = want.min(buf.len());
+    loop {
+        match rustix::net::recv(sock, &mut buf[..n], RecvFlags::DONTWAIT) {
+            Ok((n, _)) => return Ok(Some(n)),
+            Err(rustix::io::Errno::AGAIN) => return Ok(None),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Waits until `fd` is ready for `ev` or `deadline` passes.
+fn wait_for(fd: BorrowedFd<'_>, ev: PollFlags, deadline: Option<Instant>) -> io::Result<()> {
+    let timeout = deadline.map(|d| {
+        let left = d.saturating_duration_since(Instant::now());
+        rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        }
+    });
+    let mut fds = [PollFd::from_borrowed_fd(fd, ev)];
+    match rustix::event::poll(&mut fds, timeout.as_ref()) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// How a handshake ended, before the socket is handed over.
+#[derive(Debug)]
+enum Done {
+    Smc(Box<Held>),
+    Tcp(Fallback),
+    Failed(io::Error),
+}
+
+// -------------------------------------------------------------------------------------------
+// Client.
+
+/// The client's handshake on a connected TCP socket whose listener is known to expect SMC.
+#[derive(Debug)]
+pub struct ClientRun {
+    engine: Arc<Engine>,
+    dev: Arc<dyn BufferProvider>,
+    sock: Option<TcpStream>,
+    hs: ClientHandshake,
+    out: Out,
+    settings: Settings,
+    expected: Option<Gid>,
+    held: Option<Held>,
+    done: Option<Done>,
+}
+
+impl ClientRun {
+    /// Starts: the Proposal is queued. `expected` is the listener's GID as smcd reported it.
+    pub fn new(
+        engine: &Arc<Engine>,
+        dev: &Arc<dyn BufferProvider>,
+        sock: TcpStream,
+        expected: Option<Gid>,
+        settings: &Settings,
+    ) -> Self {
+        let caps = engine.caps(dev.as_ref());
+        Self {
+            engine: Arc::clone(engine),
+            dev: Arc::clone(dev),
+            sock: Some(sock),
+            hs: ClientHandshake::new(caps, expected, core_now()),
+            out: Out::default(),
+            settings: settings.clone(),
+            expected,
+            held: None,
+            done: None,
+        }
+    }
+
+    /// The socket to wait on.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_ref().expect("until the end").as_fd()
+    }
+
+    /// What to wait for before the next [`Self::step`].
+    pub fn interest(&self) -> PollFlags {
+        if self.out.pending() {
+            PollFlags::OUT
+        } else {
+            PollFlags::IN
+        }
+    }
+
+    /// When the handshake gives up.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.hs.poll_timeout().map(std_instant)
+    }
+
+    /// Runs to the end, waiting on the socket.
+    pub fn run(mut self) -> io::Result<Outcome> {
+        loop {
+            if let Some(o) = self.step()? {
+                return Ok(o);
+            }
+            let deadline = self.deadline();
+            wait_for(self.fd(), self.interest(), deadline)?;
+        }
+    }
+
+    /// Makes what progress the socket allows without waiting. `Ok(None)`: wait for
+    /// [`Self::interest`] on [`Self::fd`] (or the deadline) and call again.
+    pub fn step(&mut self) -> io::Result<Option<Outcome>> {
+        let mut buf = [0u8; 1024];
+        loop {
+            if let Some(b) = self.hs.poll_transmit() {
+                self.out.buf.extend_from_slice(&b);
+            }
+            let sock = self.sock.as_ref().expect("until the end");
+            if !self.out.flush(sock)? {
+                return Ok(None);
+            }
+            if let Some(done) = self.done.take() {
+                return self.finish(done).map(Some);
+            }
+            if let Some(ev) = self.hs.handle_timeout(core_now()) {
+                self.on_event(ev);
+                continue;
+            }
+            let want = self.hs.wants();
+            match read_some(sock, &mut buf, want)? {
+                None => return Ok(None),
+                Some(0) => {
+                    let ev = self.hs.on_eof();
+                    self.on_event(ev);
+                }
+                Some(n) => {
+                    if let Some(ev) = self.hs.on_bytes(&buf[..n]) {
+                        self.on_event(ev);
                     }
                 }
             }
-            return fall(sock, refusal);
         }
-    };
-    // The client names its link group itself (the kernel's lgr->id from its own counter) and
-    // on reuse picks one to the same peer: the server's first-contact flag must agree with
-    // whether it has one (smc_connect_ism: SYNCERR otherwise).
-    let lgr = if acc.first_contact {
-        engine.lgrs.create(
-            engine.lgrs.next_id(dev.info().engine_id),
-            acc.peer_gid,
-            caps.gid,
-            Role::Client,
-            peer_v2(acc.fce, acc.eid),
-            &engine.status(),
-        )
-    } else {
-        match engine.lgrs.reuse(acc.peer_gid, caps.gid, u32::MAX) {
-            Some(g) => g,
-            None => return fall(sock, Refusal::Decline(ReasonCode::SYNCERR)),
-        }
-    };
-    engine.start_housekeeping();
-    let (own, own_reused) = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
-        Ok(x) => x,
-        Err(e) => {
-            tracing::debug!("DMB registration failed: {e}");
-            lgr.release_slot();
-            return fall(sock, Refusal::Decline(ReasonCode::MEM));
-        }
-    };
-    let (peer, peer_cached) = match lgr.attach(dev.as_ref(), acc.token) {
-        Ok((d, c)) if d.map.dmb_len() == acc.dmb_len => (d, c),
-        Ok(_) => {
-            lgr.detach(acc.token);
-            lgr.put_dmb(dev.as_ref(), own, true, false);
-            lgr.release_slot();
-            return fall(sock, Refusal::Decline(ReasonCode::CNFERR));
-        }
-        Err(e) => {
-            tracing::debug!("attaching the server's DMB failed: {e}");
-            lgr.put_dmb(dev.as_ref(), own, true, false);
-            lgr.release_slot();
-            return fall(sock, Refusal::Decline(ReasonCode::ERR_REGBUF));
-        }
-    };
-    let confirm = hs::client_confirm(&caps, &acc, lgr.id, own.token, own.map.dmb_len());
-    if let Err(e) = write_clc(&sock, &smc_proto::clc::ClcMessage::Confirm(confirm)) {
-        lgr.put_dmb(dev.as_ref(), own, true, false);
-        lgr.release_slot();
-        return Err(e);
     }
-    let info = SmcdInfo {
-        lgr_id: lgr.id,
-        local_gid: caps.gid,
-        peer_gid: acc.peer_gid,
-        local_token: own.token,
-        peer_token: acc.token,
-        rmbe_size: own.map.dmb_len(),
-        peer_rmbe_size: peer.map.dmb_len(),
-        version: SMC_V2,
-        client: true,
-    };
-    established(
-        engine,
-        settings,
-        sock,
-        (own, peer),
-        info,
-        lgr,
-        (own_reused, peer_cached),
-    )
+
+    fn on_event(&mut self, ev: ClientEvent) {
+        match ev {
+            ClientEvent::NeedBuffers(acc) => {
+                let r = self.prepare(&acc);
+                let ev = self.hs.buffers(r);
+                self.on_event(ev);
+            }
+            ClientEvent::Established { .. } => {
+                let held = self.held.take().expect("buffers were given");
+                self.done = Some(Done::Smc(Box::new(held)));
+            }
+            ClientEvent::Fallback(f) => {
+                if f.out_of_sync {
+                    // The server's link group with us is broken: ours must not be reused.
+                    let local = self.hs.caps().gid;
+                    match self.expected {
+                        Some(peer) => self.engine.lgrs.kill_peer(peer, local),
+                        None => self.engine.lgrs.kill_all(),
+                    }
+                }
+                self.give_back();
+                self.done = Some(Done::Tcp(f.into()));
+            }
+            ClientEvent::Failed(e) => {
+                self.give_back();
+                self.done = Some(Done::Failed(handshake_error(e)));
+            }
+        }
+    }
+
+    fn give_back(&mut self) {
+        if let Some(h) = self.held.take() {
+            h.give_back(&self.engine, self.dev.as_ref());
+        }
+    }
+
+    /// The client names its link group itself (the kernel's `lgr->id` from its own
+    /// counter) and on reuse picks the one to the same peer: the server's first-contact flag
+    /// must agree with whether it has one (`smc_connect_ism`: SYNCERR otherwise).
+    fn prepare(&mut self, acc: &AcceptInfo) -> Result<LocalBuffer, ReasonCode> {
+        let e = &self.engine;
+        let local = self.hs.caps().gid;
+        let lgr = if acc.first_contact {
+            e.lgrs.create(
+                e.lgrs.next_id(e.engine_id()),
+                acc.peer_gid,
+                local,
+                Role::Client,
+                peer_v2(acc.fce, acc.eid),
+                &e.status(),
+            )
+        } else {
+            e.lgrs
+                .join_client(acc.peer_gid, local)
+                .ok_or(ReasonCode::SYNCERR)?
+        };
+        e.start_housekeeping();
+        let dev = self.dev.as_ref();
+        let (own, own_reused) = match lgr.get_dmb(dev, self.settings.dmb_len()) {
+            Ok(x) => x,
+            Err(err) => {
+                tracing::debug!("DMB registration failed: {err}");
+                e.lgrs.release(&lgr);
+                return Err(ReasonCode::MEM);
+            }
+        };
+        let ready = match Readiness::new() {
+            Ok(r) => r,
+            Err(err) => {
+                tracing::debug!("no readiness pair: {err}");
+                lgr.put_dmb(dev, own, true, false);
+                e.lgrs.release(&lgr);
+                return Err(ReasonCode::MEM);
+            }
+        };
+        let mut held = Held {
+            lgr: Arc::clone(&lgr),
+            first_contact: acc.first_contact,
+            own,
+            own_reused,
+            ready,
+            peer: None,
+        };
+        let reason = (|| {
+            let (peer, cached) = lgr.attach(dev, acc.token).map_err(|err| {
+                tracing::debug!("attaching the server's DMB failed: {err}");
+                ReasonCode::ERR_REGBUF
+            })?;
+            if peer.map.dmb_len() != acc.dmb_len {
+                lgr.detach(acc.token);
+                return Err(ReasonCode::CNFERR);
+            }
+            let bell = fetch_bell(&peer).map_err(|err| {
+                tracing::debug!("no bell from the server: {err}");
+                ReasonCode::INTERR
+            })?;
+            send_bell(&held.own, &held.ready).map_err(|err| {
+                tracing::debug!("could not send our bell: {err}");
+                ReasonCode::INTERR
+            })?;
+            held.peer = Some((peer, cached, bell));
+            Ok(())
+        })();
+        match reason {
+            Ok(()) => {
+                let buf = LocalBuffer {
+                    token: held.own.token,
+                    len: held.own.map.dmb_len(),
+                    lgr_id: lgr.id,
+                };
+                self.held = Some(held);
+                Ok(buf)
+            }
+            Err(r) => {
+                held.give_back(e, dev);
+                Err(r)
+            }
+        }
+    }
+
+    fn finish(&mut self, done: Done) -> io::Result<Outcome> {
+        let sock = self.sock.take().expect("until the end");
+        match done {
+            Done::Smc(held) => established(&self.engine, &self.settings, sock, *held, true),
+            Done::Tcp(fb) => Ok(Outcome::Tcp(sock, fb)),
+            Done::Failed(e) => Err(e),
+        }
+    }
 }
 
-/// The server's handshake on an accepted TCP connection whose client `smcd` announced with
-/// GID `client_gid`.
-pub fn server(
-    engine: &Arc<Engine>,
-    dev: &Arc<LoopbackDevice>,
-    sock: TcpStream,
-    client_gid: Gid,
-    settings: &Settings,
-) -> io::Result<Outcome> {
-    sock.set_read_timeout(Some(CLC_WAIT_TIME))?;
-    if !peek_is_clc(&sock).map_err(timeout_err)? {
-        sock.set_read_timeout(None)?;
-        return Ok(Outcome::Tcp(sock, Fallback::local(ReasonCode::PEERNOSMC)));
+// -------------------------------------------------------------------------------------------
+// Server.
+
+/// The server's handshake on an accepted TCP connection whose client was announced with GID
+/// `client`.
+#[derive(Debug)]
+pub struct ServerRun {
+    engine: Arc<Engine>,
+    dev: Arc<dyn BufferProvider>,
+    sock: Option<TcpStream>,
+    client: Gid,
+    /// Until the first bytes show a CLC message, there is no machine yet.
+    hs: Option<ServerHandshake>,
+    started: Instant,
+    out: Out,
+    settings: Settings,
+    held: Option<Held>,
+    done: Option<Done>,
+    eid: Option<smc_proto::clc::Eid>,
+}
+
+impl ServerRun {
+    /// Starts on an accepted connection.
+    pub fn new(
+        engine: &Arc<Engine>,
+        dev: &Arc<dyn BufferProvider>,
+        sock: TcpStream,
+        client: Gid,
+        settings: &Settings,
+    ) -> Self {
+        Self {
+            engine: Arc::clone(engine),
+            dev: Arc::clone(dev),
+            sock: Some(sock),
+            client,
+            hs: None,
+            started: Instant::now(),
+            out: Out::default(),
+            settings: settings.clone(),
+            held: None,
+            done: None,
+            eid: None,
+        }
     }
-    let caps = engine.caps(dev);
-    let fall = |sock: TcpStream, refusal: Refusal, version: u8| -> io::Result<Outcome> {
-        if let Refusal::Decline(r) = refusal {
-            decline(&sock, r, version);
+
+    /// The socket to wait on.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_ref().expect("until the end").as_fd()
+    }
+
+    /// What to wait for before the next [`Self::step`].
+    pub fn interest(&self) -> PollFlags {
+        if self.out.pending() {
+            PollFlags::OUT
+        } else {
+            PollFlags::IN
         }
-        sock.set_read_timeout(None)?;
-        let (local, peer) = refusal.reasons();
-        Ok(Outcome::Tcp(sock, Fallback { local, peer }))
-    };
-    let msg = match read_clc(&sock).map_err(timeout_err)? {
-        Ok(m) => m,
-        Err(e) => return fall(sock, Refusal::Decline(e.decline_reason()), SMC_V2),
-    };
-    let version = match &msg {
-        ClcMessage::Proposal(p) => p.version,
-        _ => SMC_V2,
-    };
-    let info = match hs::server_check_proposal(msg, &caps, client_gid) {
-        Ok(i) => i,
-        Err(r) => return fall(sock, r, version),
-    };
-    let max_conns = settings.max_conns_per_lgr.clamp(16, 255);
-    let (lgr, first_contact) = match engine.lgrs.reuse(info.peer_gid, caps.gid, max_conns) {
-        Some(g) => (g, false),
-        None => {
-            let id = engine.lgrs.next_id(dev.info().engine_id);
-            let g = engine.lgrs.create(
-                id,
-                info.peer_gid,
-                caps.gid,
-                Role::Server,
-                peer_v2(None, info.eid),
-                &engine.status(),
-            );
-            (g, true)
+    }
+
+    /// When the handshake gives up.
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.hs {
+            Some(hs) => hs.poll_timeout().map(std_instant),
+            None => Some(self.started + CLC_WAIT_TIME),
         }
-    };
-    engine.start_housekeeping();
-    let (own, own_reused) = match lgr.get_dmb(dev.as_ref(), settings.dmb_len()) {
-        Ok(x) => x,
-        Err(e) => {
-            tracing::debug!("DMB registration failed: {e}");
-            lgr.release_slot();
+    }
+
+    /// Runs to the end, waiting on the socket.
+    pub fn run(mut self) -> io::Result<Outcome> {
+        loop {
+            if let Some(o) = self.step()? {
+                return Ok(o);
+            }
+            let deadline = self.deadline();
+            wait_for(self.fd(), self.interest(), deadline)?;
+        }
+    }
+
+    /// Makes what progress the socket allows without waiting; `Ok(None)`: wait and call again.
+    pub fn step(&mut self) -> io::Result<Option<Outcome>> {
+        let mut buf = [0u8; 1024];
+        if self.hs.is_none() {
+            // Whether the stream starts with CLC, without consuming it: a connection taken
+            // for an announced SMC client but not carrying CLC (which only a stale
+            // announcement could cause) stays plain TCP with every byte intact.
+            let sock = self.sock.as_ref().expect("until the end");
+            let mut peek = [0u8; 4];
+            let n = match rustix::net::recv(sock, &mut peek, RecvFlags::PEEK | RecvFlags::DONTWAIT)
+            {
+                Ok((n, _)) => n,
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {
+                    if Instant::now() >= self.started + CLC_WAIT_TIME {
+                        return Err(handshake_error(HandshakeError::TimedOut));
+                    }
+                    return Ok(None);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match starts_with_clc(&peek[..n]) {
+                Some(true) => {
+                    let caps = self.engine.caps(self.dev.as_ref());
+                    self.hs = Some(ServerHandshake::new(caps, self.client, core_now()));
+                }
+                None if n > 0 => return Ok(None),
+                _ => {
+                    let sock = self.sock.take().expect("until the end");
+                    return Ok(Some(Outcome::Tcp(
+                        sock,
+                        Fallback::local(ReasonCode::PEERNOSMC),
+                    )));
+                }
+            }
+        }
+        loop {
+            let hs = self.hs.as_mut().expect("made above");
+            if let Some(b) = hs.poll_transmit() {
+                self.out.buf.extend_from_slice(&b);
+            }
+            let sock = self.sock.as_ref().expect("until the end");
+            if !self.out.flush(sock)? {
+                return Ok(None);
+            }
+            if let Some(done) = self.done.take() {
+                return self.finish(done).map(Some);
+            }
+            if let Some(ev) = hs.handle_timeout(core_now()) {
+                self.on_event(ev);
+                continue;
+            }
+            let want = hs.wants();
+            match read_some(sock, &mut buf, want)? {
+                None => return Ok(None),
+                Some(0) => {
+                    let ev = hs.on_eof();
+                    self.on_event(ev);
+                }
+                Some(n) => {
+                    if let Some(ev) = hs.on_bytes(&buf[..n]) {
+                        self.on_event(ev);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: ServerEvent) {
+        match ev {
+            ServerEvent::NeedBuffers(info) => {
+                let r = self.prepare(&info);
+                let hs = self.hs.as_mut().expect("running");
+                if let Some(ev) = hs.buffers(r, core_now()) {
+                    self.on_event(ev);
+                }
+            }
+            ServerEvent::NeedAttach(ci) => {
+                let ok = self.attach(&ci);
+                let ev = self.hs.as_mut().expect("running").attached(ok);
+                self.on_event(ev);
+            }
+            ServerEvent::Established { confirm, .. } => {
+                let held = self.held.take().expect("buffers were given");
+                if held.first_contact {
+                    let eid = self.eid.unwrap_or_default();
+                    self.engine.lgrs.ready(&held.lgr, peer_v2(confirm.fce, eid));
+                }
+                self.done = Some(Done::Smc(Box::new(held)));
+            }
+            ServerEvent::Fallback(f) => {
+                self.give_back();
+                self.done = Some(Done::Tcp(f.into()));
+            }
+            ServerEvent::Failed(e) => {
+                self.give_back();
+                if e == HandshakeError::AttachFailed
+                    && let Some(sock) = &self.sock
+                {
+                    let _ = rustix::net::sockopt::set_socket_linger(sock, Some(Duration::ZERO));
+                }
+                self.done = Some(Done::Failed(handshake_error(e)));
+            }
+        }
+    }
+
+    fn give_back(&mut self) {
+        if let Some(h) = self.held.take() {
+            h.give_back(&self.engine, self.dev.as_ref());
+        }
+    }
+
+    fn prepare(&mut self, info: &ProposalInfo) -> Result<(LocalBuffer, bool), ReasonCode> {
+        let e = &self.engine;
+        let local = self.dev.gid();
+        self.eid = Some(info.eid);
+        let max_conns = self.settings.max_conns_per_lgr.clamp(16, 255);
+        let (lgr, first_contact) = match e.lgrs.join_server(info.peer_gid, local, max_conns) {
+            Some(g) => (g, false),
+            None => {
+                let id = e.lgrs.next_id(e.engine_id());
+                let g = e.lgrs.create(
+                    id,
+                    info.peer_gid,
+                    local,
+                    Role::Server,
+                    peer_v2(None, info.eid),
+                    &e.status(),
+                );
+                (g, true)
+            }
+        };
+        e.start_housekeeping();
+        let dev = self.dev.as_ref();
+        let fail = |lgr: &Arc<LinkGroup>| {
+            e.lgrs.release(lgr);
             if first_contact {
-                lgr.kill();
+                e.lgrs.kill(lgr);
             }
-            return fall(sock, Refusal::Decline(ReasonCode::MEM), version);
-        }
-    };
-    let accept = hs::server_accept(
-        &caps,
-        &info,
-        own.token,
-        own.map.dmb_len(),
-        lgr.id,
-        first_contact,
-    );
-    let give_back = |lgr: &Arc<LinkGroup>, own| {
-        lgr.put_dmb(dev.as_ref(), own, true, false);
-        lgr.release_slot();
-        if first_contact {
-            // The client may not have the group: nobody else may join it.
-            lgr.kill();
-        }
-    };
-    if let Err(e) = write_clc(&sock, &ClcMessage::Accept(accept)) {
-        give_back(&lgr, own);
-        return Err(e);
-    }
-    let msg = match read_clc(&sock).map_err(timeout_err) {
-        Ok(Ok(m)) => m,
-        Ok(Err(e)) => {
-            give_back(&lgr, own);
-            return fall(sock, Refusal::Decline(e.decline_reason()), version);
-        }
-        Err(e) => {
-            give_back(&lgr, own);
-            return Err(e);
-        }
-    };
-    let conf = match hs::server_check_confirm(msg, &info, first_contact) {
-        Ok(c) => c,
-        Err(r) => {
-            give_back(&lgr, own);
-            return fall(sock, r, version);
-        }
-    };
-    let (peer, peer_cached) = match lgr.attach(dev.as_ref(), conf.token) {
-        Ok((d, c)) if d.map.dmb_len() == conf.dmb_len => (d, c),
-        other => {
-            if other.is_ok() {
-                lgr.detach(conf.token);
+        };
+        let (own, own_reused) = match lgr.get_dmb(dev, self.settings.dmb_len()) {
+            Ok(x) => x,
+            Err(err) => {
+                tracing::debug!("DMB registration failed: {err}");
+                fail(&lgr);
+                return Err(ReasonCode::MEM);
             }
-            give_back(&lgr, own);
-            let _ = rustix::net::sockopt::set_socket_linger(&sock, Some(Duration::ZERO));
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "client's DMB could not be attached after Confirm",
-            ));
+        };
+        let ready = match Readiness::new() {
+            Ok(r) => r,
+            Err(err) => {
+                tracing::debug!("no readiness pair: {err}");
+                lgr.put_dmb(dev, own, true, false);
+                fail(&lgr);
+                return Err(ReasonCode::MEM);
+            }
+        };
+        let held = Held {
+            lgr: Arc::clone(&lgr),
+            first_contact,
+            own,
+            own_reused,
+            ready,
+            peer: None,
+        };
+        if let Err(err) = send_bell(&held.own, &held.ready) {
+            tracing::debug!("could not send our bell: {err}");
+            held.give_back(e, dev);
+            return Err(ReasonCode::INTERR);
         }
-    };
-    if first_contact {
-        lgr.set_peer(peer_v2(conf.fce, info.eid));
-        lgr.set_ready();
+        let buf = LocalBuffer {
+            token: held.own.token,
+            len: held.own.map.dmb_len(),
+            lgr_id: lgr.id,
+        };
+        self.held = Some(held);
+        Ok((buf, first_contact))
     }
-    let info = SmcdInfo {
-        lgr_id: lgr.id,
-        local_gid: caps.gid,
-        peer_gid: info.peer_gid,
-        local_token: own.token,
-        peer_token: conf.token,
-        rmbe_size: own.map.dmb_len(),
-        peer_rmbe_size: peer.map.dmb_len(),
-        version: SMC_V2,
-        client: false,
-    };
-    established(
-        engine,
-        settings,
-        sock,
-        (own, peer),
-        info,
-        lgr,
-        (own_reused, peer_cached),
-    )
+
+    fn attach(&mut self, ci: &ConfirmInfo) -> bool {
+        let Some(held) = self.held.as_mut() else {
+            return false;
+        };
+        let dev = self.dev.as_ref();
+        let (peer, cached) = match held.lgr.attach(dev, ci.token) {
+            Ok(x) => x,
+            Err(err) => {
+                tracing::debug!("attaching the client's DMB failed: {err}");
+                return false;
+            }
+        };
+        if peer.map.dmb_len() != ci.dmb_len {
+            held.lgr.detach(ci.token);
+            return false;
+        }
+        match fetch_bell(&peer) {
+            Ok(bell) => {
+                held.peer = Some((peer, cached, bell));
+                true
+            }
+            Err(err) => {
+                tracing::debug!("no bell from the client: {err}");
+                false
+            }
+        }
+    }
+
+    fn finish(&mut self, done: Done) -> io::Result<Outcome> {
+        let sock = self.sock.take().expect("until the end");
+        match done {
+            Done::Smc(held) => established(&self.engine, &self.settings, sock, *held, false),
+            Done::Tcp(fb) => Ok(Outcome::Tcp(sock, fb)),
+            Done::Failed(e) => Err(e),
+        }
+    }
 }

@@ -18,14 +18,13 @@
 //! worker is free); while it is, clients connect plain TCP without any CLC (the kernel's
 //! `smc_hs_congested` making the SYN-ACK go out without the SMC option).
 
-use super::channel::Channel;
 use super::engine::Engine;
-use super::handshake::{self, Fallback, Outcome};
-use crate::api::SmcStream;
-use crate::control::device::canonical;
-use crate::device::{Doorbell, Gid};
+use super::handshake::{CLC_WAIT_TIME, Fallback, Outcome, ServerRun};
+use crate::device::Gid;
+use crate::ipc::Channel;
 use crate::layout::ListenerPage;
 use crate::layout::status::{self as st, LstRecord, LstSlot};
+use crate::sys::Doorbell;
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use smc_proto::clc::ReasonCode;
@@ -54,13 +53,39 @@ fn max_workers() -> usize {
         * 2
 }
 
-/// An accepted connection.
+/// An accepted connection: what its handshake made of it, and the client's address.
 #[derive(Debug)]
 pub struct Accepted {
     /// The connection, SMC-D or TCP.
-    pub stream: SmcStream,
+    pub outcome: Outcome,
     /// The client's address.
     pub peer: SocketAddr,
+}
+
+/// Declines an announced client when this engine has no device any more (smcd went away
+/// between the intent and the accept): both go TCP. The client's Proposal is still unread; it
+/// is read so no byte of it reaches the application.
+fn decline_without_device(sock: TcpStream) -> Outcome {
+    use smc_proto::clc::{ClcMessage, Decline, SMC_V2};
+    use std::io::{Read, Write};
+    let d = ClcMessage::Decline(Decline::new(ReasonCode::NOSMCDEV, SMC_V2)).to_vec();
+    let _ = (&sock).write_all(&d);
+    let _ = sock.set_read_timeout(Some(CLC_WAIT_TIME));
+    let mut r = smc_core::handshake::ClcReader::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let want = r.wants().min(buf.len());
+        match (&sock).read(&mut buf[..want]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if r.push(&buf[..n]).is_some() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = sock.set_read_timeout(None);
+    Outcome::Tcp(sock, Fallback::local(ReasonCode::NOSMCDEV))
 }
 
 /// An announced client: its GID, smcd's intent id, and when the announcement arrived.
@@ -112,6 +137,8 @@ pub struct ListenerCore {
     last_register: Mutex<Option<Instant>>,
     /// Rung by `close` to stop the acceptor.
     stop: Doorbell,
+    /// Rung when the acceptor should look again: room in the backlog, no thread in `accept`.
+    kick: Doorbell,
     /// Announced clients by address. Several may wait for one address (an engine whose
     /// connect failed because the 4-tuple was still in use leaves one until its cancel
     /// arrives), oldest first: none is ever lost to a later one.
@@ -131,7 +158,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn canon(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(canonical(a.ip()), a.port())
+    SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 impl ListenerCore {
@@ -143,9 +170,9 @@ impl ListenerCore {
     ) -> io::Result<Arc<Self>> {
         tcp.set_nonblocking(true)?;
         let local = tcp.local_addr()?;
-        // Open the device first: the namespace's sysctls come from it, and the slot below
-        // must land in the status area smcd reads.
-        let _ = engine.device();
+        // Register first: the namespace's sysctls come from smcd, and the slot below must
+        // land in the status area smcd reads.
+        let _ = engine.attached();
         let hs_limit = opts
             .limit_hs
             .unwrap_or_else(|| engine.settings().limit_smc_hs);
@@ -174,6 +201,7 @@ impl ListenerCore {
             page_fd,
             last_register: Mutex::new(None),
             stop: Doorbell::new()?,
+            kick: Doorbell::new()?,
             intents: Mutex::new(HashMap::new()),
             page,
             _slot: slot,
@@ -195,11 +223,14 @@ impl ListenerCore {
             return;
         }
         *last = Some(Instant::now());
-        let Some(dev) = self.engine.device() else {
+        let Some(a) = self.engine.attached() else {
             return;
         };
         let page = self.page_fd.as_ref().map(|f| f.as_fd());
-        match dev.listen(self.local, self.backlog as u32, self.hs_limit, page) {
+        match a
+            .session
+            .listen(self.local, self.backlog as u32, self.hs_limit, page)
+        {
             Ok((ch, _id)) => {
                 let Ok(fd) = rustix::io::fcntl_dupfd_cloexec(&ch, 0) else {
                     return;
@@ -212,7 +243,7 @@ impl ListenerCore {
             }
             Err(e) => {
                 tracing::debug!("listener registration with smcd failed: {e}");
-                self.engine.device_failed(&dev);
+                self.engine.smcd_failed(&a.session);
             }
         }
     }
@@ -238,7 +269,8 @@ impl ListenerCore {
 
     /// The acceptor: sleeps on the intent channel; while intents are pending, takes
     /// connections from the kernel's queue so SMC clients finish their handshake even when
-    /// the application is not accepting.
+    /// the application is not accepting. It sleeps without a timeout: whatever changes what
+    /// it should watch (room in the backlog, the last thread leaving `accept`) kicks it.
     fn acceptor(self: Arc<Self>, chan_fd: OwnedFd) {
         let chan_fd = &chan_fd;
         loop {
@@ -254,22 +286,18 @@ impl ListenerCore {
                 let st = lock(&self.state);
                 st.in_progress + st.ready.len() < self.backlog
             };
+            self.kick.drain();
             let mut fds = vec![
                 PollFd::new(&self.stop, PollFlags::IN),
                 PollFd::new(chan_fd, PollFlags::IN),
+                PollFd::new(&self.kick, PollFlags::IN),
             ];
             // Threads in accept() take the connections themselves (one woken per connection);
             // the acceptor joins in only while nobody accepts.
             if pending && room && self.waiters.load(Ordering::Acquire) == 0 {
                 fds.push(PollFd::new(&self.tcp, PollFlags::IN));
             }
-            // While intents are pending, wake now and then to re-check them (and room).
-            let ts = rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: 50_000_000,
-            };
-            let timeout = if pending { Some(&ts) } else { None };
-            if let Err(e) = rustix::event::poll(&mut fds, timeout)
+            if let Err(e) = rustix::event::poll(&mut fds, None)
                 && e != rustix::io::Errno::INTR
             {
                 return;
@@ -278,7 +306,7 @@ impl ListenerCore {
                 return;
             }
             let chan_event = !fds[1].revents().is_empty();
-            let tcp_ready = fds.get(2).is_some_and(|f| !f.revents().is_empty());
+            let tcp_ready = fds.get(3).is_some_and(|f| !f.revents().is_empty());
             if chan_event {
                 self.drain_intents();
                 if lock(&self.chan).is_none() {
@@ -314,6 +342,11 @@ impl ListenerCore {
                 return;
             }
         }
+    }
+
+    /// The engine the listener belongs to.
+    pub fn engine(&self) -> Arc<Engine> {
+        Arc::clone(&self.engine)
     }
 
     /// The bound address.
@@ -381,8 +414,8 @@ impl ListenerCore {
                     // engine opens its device anew on next use, and accept() registers again.
                     *chan = None;
                     lock(&self.intents).clear();
-                    if let Some(dev) = self.engine.device() {
-                        self.engine.device_failed(&dev);
+                    if let Some(a) = self.engine.attached_now() {
+                        self.engine.smcd_failed(&a.session);
                     }
                     return;
                 }
@@ -417,11 +450,7 @@ impl ListenerCore {
                 let status = self.engine.status();
                 status.add(st::T_SRV_FBACK + st::fback_index(ReasonCode::PEERNOSMC), 1);
                 Some(Accepted {
-                    stream: SmcStream::from_outcome(
-                        &self.engine,
-                        Outcome::Tcp(sock, Fallback::local(ReasonCode::PEERNOSMC)),
-                        true,
-                    ),
+                    outcome: Outcome::Tcp(sock, Fallback::local(ReasonCode::PEERNOSMC)),
                     peer,
                 })
             }
@@ -488,7 +517,7 @@ impl ListenerCore {
                         }
                     }
                     Some(Accepted {
-                        stream: SmcStream::from_outcome(&self.engine, outcome, true),
+                        outcome,
                         peer: job.peer,
                     })
                 }
@@ -510,29 +539,17 @@ impl ListenerCore {
             self.publish_load(&st);
             drop(st);
             self.cond.notify_all();
+            // Room in the backlog again: the acceptor may take connections.
+            self.kick.ring();
         }
     }
 
     fn handshake(&self, sock: TcpStream, gid: Gid) -> io::Result<Outcome> {
         let settings = self.engine.settings();
-        match self.engine.device() {
-            Some(dev) => handshake::server(&self.engine, &dev, sock, gid, &settings),
+        match self.engine.attached() {
+            Some(a) => ServerRun::new(&self.engine, &a.ism, sock, gid, &settings).run(),
             // The device vanished between intent and accept: decline, both go TCP.
-            None => {
-                let _ = handshake::write_clc(
-                    &sock,
-                    &smc_proto::clc::ClcMessage::Decline(smc_proto::clc::Decline::new(
-                        ReasonCode::NOSMCDEV,
-                        smc_proto::clc::SMC_V2,
-                    )),
-                );
-                // The client's Proposal is still unread: read it so no byte of it reaches the
-                // application.
-                let _ = sock.set_read_timeout(Some(handshake::CLC_WAIT_TIME));
-                let _ = handshake::read_clc(&sock);
-                let _ = sock.set_read_timeout(None);
-                Ok(Outcome::Tcp(sock, Fallback::local(ReasonCode::NOSMCDEV)))
-            }
+            None => Ok(decline_without_device(sock)),
         }
     }
 
@@ -596,7 +613,10 @@ impl ListenerCore {
                     .map(drop)
                     .map_err(io::Error::from)
             };
-            self.waiters.fetch_sub(1, Ordering::AcqRel);
+            if self.waiters.fetch_sub(1, Ordering::AcqRel) == 1 && self.intents_pending() {
+                // Nobody accepts now and an announced client waits: the acceptor takes over.
+                self.kick.ring();
+            }
             match r {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

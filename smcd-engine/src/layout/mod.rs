@@ -49,6 +49,7 @@ pub fn seq_read<T>(
 /// fold their counters under one sequence word): each claims the odd value with a
 /// compare-exchange, so two writers never interleave and the word's parity stays meaningful.
 pub fn seq_write(seq: &std::sync::atomic::AtomicU32, f: impl FnOnce()) {
+    let mut spins = 0u32;
     let s = loop {
         let s = seq.load(Relaxed);
         // Acquire: the previous writer's data stores happen before ours.
@@ -59,7 +60,14 @@ pub fn seq_write(seq: &std::sync::atomic::AtomicU32, f: impl FnOnce()) {
         {
             break s;
         }
-        std::hint::spin_loop();
+        // Another writer holds it: let it run rather than spin against it (on two vCPUs the
+        // holder may be waiting for this very CPU).
+        spins += 1;
+        if spins.is_multiple_of(64) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     };
     fence(Release);
     f();
@@ -355,7 +363,7 @@ impl ListenerTable {
     /// exact address only).
     pub fn lookup(&self, dst: SocketAddr, netns: u64) -> Lookup {
         let b = Self::bucket(dst.port());
-        let dip = crate::control::device::canonical(dst.ip());
+        let dip = dst.ip().to_canonical();
         let mut exact_same = None;
         let mut wildcard_same = None;
         let mut exact_other = None;
@@ -366,7 +374,7 @@ impl ListenerTable {
             if e.addr.port() != dst.port() {
                 continue;
             }
-            let lip = crate::control::device::canonical(e.addr.ip());
+            let lip = e.addr.ip().to_canonical();
             let exact = lip == dip;
             let wild = e.addr.ip().is_unspecified() && (e.addr.is_ipv6() || dip.is_ipv4());
             if e.netns == netns {

@@ -180,7 +180,30 @@ const C_CURS: usize = 152;
 const C_FLAGS: usize = 208;
 /// tx_cnt, tx_bytes, rx_cnt, rx_bytes, cork, ndly, tx_pd[9], rx_pd[9].
 const C_CNT: usize = 216;
-const _: () = assert!(C_CNT + 8 * (6 + 2 * BUCKETS) <= CONN_SLOT);
+/// Buffer events of the data path (tx too small, tx full, rx full), counted per connection
+/// and folded into the totals when it ends, like the other counters: the data path never
+/// writes a cache line it shares with other connections.
+const C_RMB: usize = C_CNT + 8 * (6 + 2 * BUCKETS);
+const _: () = assert!(C_RMB + 8 * 3 <= CONN_SLOT);
+
+/// A buffer event of the data path (`SMC_STAT_RMB_TX_SIZE_SMALL`, `_TX_FULL`, `_RX_FULL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RmbEvent {
+    /// A send asked for more than the send buffer holds (the kernel counts it for the local
+    /// and the peer's buffer alike: with DMB no-copy they are one).
+    TxSizeSmall = 0,
+    /// A send found the peer's buffer full.
+    TxFull = 1,
+    /// The peer filled our buffer.
+    RxFull = 2,
+}
+
+/// Where each event is folded: (totals, the same event counted again for the peer's buffer).
+const RMB_FOLD: [(usize, Option<usize>); 3] = [
+    (T_TX_RMB + RMB_SIZE_SM, Some(T_TX_RMB + RMB_SIZE_SM_PEER)),
+    (T_TX_RMB + RMB_FULL, Some(T_TX_RMB + RMB_FULL_PEER)),
+    (T_RX_RMB + RMB_FULL, None),
+];
 
 /// Index of a connection counter word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -521,9 +544,19 @@ impl ConnSlot {
         );
     }
 
-    /// Adds to one of the engine's totals (events such as a full buffer).
-    pub fn total(&self, t: usize, n: u64) {
-        self.area.add(t, n);
+    /// Counts a buffer event (single writer: a plain load and store in the slot's own line).
+    #[inline]
+    pub fn rmb_event(&self, e: RmbEvent) {
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
+        let w = self.w(C_RMB + 8 * e as usize);
+        w.store(w.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+
+    /// A buffer event count (tests, diagnostics).
+    pub fn rmb_events(&self, e: RmbEvent) -> u64 {
+        self.w(C_RMB + 8 * e as usize).load(Relaxed)
     }
 
     /// One send of `requested` bytes that sent `sent` (the kernel's `SMC_STAT_PAYLOAD` rules:
@@ -580,6 +613,15 @@ impl Drop for ConnSlot {
                 let v = self.counter(c);
                 if v != 0 {
                     self.area.add(t, v);
+                }
+            }
+            for (k, (t, peer)) in RMB_FOLD.iter().enumerate() {
+                let v = self.w(C_RMB + 8 * k).load(Relaxed);
+                if v != 0 {
+                    self.area.add(*t, v);
+                    if let Some(p) = peer {
+                        self.area.add(*p, v);
+                    }
                 }
             }
             for b in 0..BUCKETS {
@@ -795,6 +837,13 @@ impl StatusView {
                 for b in 0..BUCKETS {
                     t[T_TX_PD + b] = t[T_TX_PD + b].wrapping_add(c(6 + b));
                     t[T_RX_PD + b] = t[T_RX_PD + b].wrapping_add(c(6 + BUCKETS + b));
+                }
+                for (k, (i, peer)) in RMB_FOLD.iter().enumerate() {
+                    let v = c(6 + 2 * BUCKETS + k);
+                    t[*i] = t[*i].wrapping_add(v);
+                    if let Some(p) = peer {
+                        t[*p] = t[*p].wrapping_add(v);
+                    }
                 }
             }
             t

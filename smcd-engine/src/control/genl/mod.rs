@@ -32,7 +32,7 @@ pub mod smc;
 
 use super::daemon::Daemon;
 use super::device::ClientCtx;
-use crate::driver::channel::MAX_RECORD;
+use crate::ipc::channel::MAX_RECORD;
 use netlink_packet_core::NetlinkHeader;
 use smc_proto::netlink::attr::align4;
 use smc_proto::netlink::framing::{

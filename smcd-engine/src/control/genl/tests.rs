@@ -861,7 +861,7 @@ mod fuzz {
     /// What the server does with a record: the loopback family to the device handler
     /// (without descriptors), everything else to `genl::handle`.
     fn dispatch_like_server(d: &mut Daemon, id: u64, c: &mut ClientCtx, record: &[u8]) {
-        use crate::driver::channel;
+        use crate::ipc::channel;
         use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
         use netlink_packet_generic::GenlMessage;
         use smc_proto::netlink::loopback::LOOPBACK_FAMILY_ID;

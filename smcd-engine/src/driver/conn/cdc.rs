@@ -1,0 +1,122 @@
+//! CDCs in, effects out (`smc_cdc.c`): the peer's CDCs and completed sends go to the core,
+//! and what the core asks for is carried out through the transport.
+
+use super::{SmcConn, State};
+use crate::device::Dir;
+use crate::layout::status::{Curs, RmbEvent};
+use crate::transport::Transport;
+use smc_core::close::{AbortKind, SmcState};
+use smc_core::conn::{Effects, TcpAction};
+use std::io;
+use std::net::Shutdown;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+impl<T: Transport> SmcConn<T> {
+    /// Feeds the core what arrived: completed sends, then the peer's CDCs. A CDC that breaks
+    /// the rules aborts this connection.
+    pub(super) fn observe(&self, st: &mut State) -> io::Result<()> {
+        while let Some(seq) = self.link.poll_completion() {
+            let eff = st.core.on_cdc_complete(seq);
+            self.apply(st, eff);
+        }
+        while let Some(cdc) = self.link.recv_cdc() {
+            match st.core.on_cdc(&cdc) {
+                Ok(eff) => {
+                    self.apply(st, eff);
+                    self.note_rx_full(st);
+                }
+                Err(v) => {
+                    tracing::warn!(lgr = self.info.lgr_id, "SMC peer protocol violation: {v}");
+                    let eff = st.core.abort(AbortKind::Aborted);
+                    self.apply(st, eff);
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        format!("the SMC peer sent an invalid CDC: {v}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `SMC_STAT_RMB_RX_FULL`: the peer filled our buffer (counted once per time).
+    fn note_rx_full(&self, st: &mut State) {
+        let p = st.core.positions();
+        let full = p.produced - p.consumed == st.core.config().rx_ring as u64;
+        if full && !st.rx_full {
+            self.slot.rmb_event(RmbEvent::RxFull);
+        }
+        st.rx_full = full;
+        self.slot.set_cursor(Curs::RxProd, p.produced);
+        self.slot.set_cursor(Curs::RxCons, p.peer_consumed);
+    }
+
+    /// Carries out the core's effects: the writes, then the CDC, then the TCP action, then
+    /// the wake-ups; and shows the end of stream or of the connection on the readiness.
+    pub(super) fn apply(&self, st: &mut State, eff: Effects) {
+        for w in eff.writes.iter().flatten() {
+            if let Err(e) = self.link.write_remote(w) {
+                tracing::warn!("RDMA WRITE failed: {e}");
+                let a = st.core.abort(AbortKind::Aborted);
+                return self.apply(st, a);
+            }
+        }
+        if let Some(cdc) = &eff.cdc {
+            if let Err(e) = self.link.send_cdc(cdc) {
+                tracing::warn!("CDC send failed: {e}");
+                let a = st.core.abort(AbortKind::Aborted);
+                return self.apply(st, a);
+            }
+            let p = st.core.positions();
+            self.slot.set_cursor(Curs::TxProd, p.sent);
+            self.slot.set_cursor(Curs::TxCons, p.confirmed);
+            self.slot.set_cursor(Curs::TxPrep, p.prepared);
+            self.slot.set_cursor(Curs::TxSent, p.sent);
+            self.slot.set_cursor(Curs::TxFin, p.fin);
+        }
+        if let Some(off) = eff.urgent_at {
+            let mut b = [0u8; 1];
+            self.link.read_rx(off, &mut b);
+            st.core.set_urgent_byte(b[0]);
+        }
+        match eff.tcp {
+            TcpAction::None => {}
+            TcpAction::Shutdown => {
+                let _ = self.clcsock.shutdown(Shutdown::Both);
+            }
+            TcpAction::Abort => {
+                // RST instead of FIN, as tcp_abort() in the kernel.
+                let _ =
+                    rustix::net::sockopt::set_socket_linger(&self.clcsock, Some(Duration::ZERO));
+                let _ = self.clcsock.shutdown(Shutdown::Both);
+            }
+        }
+        if eff.wake_reader {
+            self.link.wake_local(Dir::Rx);
+        }
+        if eff.wake_writer {
+            self.link.wake_local(Dir::Tx);
+        }
+        self.show_end(st);
+    }
+
+    /// End of stream and the end of the connection are for good: the readiness shows them
+    /// permanently (readable with `POLLRDHUP`; hung up), once.
+    fn show_end(&self, st: &mut State) {
+        let ready = self.link.readiness();
+        let over = st.core.is_aborted() || st.core.state() == SmcState::Closed;
+        if over && !st.shown_end {
+            st.shown_end = true;
+            self.over.store(true, Ordering::Release);
+            ready.hang_up();
+        } else if !st.shown_eof && st.core.close_machine().rcv_shutdown() {
+            st.shown_eof = true;
+            ready.peer_done();
+        }
+        let cm = st.core.close_machine();
+        let shut = u8::from(cm.rcv_shutdown() || st.core.read_is_shut())
+            | u8::from(st.core.send_check().is_err()) << 1;
+        self.slot.set_state(st.core.state() as u8, shut);
+    }
+}

@@ -1,0 +1,463 @@
+//! One established SMC connection: the connection core (`smc_core::conn`) behind a lock, a
+//! [`Transport`] that carries out its effects, and the waits, timeouts and options around
+//! them. Split as the kernel splits `smc_tx.c`, `smc_rx.c` and `smc_cdc.c`: the send path in
+//! [`tx`], the receive path in [`rx`], CDCs in and effects out in [`cdc`]; close and the
+//! waits are here (`smc_close.c`).
+//!
+//! # Locking
+//!
+//! One mutex holds the core, as the kernel's socket lock does: reads and writes copy under it
+//! (so two readers or two writers never interleave within a chunk), and nothing sleeps under
+//! it. A call that must wait releases it, waits on the readiness descriptor and its TCP
+//! connection, and takes it again, so `shutdown`/`close` from another thread, or the other
+//! direction, never wait behind a sleeper.
+//!
+//! # Untrusted peer
+//!
+//! The peer's CDCs are validated by the core; a violation aborts this connection only (its
+//! TCP connection is reset, its buffer is not reused) and every call returns
+//! `ConnectionAborted`. A peer that rings our bell without changing anything costs a bounded
+//! number of wake-ups: after a run of them the wait backs off.
+
+mod cdc;
+mod rx;
+mod tx;
+
+use super::watcher::{WatchGuard, Watched, Watcher};
+use crate::device::Dir;
+use crate::layout::status::ConnSlot;
+use crate::transport::Transport;
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::{AsFd, BorrowedFd};
+use smc_core::close::{AbortKind, SmcState};
+use smc_core::conn::{Config, Connection};
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// Consecutive wake-ups that changed nothing before a wait starts to back off.
+const SPURIOUS_RUN: u32 = 32;
+/// How long a wait pauses per wake-up beyond that run.
+const SPURIOUS_PAUSE: Duration = Duration::from_millis(1);
+
+/// What the driver adds to the core's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnParams {
+    /// How long a blocking call spins before it sleeps.
+    pub spin: Duration,
+}
+
+/// What the connection is, for `smcss`-like reports.
+#[derive(Debug, Clone)]
+pub struct SmcdInfo {
+    /// Link group id.
+    pub lgr_id: u32,
+    /// Our GID.
+    pub local_gid: u128,
+    /// The peer's GID.
+    pub peer_gid: u128,
+    /// Token of the DMB we receive into.
+    pub local_token: u64,
+    /// Token of the peer's DMB we send into.
+    pub peer_token: u64,
+    /// Size of our DMB.
+    pub rmbe_size: usize,
+    /// Size of the peer's DMB.
+    pub peer_rmbe_size: usize,
+    /// CLC version negotiated (1 or 2).
+    pub version: u8,
+    /// Whether this side was the client.
+    pub client: bool,
+}
+
+/// The state under the connection's lock.
+#[derive(Debug)]
+struct State {
+    core: Connection,
+    /// The readiness already shows end of stream / the end of the connection.
+    shown_eof: bool,
+    shown_end: bool,
+    /// The peer's ring was last seen full (to count the event once).
+    rx_full: bool,
+}
+
+/// An established SMC connection over the transport `T`.
+#[derive(Debug)]
+pub struct SmcConn<T: Transport> {
+    link: T,
+    clcsock: TcpStream,
+    st: Mutex<State>,
+    /// Set once the connection is over (aborted or closed): waits end.
+    over: AtomicBool,
+    nonblocking: AtomicBool,
+    nodelay: AtomicBool,
+    /// Timeouts in nanoseconds, 0 = none.
+    read_timeout: AtomicU64,
+    write_timeout: AtomicU64,
+    params: ConnParams,
+    /// Wake-ups that found nothing changed (a hostile peer's bell, or a race).
+    spurious: AtomicU64,
+    watch: OnceLock<WatchGuard>,
+    me: OnceLock<Weak<Self>>,
+    /// Identity and sizes.
+    pub info: SmcdInfo,
+    /// This connection's slot in the engine's status area: counters, cursors, state.
+    pub slot: ConnSlot,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn to_nanos(t: Option<Duration>) -> u64 {
+    t.map_or(0, |d| d.as_nanos().clamp(1, u128::from(u64::MAX)) as u64)
+}
+
+fn from_nanos(ns: u64) -> Option<Duration> {
+    (ns != 0).then(|| Duration::from_nanos(ns))
+}
+
+fn aborted_error(kind: AbortKind) -> io::Error {
+    match kind {
+        AbortKind::Reset => io::Error::from(io::ErrorKind::ConnectionReset),
+        AbortKind::Aborted => io::Error::from(io::ErrorKind::ConnectionAborted),
+    }
+}
+
+/// What a wait ended with.
+enum Woken {
+    /// Something may have changed: look again.
+    Again,
+    /// The deadline passed.
+    TimedOut,
+}
+
+impl<T: Transport> SmcConn<T> {
+    /// Wraps a finished handshake. Anything the peer sent before this is seen at the first
+    /// call; the readiness already announces the reader, so an event loop that waits before it
+    /// reads is woken by the first byte.
+    pub fn new(
+        clcsock: TcpStream,
+        link: T,
+        cfg: Config,
+        params: ConnParams,
+        info: SmcdInfo,
+        slot: ConnSlot,
+    ) -> Arc<Self> {
+        let _ = clcsock.set_nodelay(true);
+        let conn = Arc::new(Self {
+            link,
+            clcsock,
+            st: Mutex::new(State {
+                core: Connection::new(cfg),
+                shown_eof: false,
+                shown_end: false,
+                rx_full: false,
+            }),
+            over: AtomicBool::new(false),
+            nonblocking: AtomicBool::new(false),
+            nodelay: AtomicBool::new(false),
+            read_timeout: AtomicU64::new(0),
+            write_timeout: AtomicU64::new(0),
+            params,
+            spurious: AtomicU64::new(0),
+            watch: OnceLock::new(),
+            me: OnceLock::new(),
+            info,
+            slot,
+        });
+        let _ = conn.me.set(Arc::downgrade(&conn));
+        conn.link.arm(Dir::Rx);
+        if conn.link.cdc_pending() {
+            conn.link.wake_local(Dir::Rx);
+        }
+        conn
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.st)
+    }
+
+    /// The transport.
+    pub fn link(&self) -> &T {
+        &self.link
+    }
+
+    /// The TCP connection underneath.
+    pub fn clcsock(&self) -> &TcpStream {
+        &self.clcsock
+    }
+
+    /// The close state.
+    pub fn state(&self) -> SmcState {
+        self.lock().core.state()
+    }
+
+    /// Whether this connection aborted (its buffer must not be reused).
+    pub fn is_aborted(&self) -> bool {
+        self.lock().core.is_aborted()
+    }
+
+    /// Wake-ups that found nothing changed so far.
+    pub fn spurious_wakeups(&self) -> u64 {
+        self.spurious.load(Ordering::Relaxed)
+    }
+
+    /// A snapshot of the core's positions (diagnostics).
+    pub fn positions(&self) -> smc_core::conn::Positions {
+        self.lock().core.positions()
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Options.
+
+    /// `TCP_NODELAY`: setting it pushes held-back data at once.
+    pub fn set_nodelay(&self, on: bool) {
+        self.nodelay.store(on, Ordering::Relaxed);
+        if on {
+            self.slot.bump(crate::layout::status::Cnt::Ndly, 1);
+            let _ = self.flush();
+        }
+    }
+
+    /// Current `TCP_NODELAY`.
+    pub fn nodelay(&self) -> bool {
+        self.nodelay.load(Ordering::Relaxed)
+    }
+
+    /// `TCP_CORK`: while set, writes are held back while there is room; clearing it pushes.
+    pub fn set_cork(&self, on: bool) {
+        let mut st = self.lock();
+        let eff = st.core.set_cork(on);
+        self.apply(&mut st, eff);
+        if !on {
+            self.slot.bump(crate::layout::status::Cnt::Cork, 1);
+        }
+    }
+
+    /// Current cork.
+    pub fn cork(&self) -> bool {
+        self.lock().core.cork()
+    }
+
+    /// Non-blocking mode.
+    pub fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    /// Read timeout.
+    pub fn set_read_timeout(&self, t: Option<Duration>) {
+        self.read_timeout.store(to_nanos(t), Ordering::Relaxed);
+    }
+
+    /// Write timeout.
+    pub fn set_write_timeout(&self, t: Option<Duration>) {
+        self.write_timeout.store(to_nanos(t), Ordering::Relaxed);
+    }
+
+    /// Read timeout.
+    pub fn read_timeout(&self) -> Option<Duration> {
+        from_nanos(self.read_timeout.load(Ordering::Relaxed))
+    }
+
+    /// Write timeout.
+    pub fn write_timeout(&self) -> Option<Duration> {
+        from_nanos(self.write_timeout.load(Ordering::Relaxed))
+    }
+
+    fn deadline(&self, t: &AtomicU64) -> Option<Instant> {
+        match t.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Instant::now() + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// The descriptor `poll`/`epoll` wait on: readable when a read would not block (data, end
+    /// of stream, an error), writable when a write would not block, hung up when the
+    /// connection is over. From the first call on, the connection's TCP connection is watched
+    /// so that its end shows here even while nobody calls into the connection.
+    pub fn readiness_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        if self.watch.get().is_none() {
+            let me: Weak<dyn Watched> = self.me.get().expect("set at creation").clone();
+            let guard = Watcher::get().watch(self.clcsock.as_fd(), me)?;
+            let _ = self.watch.set(guard);
+            // It may have ended before it was watched.
+            if self.clcsock_dead() {
+                self.tcp_gone();
+            }
+        }
+        Ok(self.link.readiness().fd())
+    }
+
+    /// Whether the liveness watcher watches this connection (then non-blocking calls need not
+    /// look at the TCP connection themselves).
+    fn watched(&self) -> bool {
+        self.watch.get().is_some()
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Shutdown and close (smc_close.c).
+
+    /// `shutdown(how)`.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        let mut st = self.lock();
+        if matches!(how, Shutdown::Read | Shutdown::Both) {
+            let eff = st.core.shutdown_read();
+            self.apply(&mut st, eff);
+            self.link.readiness().shut_read();
+        }
+        match how {
+            Shutdown::Write => {
+                let eff = st.core.shutdown_write();
+                self.apply(&mut st, eff);
+                self.link.readiness().shut_write();
+            }
+            Shutdown::Both => {
+                let eff = st.core.close(crate::sys::core_now());
+                self.apply(&mut st, eff);
+            }
+            Shutdown::Read => {}
+        }
+        Ok(())
+    }
+
+    /// The application closes: what is written goes out, then the close (or an abort when
+    /// received data is left unread). Returns whether the buffer may be reused at once (the
+    /// peer has closed too and nothing was aborted).
+    pub fn close_now(&self) -> bool {
+        let mut st = self.lock();
+        let _ = self.observe(&mut st);
+        let eff = st.core.close(crate::sys::core_now());
+        self.apply(&mut st, eff);
+        st.core.state() == SmcState::Closed && !st.core.is_aborted()
+    }
+
+    /// Aborts the connection locally (`smc_close_active_abort`).
+    pub fn abort(&self, kind: AbortKind) {
+        let mut st = self.lock();
+        let eff = st.core.abort(kind);
+        self.apply(&mut st, eff);
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Waiting.
+
+    /// Checks the TCP connection: true if the peer is gone (end of stream without a close,
+    /// reset, or unexpected bytes: nothing travels over TCP after the handshake).
+    fn clcsock_dead(&self) -> bool {
+        let mut fds = [PollFd::new(&self.clcsock, PollFlags::IN | PollFlags::RDHUP)];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+    }
+
+    /// The TCP connection ended: an orderly end if the peer's close is here, else an abort.
+    fn tcp_gone(&self) {
+        let mut st = self.lock();
+        let _ = self.observe(&mut st);
+        let eff = st.core.tcp_gone();
+        self.apply(&mut st, eff);
+    }
+
+    /// Blocking wait for `dir` until something changes or `deadline`: spin for the configured
+    /// budget, then clear the readiness for `dir`, announce the wait, check again, and sleep
+    /// in `poll` on the readiness descriptor and the TCP connection. No lock is held.
+    fn wait(&self, dir: Dir, deadline: Option<Instant>) -> Woken {
+        if !self.params.spin.is_zero() {
+            let until = Instant::now() + self.params.spin;
+            loop {
+                for _ in 0..64 {
+                    if self.link.cdc_pending() || self.over.load(Ordering::Acquire) {
+                        return Woken::Again;
+                    }
+                    std::hint::spin_loop();
+                }
+                if Instant::now() >= until {
+                    break;
+                }
+            }
+        }
+        let ready = self.link.readiness();
+        let mut run = 0u32;
+        loop {
+            match dir {
+                Dir::Rx => ready.clear_readable(),
+                Dir::Tx => ready.clear_writable(),
+            }
+            self.link.arm(dir);
+            // Look again after announcing: at the words (a CDC nobody took yet) and at the
+            // core (another thread of ours may have taken the CDC that brought what we wait
+            // for, and found us not yet announced).
+            if self.link.cdc_pending() || self.local_change(dir) {
+                self.link.wake_local(dir);
+                return Woken::Again;
+            }
+            let timeout = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Woken::TimedOut;
+                    }
+                    Some(rustix::time::Timespec {
+                        tv_sec: left.as_secs() as i64,
+                        tv_nsec: i64::from(left.subsec_nanos()),
+                    })
+                }
+                None => None,
+            };
+            let ev = match dir {
+                Dir::Rx => PollFlags::IN,
+                Dir::Tx => PollFlags::OUT,
+            };
+            let mut fds = [
+                PollFd::from_borrowed_fd(ready.fd(), ev),
+                PollFd::new(&self.clcsock, PollFlags::IN | PollFlags::RDHUP),
+            ];
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(0) => return Woken::TimedOut,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => return Woken::Again,
+                Err(_) => return Woken::Again,
+            }
+            if !fds[1].revents().is_empty() {
+                self.tcp_gone();
+                return Woken::Again;
+            }
+            if self.link.cdc_pending() || self.over.load(Ordering::Acquire) {
+                return Woken::Again;
+            }
+            // Woken, and nothing changed here: the local side changed (another thread's
+            // shutdown, which makes the readiness permanent and is seen by the caller), or the
+            // peer rang for nothing. A run of those is paced.
+            self.spurious.fetch_add(1, Ordering::Relaxed);
+            run += 1;
+            if run > SPURIOUS_RUN {
+                std::thread::sleep(SPURIOUS_PAUSE);
+            }
+            if self.local_change(dir) {
+                return Woken::Again;
+            }
+        }
+    }
+
+    /// Whether a local change (a shutdown, an abort) ended what `dir` waits for.
+    fn local_change(&self, dir: Dir) -> bool {
+        let st = self.lock();
+        match dir {
+            Dir::Rx => !matches!(st.core.recv_ready(), Ok(smc_core::conn::RecvReady::Empty)),
+            Dir::Tx => st.core.send_check().is_err() || st.core.send_space() > 0,
+        }
+    }
+}
+
+impl<T: Transport> Watched for SmcConn<T> {
+    fn tcp_event(&self) {
+        if self.clcsock_dead() {
+            self.tcp_gone();
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The receive path (`smc_rx.c`): copy out of the local ring as the core says, wait when
+//! there is nothing, and urgent data.
+
+use super::{SmcConn, Woken, aborted_error};
+use crate::device::Dir;
+use crate::transport::Transport;
+use smc_core::conn::{OobError, RecvReady};
+use std::io;
+use std::sync::atomic::Ordering;
+
+/// Smallest piece a long read copies before the window rule runs again.
+const RX_CHUNK_MIN: usize = 8 * 1024;
+
+impl<T: Transport> SmcConn<T> {
+    /// Reads into `buf`; 0 at end of stream.
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let deadline = self.deadline(&self.read_timeout);
+        let nonblocking = self.nonblocking.load(Ordering::Relaxed);
+        loop {
+            match self.try_read(buf)? {
+                Some(n) => {
+                    self.slot.rx(buf.len(), n);
+                    return Ok(n);
+                }
+                None if nonblocking => return self.would_block(Dir::Rx),
+                None => {
+                    if let Woken::TimedOut = self.wait(Dir::Rx, deadline) {
+                        return Err(io::ErrorKind::WouldBlock.into());
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt: `Some(n)` (data or, as 0, the end of stream), an error, or `None` when
+    /// a read would wait.
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let mut st = self.lock();
+        self.observe(&mut st)?;
+        match st.core.recv_ready() {
+            Ok(RecvReady::Data(_)) => {}
+            Ok(RecvReady::Eof) => return Ok(Some(0)),
+            Ok(RecvReady::Empty) => return Ok(None),
+            Err(kind) => return Err(aborted_error(kind)),
+        }
+        // Copy out in pieces and let the window rule run after each, so a writer waiting for
+        // space refills the ring while we copy the rest (the kernel runs it once per loop).
+        let chunk = (st.core.config().rx_ring / 4).max(RX_CHUNK_MIN);
+        let mut done = 0;
+        while done < buf.len() {
+            let Some(plan) = st.core.recv_plan((buf.len() - done).min(chunk)) else {
+                break;
+            };
+            self.link
+                .read_rx(plan.offset, &mut buf[done..done + plan.len]);
+            done += plan.len;
+            let eff = st.core.received(plan.len);
+            self.apply(&mut st, eff);
+        }
+        Ok(Some(done))
+    }
+
+    /// A non-blocking call found nothing to do: clear the readiness for `dir`, announce the
+    /// wait, and look once more. If something arrived meanwhile the readiness is set again so
+    /// that it never says "nothing" while there is something; if the TCP connection ended
+    /// (and nothing watches it) the connection ends here.
+    pub(super) fn would_block<R>(&self, dir: Dir) -> io::Result<R> {
+        let ready = self.link.readiness();
+        match dir {
+            Dir::Rx => ready.clear_readable(),
+            Dir::Tx => ready.clear_writable(),
+        }
+        self.link.arm(dir);
+        let changed = self.link.cdc_pending() || self.local_change(dir);
+        if changed {
+            // The state moved between our look and the announcement: ring ourselves.
+            self.link.wake_local(dir);
+        } else if !self.watched() && self.clcsock_dead() {
+            self.tcp_gone();
+            self.link.wake_local(dir);
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Bytes readable right now without waiting.
+    pub fn available(&self) -> io::Result<usize> {
+        let mut st = self.lock();
+        self.observe(&mut st)?;
+        Ok(st.core.readable())
+    }
+
+    /// `recv(MSG_OOB)`: the urgent byte, once (unless `peek`).
+    pub fn recv_oob(&self, peek: bool) -> io::Result<u8> {
+        let mut st = self.lock();
+        self.observe(&mut st)?;
+        match st.core.recv_oob(peek) {
+            Ok(b) => Ok(b),
+            Err(OobError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+            Err(OobError::Invalid) => Err(io::ErrorKind::InvalidInput.into()),
+        }
+    }
+
+    /// `SIOCATMARK`: whether the next byte to read is the urgent byte.
+    pub fn at_mark(&self) -> io::Result<bool> {
+        let mut st = self.lock();
+        self.observe(&mut st)?;
+        Ok(st.core.at_mark())
+    }
+
+    /// `SO_OOBINLINE`.
+    pub fn set_oob_inline(&self, on: bool) {
+        self.lock().core.set_oob_inline(on);
+    }
+}

@@ -1,0 +1,105 @@
+//! The send path (`smc_tx.c`): copy into the transmit buffer as the core says, push, and wait
+//! for space.
+
+use super::{SmcConn, Woken};
+use crate::device::Dir;
+use crate::layout::status::RmbEvent;
+use crate::transport::Transport;
+use smc_core::conn::{SendError, SendFlags};
+use std::io;
+use std::sync::atomic::Ordering;
+
+fn send_error(e: SendError) -> io::Error {
+    io::Error::from(match e {
+        SendError::Pipe => io::ErrorKind::BrokenPipe,
+        SendError::Reset => io::ErrorKind::ConnectionReset,
+        SendError::Aborted => io::ErrorKind::ConnectionAborted,
+    })
+}
+
+impl<T: Transport> SmcConn<T> {
+    /// Writes all of `buf` (blocking) or as much as fits (non-blocking). `more` is
+    /// `MSG_MORE`, `oob` is `MSG_OOB` (the last byte is urgent).
+    pub fn write_with(&self, buf: &[u8], more: bool, oob: bool) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let deadline = self.deadline(&self.write_timeout);
+        let nonblocking = self.nonblocking.load(Ordering::Relaxed);
+        let mut written = 0;
+        let mut counted_small = false;
+        loop {
+            let mut st = self.lock();
+            self.observe(&mut st)?;
+            if let Err(e) = st.core.send_check() {
+                drop(st);
+                return self.finish_write(buf.len(), written, Err(send_error(e)));
+            }
+            if !counted_small && buf.len() > st.core.sndbuf_len() {
+                // SMC_STAT_RMB_TX_SIZE_SMALL: the send is larger than the send buffer.
+                self.slot.rmb_event(RmbEvent::TxSizeSmall);
+                counted_small = true;
+            }
+            while written < buf.len() {
+                let Some(plan) = st.core.send_plan(buf.len() - written) else {
+                    break;
+                };
+                self.link
+                    .write_tx(plan.offset, &buf[written..written + plan.len]);
+                written += plan.len;
+                let eff = st.core.sent(
+                    plan.len,
+                    SendFlags {
+                        more,
+                        oob,
+                        last: written == buf.len(),
+                    },
+                );
+                self.apply(&mut st, eff);
+            }
+            if written == buf.len() {
+                drop(st);
+                return self.finish_write(buf.len(), written, Ok(()));
+            }
+            // The buffer is full: everything written goes out, and the peer is asked for an
+            // update (it answers as soon as it has read anything).
+            let eff = st.core.send_blocked();
+            self.apply(&mut st, eff);
+            self.slot.rmb_event(RmbEvent::TxFull);
+            drop(st);
+            if nonblocking {
+                if written > 0 {
+                    return self.finish_write(buf.len(), written, Ok(()));
+                }
+                return self.would_block(Dir::Tx);
+            }
+            if let Woken::TimedOut = self.wait(Dir::Tx, deadline) {
+                let r = Err(io::ErrorKind::WouldBlock.into());
+                return self.finish_write(buf.len(), written, r);
+            }
+        }
+    }
+
+    /// Counts a send and turns a late error into the partial count, as `sendmsg` does.
+    fn finish_write(
+        &self,
+        requested: usize,
+        written: usize,
+        r: io::Result<()>,
+    ) -> io::Result<usize> {
+        self.slot.tx(requested, written);
+        match r {
+            Err(e) if written == 0 => Err(e),
+            _ => Ok(written),
+        }
+    }
+
+    /// Pushes anything written but held back by cork.
+    pub fn flush(&self) -> io::Result<()> {
+        let mut st = self.lock();
+        self.observe(&mut st)?;
+        let eff = st.core.push();
+        self.apply(&mut st, eff);
+        Ok(())
+    }
+}

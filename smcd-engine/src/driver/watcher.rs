@@ -1,0 +1,117 @@
+//! Liveness for connections an event loop waits on (ARCHITECTURE rule 5: the TCP connection
+//! stays open for the life of an SMC connection, and its end aborts it).
+//!
+//! A blocking wait watches its TCP connection itself (it polls it beside its readiness). An
+//! event loop waits on the readiness descriptor alone, so one thread per process sleeps in
+//! `epoll` on the TCP connections of the connections whose readiness descriptor was handed
+//! out. After the handshake nothing travels over TCP, so the thread wakes only when one of
+//! them ends: it tells the connection, which finishes an orderly close or aborts, and its
+//! readiness hangs up, so the loop sees the end at once. Nothing wakes periodically.
+
+use rustix::event::epoll;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, Weak};
+
+/// A connection the watcher watches.
+pub trait Watched: Send + Sync {
+    /// Its TCP connection signalled something (end of stream, reset, unexpected bytes).
+    fn tcp_event(&self);
+}
+
+/// The process's liveness watcher.
+#[derive(Debug)]
+pub struct Watcher {
+    ep: OwnedFd,
+    targets: Mutex<HashMap<u64, WeakTarget>>,
+    next: AtomicU64,
+}
+
+struct WeakTarget(Weak<dyn Watched>);
+
+impl std::fmt::Debug for WeakTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeakTarget")
+    }
+}
+
+/// Keeps a registration; dropping it ends it.
+#[derive(Debug)]
+pub struct WatchGuard {
+    key: u64,
+    /// A duplicate of the TCP socket: the epoll registration lives exactly as long as it.
+    fd: OwnedFd,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        let w = Watcher::get();
+        let _ = epoll::delete(&w.ep, &self.fd);
+        w.targets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
+}
+
+impl Watcher {
+    /// The watcher, started on first use.
+    pub fn get() -> &'static Watcher {
+        static W: OnceLock<&'static Watcher> = OnceLock::new();
+        W.get_or_init(|| {
+            let w: &'static Watcher = Box::leak(Box::new(Watcher {
+                ep: epoll::create(epoll::CreateFlags::CLOEXEC).expect("an epoll instance"),
+                targets: Mutex::new(HashMap::new()),
+                next: AtomicU64::new(1),
+            }));
+            std::thread::Builder::new()
+                .name("smc-liveness".into())
+                .spawn(move || w.run())
+                .expect("the liveness thread");
+            w
+        })
+    }
+
+    /// Watches `tcp` for `target` until the guard is dropped.
+    pub fn watch(&self, tcp: BorrowedFd<'_>, target: Weak<dyn Watched>) -> io::Result<WatchGuard> {
+        let fd = rustix::io::fcntl_dupfd_cloexec(tcp, 0)?;
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        self.targets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, WeakTarget(target));
+        // One shot: a connection that ended does not wake the thread again.
+        epoll::add(
+            &self.ep,
+            fd.as_fd(),
+            epoll::EventData::new_u64(key),
+            epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::ONESHOT,
+        )?;
+        Ok(WatchGuard { key, fd })
+    }
+
+    fn run(&self) {
+        let mut events = Vec::with_capacity(64);
+        loop {
+            events.clear();
+            match epoll::wait(&self.ep, rustix::buffer::spare_capacity(&mut events), None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
+            }
+            for ev in &events {
+                let key = ev.data.u64();
+                let target = self
+                    .targets
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&key)
+                    .and_then(|t| t.0.upgrade());
+                if let Some(t) = target {
+                    t.tcp_event();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! An engine's registration with `smcd`: its identity (GID, engine id, namespace), the pages
+//! smcd shares with it (sysctls, the listener table, listener pages) and its status area, and
+//! the requests that stand in for the SMC option of a TCP SYN (connect intents, listener
+//! registration). The devices smcd provides build on it (`device::loopback`).
+//!
+//! An engine keeps a small pool of channels to `smcd`; all carry the same session key, so
+//! `smcd` sees one engine with one GID. A request takes a channel from the pool for one round
+//! trip and puts it back, so concurrent connection setups do not queue behind each other.
+
+use super::channel::Channel;
+use crate::layout::status::StatusArea;
+use crate::layout::{ListenerPage, ListenerTable, SysctlPage};
+use crate::sys::random_u64;
+use rustix::fd::{AsFd, OwnedFd};
+use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage, Verdict};
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::Mutex;
+
+/// Version of the device protocol this engine speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Channels kept for reuse.
+const POOL_MAX: usize = 8;
+
+/// What `smcd` said about this engine.
+#[derive(Debug, Clone)]
+pub struct Hello {
+    /// This engine's 128-bit GID.
+    pub gid: smc_core::Gid,
+    /// smcd's small id for this engine.
+    pub engine_id: u32,
+    /// The host's system EID.
+    pub seid: String,
+    /// The host name.
+    pub hostname: String,
+    /// The device CHID.
+    pub chid: u16,
+    /// The namespace smcd sees this engine in.
+    pub netns: u64,
+}
+
+/// What `smcd` answered to a connect intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectVerdict {
+    /// Propose SMC or go plain TCP.
+    pub smc: bool,
+    /// Fallback reason when not SMC.
+    pub reason: u32,
+    /// The intent to report back with [`SmcdSession::intent_done`].
+    pub intent: u64,
+    /// The listener's GID, to check the Accept against.
+    pub peer_gid: Option<smc_core::Gid>,
+}
+
+/// An engine's registration with `smcd`.
+#[derive(Debug)]
+pub struct SmcdSession {
+    path: PathBuf,
+    session_key: u64,
+    netns: u64,
+    hello: Hello,
+    pool: Mutex<Vec<Channel>>,
+    /// This engine's status area (smcd reads it).
+    pub status: Arc<StatusArea>,
+    /// The namespace's knobs, as smcd publishes them.
+    pub sysctl: Option<SysctlPage>,
+    /// Where the host's SMC listeners are.
+    pub table: Option<ListenerTable>,
+    listener_pages: Mutex<HashMap<u32, Arc<ListenerPage>>>,
+}
+
+pub use crate::sys::current_netns;
+
+fn missing(msg: &LoopbackMessage, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("smcd reply to {:?} lacks {what}", msg.cmd),
+    )
+}
+
+impl SmcdSession {
+    /// Connects to `smcd` at `path` and registers this engine.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let session_key = random_u64();
+        let netns = current_netns();
+        let mut ch = Channel::connect(path)?;
+        let (status, status_fd) = StatusArea::shared()?;
+        let (hello, mut fds) = Self::hello(&mut ch, session_key, netns, Some(status_fd.as_fd()))?;
+        // Reply descriptors: the namespace's sysctl page, then the listener table.
+        let table = fds.pop().and_then(|fd| ListenerTable::open(&fd).ok());
+        let sysctl = fds.pop().and_then(|fd| SysctlPage::open(&fd).ok());
+        Ok(Self {
+            path: path.to_owned(),
+            session_key,
+            netns,
+            hello,
+            pool: Mutex::new(vec![ch]),
+            status,
+            sysctl,
+            table,
+            listener_pages: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn hello(
+        ch: &mut Channel,
+        session_key: u64,
+        netns: u64,
+        status: Option<rustix::fd::BorrowedFd<'_>>,
+    ) -> io::Result<(Hello, Vec<OwnedFd>)> {
+        let fds: Vec<_> = status.into_iter().collect();
+        let (r, got) = ch.request(
+            LoopbackMessage::new(
+                LoopbackCmd::Hello,
+                vec![
+                    LoopbackAttr::Version(PROTOCOL_VERSION),
+                    LoopbackAttr::Pid(std::process::id()),
+                    LoopbackAttr::SessionKey(session_key),
+                    LoopbackAttr::Netns(netns),
+                ],
+            ),
+            &fds,
+        )?;
+        Ok((
+            Hello {
+                gid: r.gid().ok_or_else(|| missing(&r, "GID"))?,
+                engine_id: r.engine_id().unwrap_or(0),
+                seid: r.seid().unwrap_or_default(),
+                hostname: r.hostname().unwrap_or_default(),
+                chid: r.chid().unwrap_or(0xffff),
+                netns: r.netns().unwrap_or(netns),
+            },
+            got,
+        ))
+    }
+
+    /// What `smcd` said at registration.
+    pub fn info(&self) -> &Hello {
+        &self.hello
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a pooled channel (opening one if all are busy): one round trip that does
+    /// not queue behind others.
+    pub fn with_channel<R>(&self, f: impl FnOnce(&mut Channel) -> io::Result<R>) -> io::Result<R> {
+        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut ch = match pooled {
+            Some(ch) => ch,
+            None => {
+                let mut ch = Channel::connect(&self.path)?;
+                let (h, _) = Self::hello(&mut ch, self.session_key, self.netns, None)?;
+                if h.gid != self.hello.gid {
+                    return Err(io::Error::other("smcd restarted: engine identity changed"));
+                }
+                ch
+            }
+        };
+        let r = f(&mut ch);
+        // A channel that failed at the transport level is dropped, not reused.
+        let healthy = match &r {
+            Ok(_) => true,
+            Err(e) => e.raw_os_error().is_some() && e.kind() != io::ErrorKind::ConnectionAborted,
+        };
+        if healthy {
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < POOL_MAX {
+                pool.push(ch);
+            }
+        }
+        r
+    }
+
+    /// Asks whether an SMC listener expects a connection from `local` to `remote` (the role the
+    /// SMC option in the TCP SYN plays in the kernel).
+    pub fn connect_intent(
+        &self,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) -> io::Result<ConnectVerdict> {
+        self.with_channel(|ch| {
+            let (r, _) = ch.request(
+                LoopbackMessage::new(
+                    LoopbackCmd::Connect,
+                    vec![
+                        LoopbackAttr::LocalAddr(local),
+                        LoopbackAttr::RemoteAddr(remote),
+                    ],
+                ),
+                &[],
+            )?;
+            Ok(ConnectVerdict {
+                smc: r.verdict() == Some(Verdict::Smc),
+                reason: r.reason().unwrap_or(0),
+                intent: r.intent_id().unwrap_or(0),
+                peer_gid: r.gid(),
+            })
+        })
+    }
+
+    /// Reports how the TCP connect of an intent ended.
+    pub fn intent_done(&self, intent: u64, ok: bool) {
+        let _ = self.with_channel(|ch| {
+            ch.notify(
+                LoopbackMessage::new(
+                    LoopbackCmd::IntentDone,
+                    vec![LoopbackAttr::IntentId(intent), LoopbackAttr::Ok(ok)],
+                ),
+                &[],
+            )
+        });
+    }
+
+    /// Opens a dedicated channel registering a listener on `addr`; `smcd` then sends intents
+    /// on it.
+    pub fn listen(
+        &self,
+        addr: SocketAddr,
+        backlog: u32,
+        hs_limit: bool,
+        page: Option<rustix::fd::BorrowedFd<'_>>,
+    ) -> io::Result<(Channel, u32)> {
+        let mut ch = Channel::connect(&self.path)?;
+        Self::hello(&mut ch, self.session_key, self.netns, None)?;
+        let fds: Vec<_> = page.into_iter().collect();
+        let (r, _) = ch.request(
+            LoopbackMessage::new(
+                LoopbackCmd::Listen,
+                vec![
+                    LoopbackAttr::LocalAddr(addr),
+                    LoopbackAttr::Backlog(backlog),
+                    LoopbackAttr::HsLimit(hs_limit),
+                ],
+            ),
+            &fds,
+        )?;
+        let id = r.listener_id().ok_or_else(|| missing(&r, "listener id"))?;
+        Ok((ch, id))
+    }
+
+    /// The congestion page of listener `id` (asked for once, then kept).
+    pub fn listener_page(&self, id: u32) -> io::Result<Arc<ListenerPage>> {
+        if let Some(p) = self
+            .listener_pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+        {
+            return Ok(Arc::clone(p));
+        }
+        let page = self.with_channel(|ch| {
+            let (_, mut fds) = ch.request(
+                LoopbackMessage::new(
+                    LoopbackCmd::ListenerPage,
+                    vec![LoopbackAttr::ListenerId(id)],
+                ),
+                &[],
+            )?;
+            let fd = fds
+                .pop()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no listener page"))?;
+            ListenerPage::open(&fd)
+        })?;
+        let page = Arc::new(page);
+        let mut cache = self
+            .listener_pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if cache.len() > 4096 {
+            cache.clear();
+        }
+        cache.insert(id, Arc::clone(&page));
+        Ok(page)
+    }
+
+    /// The namespace smcd sees this engine in.
+    pub fn netns(&self) -> u64 {
+        self.hello.netns
+    }
+}

@@ -1,0 +1,79 @@
+//! Small operating-system helpers every layer may use: random values, eventfds, the
+//! namespace of the calling thread. Nothing here knows SMC.
+
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A random non-zero 64-bit value (DMB tokens, session keys, epochs).
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    loop {
+        // getrandom with no flags blocks only before the pool is initialised at boot.
+        if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).is_ok() {
+            let v = u64::from_ne_bytes(b);
+            if v != 0 {
+                return v;
+            }
+        }
+    }
+}
+
+/// The inode of this thread's network namespace (0 if unknown).
+pub fn current_netns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .map(|m| m.ino())
+        .unwrap_or(0)
+}
+
+/// The process's clock as the sans-IO core takes it: nanoseconds since the first call.
+pub fn core_now() -> smc_core::Instant {
+    smc_core::Instant::from_nanos(Instant::now().duration_since(epoch()).as_nanos() as u64)
+}
+
+/// The wall-clock instant a core instant stands for.
+pub fn std_instant(t: smc_core::Instant) -> Instant {
+    epoch() + Duration::from_nanos(t.as_nanos())
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// A non-blocking eventfd used as a level-triggered "something is there" flag.
+#[derive(Debug)]
+pub struct Doorbell {
+    fd: OwnedFd,
+}
+
+impl Doorbell {
+    /// A new non-blocking eventfd.
+    pub fn new() -> io::Result<Self> {
+        let fd = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )?;
+        Ok(Self { fd })
+    }
+
+    /// Makes the eventfd readable.
+    pub fn ring(&self) {
+        // EAGAIN means the counter is saturated, i.e. already readable: nothing to do.
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+    }
+
+    /// Resets the eventfd to not readable.
+    pub fn drain(&self) {
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&self.fd, &mut b);
+    }
+}
+
+impl AsFd for Doorbell {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

@@ -1,0 +1,255 @@
+//! What an established link does for one connection: move bytes into the peer's buffer,
+//! publish CDCs, hand over the peer's CDCs and completed sends, and wake waiters. The
+//! connection driver (`driver::conn`) is generic over [`Transport`]; SMC-D loopback is the
+//! first implementation ([`smcd::SmcdLink`]); SMC-R (RDMA WRITE plus a CDC SEND whose completion
+//! comes later) is the second the trait is shaped for.
+//!
+//! # Readiness
+//!
+//! Every connection has a [`Readiness`]: a Unix socket pair whose end `A` is the descriptor an
+//! event loop waits on, and whose end `B` is the bell that moves `A` between states:
+//!
+//! | `A` is | because |
+//! |---|---|
+//! | readable | a byte written into `B` is waiting (the peer or we rang the reader), or `B` was shut down for writing (end of stream, for good) |
+//! | not writable | a filler written into `A` is waiting in `B` (a writer found no space); reading it out of `B` (ringing the writer) makes `A` writable again |
+//! | hung up | `B` was shut down both ways: the connection ended or was aborted |
+//!
+//! A waiter that is about to wait for a direction first clears that readiness, then
+//! announces that it waits ([`Transport::arm`]), then checks its condition again; whoever then
+//! changes the condition takes the announcement and rings the bell once. That is the kernel's
+//! `sk_data_ready` / `sk_write_space`, for descriptors that `poll`, `epoll` (level or edge
+//! triggered) and tokio's `AsyncFd` understand, with a system call only on the transitions.
+
+pub mod smcd;
+
+use crate::device::Dir;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::net::{RecvFlags, SendFlags, Shutdown};
+use smc_core::conn::{HostCdc, RemoteWrite};
+use std::io;
+
+/// An established link endpoint for one connection.
+///
+/// All methods take `&self`: the connection calls the data-path ones under its own lock, and
+/// [`Transport::arm`] / [`Transport::readiness`] from waiting threads without it.
+pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
+    /// Copies application bytes into the transmit buffer at `offset` (wrapping at its end):
+    /// for SMC-D "DMB no-copy" the peer's ring, for a staged transport the local send buffer.
+    fn write_tx(&self, offset: usize, data: &[u8]);
+    /// Copies received bytes out of the local receive ring at `offset` (wrapping).
+    fn read_rx(&self, offset: usize, out: &mut [u8]);
+    /// Writes part of the send buffer into the peer's ring (RDMA WRITE; staged transports
+    /// only).
+    fn write_remote(&self, w: &RemoteWrite) -> io::Result<()>;
+    /// Publishes a CDC and wakes the peer if it waits for what it announces.
+    fn send_cdc(&self, cdc: &HostCdc) -> io::Result<()>;
+    /// The peer's next CDC, if there is one the connection has not seen (SMC-D: the words in
+    /// the local DMB changed).
+    fn recv_cdc(&self) -> Option<HostCdc>;
+    /// Whether [`Transport::recv_cdc`] would return something: a cheap check for spinning.
+    fn cdc_pending(&self) -> bool;
+    /// The sequence number of a CDC send that completed since the last call (staged
+    /// transports; SMC-D sends complete when they are made).
+    fn poll_completion(&self) -> Option<u16>;
+    /// Announces that a local waiter waits for `dir`: the next change rings the bell.
+    fn arm(&self, dir: Dir);
+    /// After a local change: rings the local waiter for `dir` if it announced waiting.
+    fn wake_local(&self, dir: Dir);
+    /// The connection's readiness.
+    fn readiness(&self) -> &Readiness;
+}
+
+/// The far end of a readiness pair: ringing it changes what the near end reports.
+#[derive(Debug)]
+pub struct Bell {
+    b: OwnedFd,
+}
+
+/// One filler's worth of bytes: with the near end's send buffer at its minimum, one filler
+/// makes it unwritable (`unix_writable`: queued bytes × 4 ≤ sndbuf).
+const FILLER: [u8; 2048] = [0; 2048];
+
+impl Bell {
+    /// The far end of a peer's readiness pair, as it arrived.
+    pub fn from_fd(b: OwnedFd) -> Self {
+        Self { b }
+    }
+
+    /// Wakes the waiter for `dir`: a reader by making the near end readable, a writer by taking
+    /// the filler out so the near end is writable. Never blocks; a bell whose near end is gone
+    /// rings nobody.
+    pub fn ring(&self, dir: Dir) {
+        match dir {
+            Dir::Rx => {
+                let _ = rustix::net::send(&self.b, &[1], SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
+            }
+            Dir::Tx => drain(self.b.as_fd()),
+        }
+    }
+}
+
+fn drain(fd: BorrowedFd<'_>) {
+    let mut buf = [0u8; 4096];
+    while let Ok((n, _)) = rustix::net::recv(fd, &mut buf, RecvFlags::DONTWAIT) {
+        if n < buf.len() {
+            break;
+        }
+    }
+}
+
+/// A connection's readiness pair (see the module docs).
+#[derive(Debug)]
+pub struct Readiness {
+    a: OwnedFd,
+    bell: Bell,
+}
+
+impl Readiness {
+    /// A new pair: not readable, writable.
+    pub fn new() -> io::Result<Self> {
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        let (a, b) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        // The kernel raises this to its minimum (SOCK_MIN_SNDBUF): one filler then fills it.
+        rustix::net::sockopt::set_socket_send_buffer_size(&a, 1)?;
+        Ok(Self {
+            a,
+            bell: Bell { b },
+        })
+    }
+
+    /// The descriptor to wait on.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.a.as_fd()
+    }
+
+    /// The local bell.
+    pub fn bell(&self) -> &Bell {
+        &self.bell
+    }
+
+    /// A copy of the far end for the peer, so it can ring the bell itself.
+    pub fn bell_for_peer(&self) -> io::Result<OwnedFd> {
+        Ok(rustix::io::fcntl_dupfd_cloexec(&self.bell.b, 0)?)
+    }
+
+    /// Makes the near end not readable (drains the bytes rung into it). End of stream or a
+    /// hang-up stays readable.
+    pub fn clear_readable(&self) {
+        drain(self.a.as_fd());
+    }
+
+    /// Makes the near end not writable (one filler; if it is already not writable the send
+    /// fails with `EAGAIN`, which is what we want).
+    pub fn clear_writable(&self) {
+        let _ = rustix::net::send(&self.a, &FILLER, SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
+    }
+
+    /// The peer is done writing (its done-writing, close or abort arrived): readable for good,
+    /// with `POLLRDHUP`, as a TCP socket after the peer's FIN.
+    pub fn peer_done(&self) {
+        let _ = rustix::net::shutdown(&self.bell.b, Shutdown::Write);
+    }
+
+    /// The application shut down reading: readable for good.
+    pub fn shut_read(&self) {
+        let _ = rustix::net::shutdown(&self.a, Shutdown::Read);
+    }
+
+    /// The application shut down writing: writable for good (writes fail at once).
+    pub fn shut_write(&self) {
+        drain(self.bell.b.as_fd());
+    }
+
+    /// The connection is over (closed, aborted, the peer vanished): readable, writable and
+    /// hung up for good.
+    pub fn hang_up(&self) {
+        drain(self.bell.b.as_fd());
+        let _ = rustix::net::shutdown(&self.bell.b, Shutdown::Both);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::event::{PollFd, PollFlags, poll};
+
+    fn events(r: &Readiness) -> PollFlags {
+        let mut fds = [PollFd::new(
+            &r.a,
+            PollFlags::IN | PollFlags::OUT | PollFlags::RDHUP,
+        )];
+        poll(
+            &mut fds,
+            Some(&rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }),
+        )
+        .unwrap();
+        fds[0].revents()
+    }
+
+    #[test]
+    fn readable_and_writable_separately() {
+        let r = Readiness::new().unwrap();
+        assert_eq!(events(&r), PollFlags::OUT, "fresh: writable only");
+        let peer = Bell::from_fd(r.bell_for_peer().unwrap());
+        peer.ring(Dir::Rx);
+        assert_eq!(events(&r), PollFlags::IN | PollFlags::OUT);
+        r.clear_readable();
+        r.clear_writable();
+        assert_eq!(
+            events(&r),
+            PollFlags::empty(),
+            "neither: what a waiting writer sees"
+        );
+        peer.ring(Dir::Tx);
+        assert_eq!(events(&r), PollFlags::OUT);
+        r.clear_writable();
+        r.bell().ring(Dir::Tx);
+        assert_eq!(events(&r), PollFlags::OUT, "the local bell rings too");
+    }
+
+    #[test]
+    fn terminal_states() {
+        let r = Readiness::new().unwrap();
+        r.clear_writable();
+        r.peer_done();
+        r.clear_readable();
+        assert!(
+            events(&r).contains(PollFlags::IN | PollFlags::RDHUP),
+            "end of stream stays"
+        );
+        r.hang_up();
+        let e = events(&r);
+        assert!(
+            e.contains(PollFlags::IN | PollFlags::OUT | PollFlags::HUP),
+            "{e:?}"
+        );
+        // The peer's bell rings nobody now, and does not fail.
+        let r = Readiness::new().unwrap();
+        let peer = Bell::from_fd(r.bell_for_peer().unwrap());
+        r.hang_up();
+        peer.ring(Dir::Rx);
+        peer.ring(Dir::Tx);
+    }
+
+    #[test]
+    fn local_shutdowns() {
+        let r = Readiness::new().unwrap();
+        r.shut_read();
+        r.clear_readable();
+        assert!(events(&r).contains(PollFlags::IN));
+        let r = Readiness::new().unwrap();
+        r.clear_writable();
+        assert!(!events(&r).contains(PollFlags::OUT));
+        r.shut_write();
+        assert!(events(&r).contains(PollFlags::OUT));
+    }
+}
