@@ -287,6 +287,8 @@ pub struct Connection {
     // Close.
     close: CloseMachine,
     draining: Option<Draining>,
+    /// Ended by [`Connection::abort`]: the peer broke the rules or vanished.
+    aborted_locally: bool,
 }
 
 impl Connection {
@@ -316,6 +318,7 @@ impl Connection {
             last_cdc: None,
             close: CloseMachine::active(),
             draining: None,
+            aborted_locally: false,
         }
     }
 
@@ -339,9 +342,16 @@ impl Connection {
         self.close.error()
     }
 
-    /// Whether the connection was aborted (its buffers must not be reused).
+    /// Whether the connection was aborted, by either side: nothing more is sent or taken.
     pub fn is_aborted(&self) -> bool {
         self.close.error().is_some()
+    }
+
+    /// Whether this side aborted it ([`Connection::abort`], [`Connection::tcp_gone`]): the
+    /// peer broke the rules or vanished, so its buffers and its link group are not to be
+    /// trusted again. A peer that aborted (a close with unread data) is not that.
+    pub fn aborted_locally(&self) -> bool {
+        self.aborted_locally
     }
 
     /// The positions.
@@ -491,6 +501,7 @@ impl Connection {
     pub fn abort(&mut self, kind: AbortKind) -> Effects {
         let mut eff = Effects::default();
         self.draining = None;
+        self.aborted_locally = true;
         let act = self.close.local_abort(kind);
         eff.close(act);
         eff.wake_both();

@@ -980,6 +980,42 @@ impl StatusView {
 mod tests {
     use super::*;
 
+    /// Defect 6 of issue 9: buffer events of the data path (a send larger than the buffer, a
+    /// full ring) were `fetch_add`s on the engine-wide totals, a cache line every connection
+    /// wrote. They are counted in the connection's own slot and folded when it ends; a dump
+    /// counts them once either way.
+    #[test]
+    fn data_path_events_stay_in_the_slot_until_it_ends() {
+        let (area, fd) = StatusArea::shared().unwrap();
+        let view = StatusView::open(&fd).unwrap();
+        let raw = |t: usize| area.r.u64_at(TOTALS + 8 * t).load(Relaxed);
+        let slot = area.conn_slot();
+        slot.publish(&ConnIdentity::default());
+        for _ in 0..5 {
+            slot.rmb_event(RmbEvent::TxFull);
+        }
+        slot.rmb_event(RmbEvent::TxSizeSmall);
+        slot.rmb_event(RmbEvent::RxFull);
+        for t in [RMB_FULL, RMB_FULL_PEER, RMB_SIZE_SM, RMB_SIZE_SM_PEER] {
+            assert_eq!(raw(T_TX_RMB + t), 0, "the shared totals are not written");
+        }
+        let t = view.totals();
+        assert_eq!(t[T_TX_RMB + RMB_FULL], 5);
+        assert_eq!(t[T_TX_RMB + RMB_FULL_PEER], 5);
+        assert_eq!(t[T_TX_RMB + RMB_SIZE_SM], 1);
+        assert_eq!(t[T_TX_RMB + RMB_SIZE_SM_PEER], 1);
+        assert_eq!(t[T_RX_RMB + RMB_FULL], 1);
+        drop(slot);
+        assert_eq!(
+            raw(T_TX_RMB + RMB_FULL),
+            5,
+            "folded when the connection ends"
+        );
+        let t = view.totals();
+        assert_eq!(t[T_TX_RMB + RMB_FULL], 5, "counted once");
+        assert_eq!(t[T_RX_RMB + RMB_FULL], 1);
+    }
+
     #[test]
     fn engine_writes_smcd_reads() {
         let (area, fd) = StatusArea::shared().unwrap();

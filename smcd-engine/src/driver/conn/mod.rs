@@ -195,9 +195,10 @@ impl<T: Transport> SmcConn<T> {
         self.lock().core.state()
     }
 
-    /// Whether this connection aborted (its buffer must not be reused).
+    /// Whether this side aborted the connection because the peer broke the protocol or
+    /// vanished: its buffers and link group are not to be trusted again.
     pub fn is_aborted(&self) -> bool {
-        self.lock().core.is_aborted()
+        self.lock().core.aborted_locally()
     }
 
     /// Wake-ups that found nothing changed so far.
@@ -331,7 +332,7 @@ impl<T: Transport> SmcConn<T> {
         let _ = self.observe(&mut st);
         let eff = st.core.close(crate::sys::core_now());
         self.apply(&mut st, eff);
-        st.core.state() == SmcState::Closed && !st.core.is_aborted()
+        st.core.state() == SmcState::Closed && !st.core.aborted_locally()
     }
 
     /// Aborts the connection locally (`smc_close_active_abort`).
