@@ -195,14 +195,16 @@ fn killed_peer_ends_a_nonblocking_stream() {
     );
 }
 
-/// Defect 4: an abort could be overwritten by a writer's stale "may send", and the writer
-/// then wrote on forever. Writers busy on a full ring while the peer goes away with unread
-/// data (an abort) must always see the error.
+/// Defect 4: an abort could be overwritten by a stale "may send" that another thread stored
+/// after it (the flag was stored outside the close machine's lock), and a writer then wrote
+/// on forever. Writers busy on a full ring and a reader, all observing the peer's CDCs, while
+/// the peer shuts down writing and goes away with unread data (an abort): every writer must
+/// see the error.
 #[test]
 fn abort_reaches_busy_writers() {
     let smcd = Smcd::start(BINS);
     let (ce, se) = (smcd.engine(), smcd.engine());
-    for i in 0..30 {
+    for i in 0..100 {
         let (c, s) = pair(&smcd, Arc::clone(&ce), Arc::clone(&se));
         let writers: Vec<_> = (0..2)
             .map(|_| {
@@ -217,9 +219,21 @@ fn abort_reaches_busy_writers() {
                 })
             })
             .collect();
-        // The peer reads a little (so data is unread when it goes) and drops: abort.
-        let mut buf = vec![0u8; 1000 + i * 997];
+        let r = c.clone();
+        let reader = std::thread::spawn(move || {
+            let mut b = [0u8; 64];
+            loop {
+                match (&r).read(&mut b) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        });
+        // The peer reads a little (so data is unread when it goes), says it is done writing
+        // and drops: done-writing, then an abort, racing with our threads.
+        let mut buf = vec![0u8; 1000 + i * 97];
         let _ = (&s).read(&mut buf);
+        let _ = s.shutdown(Shutdown::Write);
         drop(s);
         for w in writers {
             let kind = within(Duration::from_secs(30), move || w.join().unwrap());
@@ -231,6 +245,7 @@ fn abort_reaches_busy_writers() {
                 "round {i}: a writer did not see the abort: {kind:?}"
             );
         }
+        let _ = within(Duration::from_secs(30), move || reader.join());
     }
 }
 
