@@ -77,6 +77,50 @@ pub fn from_cursor(c: Cursor, ring_len: usize, last: u64, limit: u64) -> Result<
     Ok(last + advance)
 }
 
+/// The wire cursor `n` bytes after `c` in a ring of `ring_len` bytes, without a division
+/// (the data path keeps cursors next to positions and moves both).
+#[inline]
+pub fn advance(mut c: Cursor, n: u64, ring_len: usize) -> Cursor {
+    let ring = ring_len as u64;
+    let mut count = u64::from(c.count) + n;
+    while count >= ring {
+        count -= ring;
+        c.wrap = c.wrap.wrapping_add(1);
+    }
+    c.count = count as u32;
+    c
+}
+
+/// [`from_cursor`] relative to the last accepted position `last` whose cursor is `last_c`,
+/// without a division: the same result for every input.
+#[inline]
+pub fn from_cursor_at(
+    c: Cursor,
+    ring_len: usize,
+    last: u64,
+    last_c: Cursor,
+    limit: u64,
+) -> Result<u64, CursorError> {
+    let ring = ring_len as u64;
+    if u64::from(c.count) >= ring {
+        return Err(CursorError::CountOutOfRing {
+            count: c.count,
+            ring_len,
+        });
+    }
+    let max = limit.saturating_sub(last);
+    let wraps = u64::from(c.wrap.wrapping_sub(last_c.wrap));
+    // Same wrap and a smaller count is a step backwards: modulo 2^16 wraps that is almost a
+    // whole cycle forwards, which no window allows.
+    let advance = (wraps * ring + u64::from(c.count))
+        .checked_sub(u64::from(last_c.count))
+        .unwrap_or_else(|| ring * 65536 - (u64::from(last_c.count) - u64::from(c.count)));
+    if advance > max {
+        return Err(CursorError::TooFar { advance, max });
+    }
+    Ok(last + advance)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +177,19 @@ mod tests {
             }
             let legit = last + win / 2;
             prop_assert_eq!(from_cursor(to_cursor(legit, ring), ring, last, limit), Ok(legit));
+        }
+
+        /// The division-free forms agree with the plain ones for every input.
+        #[test]
+        fn division_free_forms_agree(wrap: u16, count: u32, last in 0u64..1 << 40, win in 0u64..1 << 21,
+                                     ring in 16352usize..1 << 20, n in 0u64..1 << 21) {
+            let c = Cursor { wrap, count: count % (ring as u32 + 5) };
+            let limit = last + win;
+            prop_assert_eq!(
+                from_cursor_at(c, ring, last, to_cursor(last, ring), limit),
+                from_cursor(c, ring, last, limit)
+            );
+            prop_assert_eq!(advance(to_cursor(last, ring), n, ring), to_cursor(last + n, ring));
         }
     }
 }

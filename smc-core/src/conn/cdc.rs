@@ -1,7 +1,7 @@
 //! The CDC exchange (`smc_cdc.c`): what a received CDC changes, and the one CDC a call sends.
 
-use super::{Connection, Effects, cflags_of, conn_flags};
-use crate::cursor::{CursorError, from_cursor, to_cursor};
+use super::{Connection, Effects, conn_flags};
+use crate::cursor::{CursorError, from_cursor_at};
 use core::fmt;
 use smc_proto::cdc::{ConnStateFlags, Cursor, ProducerFlags, seqno_before};
 
@@ -22,15 +22,6 @@ pub struct HostCdc {
     pub pflags: ProducerFlags,
     /// Connection-state flags.
     pub cflags: ConnStateFlags,
-}
-
-impl HostCdc {
-    fn same_content(&self, o: &HostCdc) -> bool {
-        self.prod == o.prod
-            && self.cons == o.cons
-            && self.pflags == o.pflags
-            && self.cflags == o.cflags
-    }
 }
 
 /// A CDC that breaks the rules: the connection must be aborted.
@@ -71,12 +62,19 @@ impl Connection {
             return Ok(eff);
         }
         let rx_ring = self.cfg.rx_ring;
-        let peer_consumed = from_cursor(c.cons, self.cfg.tx_ring, self.peer_consumed, self.sent)
-            .map_err(Violation::ConsumerCursor)?;
-        let produced = from_cursor(
+        let peer_consumed = from_cursor_at(
+            c.cons,
+            self.cfg.tx_ring,
+            self.peer_consumed,
+            self.peer_consumed_cur,
+            self.sent,
+        )
+        .map_err(Violation::ConsumerCursor)?;
+        let produced = from_cursor_at(
             c.prod,
             rx_ring,
             self.produced,
+            self.produced_cur,
             self.consumed + rx_ring as u64,
         )
         .map_err(Violation::ProducerCursor)?;
@@ -88,6 +86,7 @@ impl Connection {
         let new_data = produced > self.produced;
         if space_freed {
             self.peer_consumed = peer_consumed;
+            self.peer_consumed_cur = c.cons;
             // Our request for an update has been answered.
             self.upd_req = false;
             eff.wake_writer = true;
@@ -98,6 +97,7 @@ impl Connection {
         }
         if new_data {
             self.produced = produced;
+            self.produced_cur = c.prod;
             eff.wake_reader = true;
         }
         self.peer_pflags = c.pflags;
@@ -111,12 +111,15 @@ impl Connection {
             self.urgent_announced();
         }
 
-        let before = self.close.received();
-        let act = self.close.peer_flags(conn_flags(c.cflags));
-        eff.close(act);
-        if self.close.received() != before {
-            // End of stream, a close or an abort must reach a sleeping reader and writer.
-            eff.wake_both();
+        if c.cflags != self.rx_cflags {
+            self.rx_cflags = c.cflags;
+            let before = self.close.received();
+            let act = self.close.peer_flags(conn_flags(c.cflags));
+            eff.close(act);
+            if self.close.received() != before {
+                // End of stream, a close or an abort must reach a sleeping reader and writer.
+                eff.wake_both();
+            }
         }
 
         // Space in the peer's ring lets queued bytes go (a staged buffer holds them).
@@ -176,34 +179,37 @@ impl Connection {
     /// The end of every call that may send: one CDC goes out if it would tell the peer
     /// anything new (data, flags), or if the consumer cursor is to be reported
     /// (`cons_update`). Any CDC carries the current consumer cursor, as the kernel's does, so
-    /// it also confirms every byte read so far.
+    /// it also confirms every byte read so far. Deciding costs a few comparisons: the cursors
+    /// are kept next to the positions.
     pub(super) fn flush_cdc(&mut self, eff: &mut Effects, cons_update: bool) {
         if self.is_aborted() {
             return;
         }
-        let rx_ring = self.cfg.rx_ring;
-        let mut cdc = HostCdc {
-            seqno: 0,
-            prod: to_cursor(self.sent, self.cfg.tx_ring),
-            cons: to_cursor(
-                if cons_update {
-                    self.consumed
-                } else {
-                    self.confirmed
-                },
-                rx_ring,
-            ),
-            pflags: self.own_pflags(),
-            cflags: cflags_of(self.close.sent()),
-        };
+        let pflags = self.own_pflags();
+        let cflags = self.cflags_out;
         // Before the first CDC the peer's view is all zero (a fresh DMB header, or nothing).
-        if cdc.same_content(&self.last_cdc.unwrap_or_default()) {
+        let (last_p, last_c) = self
+            .last_cdc
+            .map_or((ProducerFlags::EMPTY, ConnStateFlags::EMPTY), |l| {
+                (l.pflags, l.cflags)
+            });
+        let changed = (cons_update && self.consumed != self.confirmed)
+            || self.sent != self.cdc_sent
+            || pflags != last_p
+            || cflags != last_c;
+        if !changed {
             return;
         }
-        cdc.cons = to_cursor(self.consumed, rx_ring);
-        self.confirmed = self.consumed;
         self.tx_seq = self.tx_seq.wrapping_add(1);
-        cdc.seqno = self.tx_seq;
+        let cdc = HostCdc {
+            seqno: self.tx_seq,
+            prod: self.sent_cur,
+            cons: self.consumed_cur,
+            pflags,
+            cflags,
+        };
+        self.confirmed = self.consumed;
+        self.cdc_sent = self.sent;
         if self.cfg.completions {
             self.inflight.push_back((cdc.seqno, self.sent));
         } else {

@@ -47,7 +47,7 @@ use crate::time::Instant;
 use crate::window::WndUpdateRule;
 use alloc::collections::VecDeque;
 use core::time::Duration;
-use smc_proto::cdc::ProducerFlags;
+use smc_proto::cdc::{Cursor, ProducerFlags};
 
 /// `SMC_MAX_STREAM_WAIT_TIMEOUT`: how long a close waits for queued data to be sent.
 pub const CLOSE_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -162,12 +162,14 @@ impl RemoteWrite {
 }
 
 /// What the driver must do after a call, in this order: the writes, then the CDC, then the
-/// TCP action; wake-ups and freeing after that.
+/// TCP action; wake-ups and freeing after that. Small enough to pass in registers: the writes
+/// wait in the connection ([`Connection::take_writes`]) and only a flag says they are there.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[must_use = "effects must be carried out"]
 pub struct Effects {
-    /// RDMA WRITEs to post before the CDC (staged buffers only).
-    pub writes: [Option<RemoteWrite>; 2],
+    /// RDMA WRITEs are waiting to be posted before the CDC ([`Connection::take_writes`];
+    /// staged buffers only).
+    pub writes: bool,
     /// A CDC to publish (SMC-D: store its words into the peer's DMB; SMC-R: post the SEND).
     pub cdc: Option<HostCdc>,
     /// Wake local threads waiting to read (data, end of stream or an error is there).
@@ -181,10 +183,14 @@ pub struct Effects {
     /// Urgent data arrived: the urgent byte is at this offset of the receive ring; hand it to
     /// [`Connection::set_urgent_byte`] before the peer can overwrite it.
     pub urgent_at: Option<usize>,
+    /// The close state or the shutdown of either direction changed (a driver shows it on its
+    /// readiness; nothing else changes it).
+    pub close_changed: bool,
 }
 
 impl Effects {
     fn close(&mut self, a: CloseActions) {
+        self.close_changed = true;
         if a.abort_tcp {
             self.tcp = TcpAction::Abort;
         } else if a.shutdown_tcp && self.tcp == TcpAction::None {
@@ -196,6 +202,7 @@ impl Effects {
     fn wake_both(&mut self) {
         self.wake_reader = true;
         self.wake_writer = true;
+        self.close_changed = true;
     }
 }
 
@@ -265,6 +272,10 @@ pub struct Connection {
     /// `local_rx_ctrl.prod_flags` (a request is forgotten once answered).
     peer_pflags: ProducerFlags,
     read_shut: bool,
+    /// `rmbe_update_limit` of the receive ring under the configured rule.
+    update_limit: usize,
+    /// The peer's connection-state flags as last seen (the close machine hears only changes).
+    rx_cflags: smc_proto::cdc::ConnStateFlags,
     /// The application shut down writing or closed: nothing more is taken.
     write_shut: bool,
     oob_inline: bool,
@@ -280,6 +291,19 @@ pub struct Connection {
     tx_urg: TxUrgent,
     /// CDCs sent and not completed: (sequence number, `sent` they announced).
     inflight: VecDeque<(u16, u64)>,
+    /// RDMA WRITEs decided and not yet taken by the driver.
+    writes: [Option<RemoteWrite>; 2],
+    /// The connection-state flags our CDCs carry (what the close machine has sent).
+    cflags_out: smc_proto::cdc::ConnStateFlags,
+    // The wire cursors of four positions, moved with them (no division on the data path).
+    sent_cur: Cursor,
+    consumed_cur: Cursor,
+    produced_cur: Cursor,
+    peer_consumed_cur: Cursor,
+    /// `sent` as the last CDC announced it.
+    cdc_sent: u64,
+    /// `prepared` modulo the transmit buffer's length (where the next byte goes).
+    prep_off: usize,
     // CDC exchange.
     tx_seq: u16,
     rx_seq: Option<u16>,
@@ -301,6 +325,8 @@ impl Connection {
             confirmed: 0,
             peer_pflags: ProducerFlags::EMPTY,
             read_shut: false,
+            update_limit: crate::window::rmbe_update_limit(cfg.rx_ring, cfg.wnd_rule),
+            rx_cflags: smc_proto::cdc::ConnStateFlags::EMPTY,
             write_shut: false,
             oob_inline: false,
             rx_urg: RxUrgent::None,
@@ -313,6 +339,14 @@ impl Connection {
             cork: false,
             tx_urg: TxUrgent::default(),
             inflight: VecDeque::new(),
+            writes: [None, None],
+            cflags_out: smc_proto::cdc::ConnStateFlags::EMPTY,
+            sent_cur: Cursor::ZERO,
+            consumed_cur: Cursor::ZERO,
+            produced_cur: Cursor::ZERO,
+            peer_consumed_cur: Cursor::ZERO,
+            cdc_sent: 0,
+            prep_off: 0,
             tx_seq: 0,
             rx_seq: None,
             last_cdc: None,
@@ -382,6 +416,11 @@ impl Connection {
         self.inflight.len()
     }
 
+    /// The RDMA WRITEs [`Effects::writes`] announced, to post before the CDC.
+    pub fn take_writes(&mut self) -> [Option<RemoteWrite>; 2] {
+        core::mem::take(&mut self.writes)
+    }
+
     // ------------------------------------------------------------------------------------
     // Close (smc_close.c).
 
@@ -390,6 +429,7 @@ impl Connection {
         self.read_shut = true;
         Effects {
             wake_reader: true,
+            close_changed: true,
             ..Effects::default()
         }
     }
@@ -407,6 +447,7 @@ impl Connection {
         let mut eff = Effects::default();
         self.write_shut = true;
         eff.wake_writer = true;
+        eff.close_changed = true;
         if self.draining.is_none() {
             self.push_data(&mut eff);
             if self.prepared > self.sent {
@@ -458,6 +499,7 @@ impl Connection {
     fn finish_shutdown(&mut self, eff: &mut Effects) {
         let act = self.close.app_shutdown_write();
         eff.close(act);
+        self.cflags_out = cflags_of(self.close.sent());
         eff.wake_writer = true;
     }
 
@@ -468,6 +510,7 @@ impl Connection {
         let unread = self.produced > self.consumed;
         let act = self.close.app_close(unread);
         eff.close(act);
+        self.cflags_out = cflags_of(self.close.sent());
         eff.wake_both();
     }
 

@@ -68,9 +68,17 @@ impl Connection {
     /// (wrapping at its end) and how many to copy.
     pub fn recv_plan(&self, len: usize) -> Option<Chunk> {
         let n = self.readable().min(len);
-        (n > 0).then(|| Chunk {
-            offset: (self.rx_start() % self.cfg.rx_ring as u64) as usize,
-            len: n,
+        (n > 0).then(|| {
+            // The consumer cursor's count is the offset of `consumed`; a skipped urgent byte
+            // moves it by one.
+            let mut offset = self.consumed_cur.count as usize;
+            if self.rx_start() != self.consumed {
+                offset += 1;
+                if offset == self.cfg.rx_ring {
+                    offset = 0;
+                }
+            }
+            Chunk { offset, len: n }
         })
     }
 
@@ -83,7 +91,9 @@ impl Connection {
         let start = self.rx_start();
         debug_assert!(start + n as u64 <= self.produced);
         let skipped = start != self.consumed;
-        self.consumed = start + n as u64;
+        let step = start - self.consumed + n as u64;
+        self.consumed += step;
+        self.consumed_cur = crate::cursor::advance(self.consumed_cur, step, self.cfg.rx_ring);
         // Reaching the urgent byte is reported at once: the sender waits for it.
         let at_urgent = self.at_mark();
         let view = ConsumerView {
@@ -94,8 +104,7 @@ impl Connection {
             peer_write_blocked: self.peer_pflags.write_blocked(),
             peer_requested: self.peer_pflags.cons_curs_upd_req(),
         };
-        let limit = window::rmbe_update_limit(self.cfg.rx_ring, self.cfg.wnd_rule);
-        let update = window::should_update_consumer(&view, limit, skipped || at_urgent)
+        let update = window::should_update_consumer(&view, self.update_limit, skipped || at_urgent)
             && !self.close.received().abort;
         let mut eff = Effects::default();
         self.flush_cdc(&mut eff, update);

@@ -88,7 +88,7 @@ impl Connection {
             n = n.min(self.cfg.tx_chunk);
         }
         Some(Chunk {
-            offset: (self.prepared % self.sndbuf_len() as u64) as usize,
+            offset: self.prep_off,
             len: n,
         })
     }
@@ -100,6 +100,11 @@ impl Connection {
     pub fn sent(&mut self, n: usize, f: SendFlags) -> Effects {
         debug_assert!(n <= self.send_space());
         self.prepared += n as u64;
+        self.prep_off += n;
+        let len = self.sndbuf_len();
+        if self.prep_off >= len {
+            self.prep_off -= len;
+        }
         if f.oob {
             self.tx_urg.pending = true;
             if f.last {
@@ -186,9 +191,11 @@ impl Connection {
             return;
         }
         if let TxBuffer::Staged { len } = self.cfg.tx_buffer {
-            eff.writes = self.remote_writes(self.sent, n as usize, len);
+            self.writes = self.remote_writes(self.sent, n as usize, len);
+            eff.writes = true;
         }
         self.sent += n;
+        self.sent_cur = crate::cursor::advance(self.sent_cur, n, self.cfg.tx_ring);
     }
 
     /// The RDMA WRITEs for `n` bytes from absolute position `from`: one per contiguous piece

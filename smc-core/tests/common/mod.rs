@@ -153,7 +153,12 @@ impl Pair {
     /// Carries out effects produced by side `i`.
     pub fn apply(&mut self, i: usize, eff: Effects) {
         let j = 1 - i;
-        for w in eff.writes.into_iter().flatten() {
+        let writes = if eff.writes {
+            self.s[i].conn.take_writes()
+        } else {
+            [None, None]
+        };
+        for w in writes.into_iter().flatten() {
             // RDMA WRITE: gather from our send buffer, place into the peer's ring.
             let mut data = Vec::with_capacity(w.len());
             for (off, len) in w.src {

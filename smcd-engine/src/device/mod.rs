@@ -91,6 +91,14 @@ impl Dmb {
     }
 }
 
+impl Dmb {
+    /// [`Dmb::take_waiter`] without the fence, for wake-ups whose ordering a lock provides.
+    #[inline]
+    pub fn take_waiter_local(&self, dir: Dir) -> bool {
+        self.waiting(dir).swap(0, Ordering::AcqRel) != 0
+    }
+}
+
 /// Where SMC-D buffers come from: an ISM device as the data plane sees it.
 pub trait BufferProvider: Send + Sync + std::fmt::Debug {
     /// This device instance's GID.

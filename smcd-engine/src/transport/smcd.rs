@@ -20,6 +20,13 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The flag bytes of a consumer word (whatever the host's byte order).
+const FLAG_BYTES: u64 = SmcdCursorWord::encode(
+    smc_proto::cdc::Cursor::ZERO,
+    ProducerFlags::from_bits_retain(0xff),
+    ConnStateFlags::from_bits_retain(0xff),
+);
+
 /// One SMC-D connection's link: our DMB, the peer's, and the bells.
 #[derive(Debug)]
 pub struct SmcdLink {
@@ -93,8 +100,15 @@ impl Transport for SmcdLink {
     fn send_cdc(&self, cdc: &HostCdc) -> io::Result<()> {
         let pw = SmcdCursorWord::encode(cdc.prod, ProducerFlags::EMPTY, ConnStateFlags::EMPTY);
         let cw = SmcdCursorWord::encode(cdc.cons, cdc.pflags, cdc.cflags);
-        let old_pw = self.out_prod.swap(pw, Ordering::Relaxed);
-        let old_cw = self.out_cons.swap(cw, Ordering::Relaxed);
+        // The connection calls this under its lock: plain loads and stores suffice for our own
+        // record of what we stored (no read-modify-write on the data path).
+        let old_pw = self.out_prod.load(Ordering::Relaxed);
+        let old_cw = self.out_cons.load(Ordering::Relaxed);
+        if pw == old_pw && cw == old_cw {
+            return Ok(());
+        }
+        self.out_prod.store(pw, Ordering::Relaxed);
+        self.out_cons.store(cw, Ordering::Relaxed);
         if pw != old_pw {
             // Release: the bytes copied into the ring become visible with the cursor.
             self.peer.map.prod_word().store(pw, Ordering::Release);
@@ -103,10 +117,8 @@ impl Transport for SmcdLink {
             // Release: the space we confirm is free; a close flag follows every byte before it.
             self.peer.map.cons_word().store(cw, Ordering::Release);
         }
-        let (new_c, old_c) = (SmcdCursorWord::decode(cw), SmcdCursorWord::decode(old_cw));
-        let flags_changed =
-            new_c.prod_flags != old_c.prod_flags || new_c.conn_flags != old_c.conn_flags;
-        let cons_moved = new_c.cursor != old_c.cursor;
+        let flags_changed = (cw ^ old_cw) & FLAG_BYTES != 0;
+        let cons_moved = (cw ^ old_cw) & !FLAG_BYTES != 0;
         if pw != old_pw || flags_changed {
             self.ring_peer(Dir::Rx);
         }
@@ -120,11 +132,15 @@ impl Transport for SmcdLink {
         // Flags first, then the producer word: the peer stores them in the opposite order.
         let cw = self.own.map.cons_word().load(Ordering::Acquire);
         let pw = self.own.map.prod_word().load(Ordering::Acquire);
-        let old_cw = self.seen_cons.swap(cw, Ordering::Relaxed);
-        let old_pw = self.seen_prod.swap(pw, Ordering::Relaxed);
-        if cw == old_cw && pw == old_pw {
+        // Called under the connection's lock: the record of what we saw needs no
+        // read-modify-write.
+        if cw == self.seen_cons.load(Ordering::Relaxed)
+            && pw == self.seen_prod.load(Ordering::Relaxed)
+        {
             return None;
         }
+        self.seen_cons.store(cw, Ordering::Relaxed);
+        self.seen_prod.store(pw, Ordering::Relaxed);
         let (c, p) = (SmcdCursorWord::decode(cw), SmcdCursorWord::decode(pw));
         Some(HostCdc {
             seqno: 0,
@@ -150,7 +166,10 @@ impl Transport for SmcdLink {
     }
 
     fn wake_local(&self, dir: Dir) {
-        if self.own.take_waiter(dir) {
+        // Called under the connection's lock after a change of its state; a waiter announces
+        // itself before it takes the lock to look, so the lock orders the two and no fence is
+        // needed here (unlike a publication into shared memory, `ring_peer`).
+        if self.own.is_armed(dir) && self.own.take_waiter_local(dir) {
             self.ready.bell().ring(dir);
         }
     }

@@ -55,7 +55,12 @@ impl<T: Transport> SmcConn<T> {
     /// Carries out the core's effects: the writes, then the CDC, then the TCP action, then
     /// the wake-ups; and shows the end of stream or of the connection on the readiness.
     pub(super) fn apply(&self, st: &mut State, eff: Effects) {
-        for w in eff.writes.iter().flatten() {
+        let writes = if eff.writes {
+            st.core.take_writes()
+        } else {
+            [None, None]
+        };
+        for w in writes.iter().flatten() {
             if let Err(e) = self.link.write_remote(w) {
                 tracing::warn!("RDMA WRITE failed: {e}");
                 let a = st.core.abort(AbortKind::Aborted);
@@ -98,7 +103,9 @@ impl<T: Transport> SmcConn<T> {
         if eff.wake_writer {
             self.link.wake_local(Dir::Tx);
         }
-        self.show_end(st);
+        if eff.close_changed {
+            self.show_end(st);
+        }
     }
 
     /// End of stream and the end of the connection are for good: the readiness shows them
