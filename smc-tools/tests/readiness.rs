@@ -378,6 +378,54 @@ fn peer_shutdown_write_makes_readable_and_eof_stays() {
     assert_eq!(&back, b"after your FIN");
 }
 
+/// `POLLRDHUP` once the peer shut down writing, before any read, as a TCP socket shows the
+/// peer's FIN when it arrives (event loops that watch `EPOLLRDHUP`, or tokio's
+/// `Ready::is_read_closed`, learn of the half-close without reading).
+///
+/// Fails today: the peer's done-writing flag rings our bell (readable), but only our own
+/// side turns it into `POLLRDHUP` (`Readiness::peer_done` from `show_end`), when a call into
+/// the stream (or the liveness watcher, on a TCP event) observes the CDC.
+#[test]
+#[ignore = "fails: the engine shows POLLRDHUP only once a call into the stream saw the CDC"]
+fn peer_shutdown_write_gives_rdhup_before_a_read() {
+    let (_smcd, c, s) = pair();
+    s.set_nonblocking(true).unwrap();
+    assert_eq!(drain(&s), b"");
+    let et = Ep::edge(fd(&s), Ev::IN | Ev::RDHUP);
+    c.shutdown(Shutdown::Write).unwrap();
+    let r = poll_until(fd(&s), PollFlags::RDHUP, LIVENESS);
+    assert_eq!(
+        r,
+        PollFlags::IN | PollFlags::OUT | PollFlags::RDHUP,
+        "after the peer's shutdown(Write), before any read"
+    );
+    assert!(
+        et.wait(LIVENESS)
+            .is_some_and(|e| e.contains(Ev::IN | Ev::RDHUP))
+    );
+}
+
+/// The same with bytes not read yet when the peer shuts down: TCP shows the FIN behind
+/// unread data at once; the bytes come first, then 0.
+#[test]
+#[ignore = "fails: the engine shows POLLRDHUP only once a call into the stream saw the CDC"]
+fn peer_shutdown_write_behind_unread_bytes_gives_rdhup() {
+    let (_smcd, c, s) = pair();
+    s.set_nonblocking(true).unwrap();
+    (&c).write_all(b"last words").unwrap();
+    assert!(poll_until(fd(&s), PollFlags::IN, LIVENESS).contains(PollFlags::IN));
+    c.shutdown(Shutdown::Write).unwrap();
+    let r = poll_until(fd(&s), PollFlags::RDHUP, LIVENESS);
+    assert_eq!(
+        r,
+        PollFlags::IN | PollFlags::OUT | PollFlags::RDHUP,
+        "FIN behind unread bytes, before any read"
+    );
+    let mut got = Vec::new();
+    assert_eq!((&s).read_to_end(&mut got).unwrap(), 10);
+    assert_eq!(got, b"last words");
+}
+
 /// The peer drops its stream (an orderly close, nothing unread): once its TCP connection has
 /// ended, the descriptor is readable with `POLLRDHUP` without a call into the stream (level
 /// and edge); a read returns 0, a write fails with `BrokenPipe`.
@@ -397,6 +445,61 @@ fn peer_drop_gives_rdhup_and_eof() {
     assert!(ev.contains(Ev::IN), "{ev:?}");
     assert_eq!((&s).read(&mut [0u8; 8]).unwrap(), 0);
     assert_eq!((&s).write(b"x").unwrap_err().kind(), ErrorKind::BrokenPipe);
+}
+
+/// `POLLHUP` after the peer dropped its stream: the peer has closed, its TCP connection is
+/// gone, writes fail; the connection is over. (A TCP socket would show `POLLHUP` only once
+/// we also shut down writing or a write drew the peer's RST; see the next test.)
+///
+/// Fails today: the descriptor shows `IN | OUT | RDHUP`; the connection never reaches
+/// `Closed` (`Active`, then `AppCloseWait1` once read) and `show_end` hangs up only an
+/// aborted or `Closed` one.
+#[test]
+#[ignore = "fails: the engine hangs up only an aborted or Closed connection"]
+fn peer_drop_gives_hup() {
+    let (_smcd, c, s) = pair();
+    s.set_nonblocking(true).unwrap();
+    assert_eq!(drain(&s), b"");
+    drop(c);
+    let r = poll_until(fd(&s), PollFlags::HUP, LIVENESS);
+    assert!(
+        r.contains(PollFlags::HUP | PollFlags::IN | PollFlags::RDHUP),
+        "after the peer's close: {r:?}"
+    );
+}
+
+/// `POLLHUP` once both directions are shut down, as TCP (`sk_shutdown == SHUTDOWN_MASK`) and
+/// the kernel's SMC (`smc_poll`) show it: the peer shut down writing (or closed), we read the
+/// end of stream and shut down writing too.
+///
+/// Fails today: both ends stay `IN | OUT | RDHUP` (`PeerCloseWait2` / `AppCloseWait2`).
+#[test]
+#[ignore = "fails: the engine hangs up only an aborted or Closed connection"]
+fn hup_once_both_directions_are_shut_down() {
+    // Both ends half-close.
+    let (_smcd, c, s) = pair();
+    c.shutdown(Shutdown::Write).unwrap();
+    assert_eq!((&s).read(&mut [0u8; 8]).unwrap(), 0);
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_eq!((&c).read(&mut [0u8; 8]).unwrap(), 0);
+    for (name, st) in [("client", &c), ("server", &s)] {
+        let r = poll_until(fd(st), PollFlags::HUP, LIVENESS);
+        assert!(
+            r.contains(PollFlags::HUP),
+            "{name}: both directions shut: {r:?}"
+        );
+    }
+    // The peer closes, we shut down writing.
+    let (_smcd, c, s) = pair();
+    drop(c);
+    assert!(poll_until(fd(&s), PollFlags::IN, LIVENESS).contains(PollFlags::IN));
+    assert_eq!((&s).read(&mut [0u8; 8]).unwrap(), 0);
+    s.shutdown(Shutdown::Write).unwrap();
+    let r = poll_until(fd(&s), PollFlags::HUP, LIVENESS);
+    assert!(
+        r.contains(PollFlags::HUP),
+        "peer closed, we shut down writing: {r:?}"
+    );
 }
 
 /// The peer drops its stream with bytes it never read (an abort): `POLLHUP`, and a read
@@ -694,6 +797,56 @@ fn nonblocking_connect_to_closed_port_is_refused() {
         let e = r.map(|s| s.mode()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "edges {edges}: {e}");
     }
+}
+
+/// After `try_finish` gave the connect's error, it keeps failing: the socket is not
+/// connected, so no stream may come out of it (a loop that looks once more must not get a
+/// "connected" TCP stream on a refused socket).
+///
+/// Fails today: the error path puts the socket back as `Plan::Plain(0)`; the next call finds
+/// it "writable" (a failed socket polls `OUT | HUP`), `SO_ERROR` already read and cleared,
+/// and returns it as a TCP fallback with reason 0.
+#[test]
+#[ignore = "fails: a second try_finish after ConnectionRefused returns a TCP stream"]
+fn try_finish_after_refused_keeps_failing() {
+    let smcd = Smcd::start(BINS);
+    let ce = smcd.engine();
+    let addr = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let Ok(mut c) = SmcStream::connect_nonblocking_with(&ce, addr) else {
+        return; // refused at once: nothing to finish
+    };
+    let e = finish_with_poll_ref(&mut c).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    match c.try_finish() {
+        Err(_) => {}
+        Ok(None) => {}
+        Ok(Some(s)) => panic!("a stream out of a refused connect: {}", s.mode()),
+    }
+}
+
+/// The descriptor of an `SmcConnecting` can still be asked for after `try_finish` gave the
+/// stream: `AsyncFd` (and any owner that deregisters on drop) asks its inner value for the
+/// descriptor again when it is dropped, and tokio's `AsyncFd::register` requires the same
+/// descriptor from every `as_raw_fd` call.
+///
+/// Fails today: "a finished connect has no socket" (`Connecting::fd` in phase `Done`).
+#[test]
+#[ignore = "fails: SmcConnecting::as_raw_fd panics once try_finish gave the stream"]
+fn connecting_descriptor_after_finish() {
+    let smcd = Smcd::start(BINS);
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let (l, addr) = smc_server(&se);
+    let server = std::thread::spawn(move || l.accept().map(|(s, _)| s.is_smc()));
+    let mut c = SmcStream::connect_nonblocking_with(&ce, addr).unwrap();
+    let raw = c.as_raw_fd();
+    let s = finish_with_poll_ref(&mut c).expect("connect");
+    assert!(s.is_smc());
+    let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.as_raw_fd()));
+    assert_eq!(again.ok(), Some(raw), "as_raw_fd after try_finish");
+    assert!(server.join().unwrap().unwrap());
 }
 
 /// [`finish_with_poll`] on a borrowed connect.
