@@ -381,12 +381,7 @@ fn peer_shutdown_write_makes_readable_and_eof_stays() {
 /// `POLLRDHUP` once the peer shut down writing, before any read, as a TCP socket shows the
 /// peer's FIN when it arrives (event loops that watch `EPOLLRDHUP`, or tokio's
 /// `Ready::is_read_closed`, learn of the half-close without reading).
-///
-/// Fails today: the peer's done-writing flag rings our bell (readable), but only our own
-/// side turns it into `POLLRDHUP` (`Readiness::peer_done` from `show_end`), when a call into
-/// the stream (or the liveness watcher, on a TCP event) observes the CDC.
 #[test]
-#[ignore = "fails: the engine shows POLLRDHUP only once a call into the stream saw the CDC"]
 fn peer_shutdown_write_gives_rdhup_before_a_read() {
     let (_smcd, c, s) = pair();
     s.set_nonblocking(true).unwrap();
@@ -408,7 +403,6 @@ fn peer_shutdown_write_gives_rdhup_before_a_read() {
 /// The same with bytes not read yet when the peer shuts down: TCP shows the FIN behind
 /// unread data at once; the bytes come first, then 0.
 #[test]
-#[ignore = "fails: the engine shows POLLRDHUP only once a call into the stream saw the CDC"]
 fn peer_shutdown_write_behind_unread_bytes_gives_rdhup() {
     let (_smcd, c, s) = pair();
     s.set_nonblocking(true).unwrap();
@@ -447,34 +441,36 @@ fn peer_drop_gives_rdhup_and_eof() {
     assert_eq!((&s).write(b"x").unwrap_err().kind(), ErrorKind::BrokenPipe);
 }
 
-/// `POLLHUP` after the peer dropped its stream: the peer has closed, its TCP connection is
-/// gone, writes fail; the connection is over. (A TCP socket would show `POLLHUP` only once
-/// we also shut down writing or a write drew the peer's RST; see the next test.)
-///
-/// Fails today: the descriptor shows `IN | OUT | RDHUP`; the connection never reaches
-/// `Closed` (`Active`, then `AppCloseWait1` once read) and `show_end` hangs up only an
-/// aborted or `Closed` one.
+/// The peer drops its stream: our descriptor shows the end of stream (`IN | RDHUP`) without
+/// a call into the stream, reads return 0 and writes fail; it is not hung up yet (TCP and the
+/// kernel's `smc_poll` show `POLLHUP` only once both directions are shut down, see the next
+/// test).
 #[test]
-#[ignore = "fails: the engine hangs up only an aborted or Closed connection"]
-fn peer_drop_gives_hup() {
+fn peer_drop_gives_rdhup_then_hup_when_we_shut_down() {
     let (_smcd, c, s) = pair();
     s.set_nonblocking(true).unwrap();
     assert_eq!(drain(&s), b"");
     drop(c);
-    let r = poll_until(fd(&s), PollFlags::HUP, LIVENESS);
+    let r = poll_until(fd(&s), PollFlags::RDHUP, LIVENESS);
     assert!(
-        r.contains(PollFlags::HUP | PollFlags::IN | PollFlags::RDHUP),
+        r.contains(PollFlags::IN | PollFlags::RDHUP),
         "after the peer's close: {r:?}"
     );
+    assert!(
+        !r.contains(PollFlags::HUP),
+        "one direction is still open: {r:?}"
+    );
+    assert_eq!((&s).read(&mut [0u8; 8]).unwrap(), 0);
+    assert_eq!((&s).write(b"x").unwrap_err().kind(), ErrorKind::BrokenPipe);
+    s.shutdown(Shutdown::Write).unwrap();
+    let r = poll_until(fd(&s), PollFlags::HUP, LIVENESS);
+    assert!(r.contains(PollFlags::HUP), "both directions shut: {r:?}");
 }
 
 /// `POLLHUP` once both directions are shut down, as TCP (`sk_shutdown == SHUTDOWN_MASK`) and
 /// the kernel's SMC (`smc_poll`) show it: the peer shut down writing (or closed), we read the
 /// end of stream and shut down writing too.
-///
-/// Fails today: both ends stay `IN | OUT | RDHUP` (`PeerCloseWait2` / `AppCloseWait2`).
 #[test]
-#[ignore = "fails: the engine hangs up only an aborted or Closed connection"]
 fn hup_once_both_directions_are_shut_down() {
     // Both ends half-close.
     let (_smcd, c, s) = pair();
@@ -802,12 +798,7 @@ fn nonblocking_connect_to_closed_port_is_refused() {
 /// After `try_finish` gave the connect's error, it keeps failing: the socket is not
 /// connected, so no stream may come out of it (a loop that looks once more must not get a
 /// "connected" TCP stream on a refused socket).
-///
-/// Fails today: the error path puts the socket back as `Plan::Plain(0)`; the next call finds
-/// it "writable" (a failed socket polls `OUT | HUP`), `SO_ERROR` already read and cleared,
-/// and returns it as a TCP fallback with reason 0.
 #[test]
-#[ignore = "fails: a second try_finish after ConnectionRefused returns a TCP stream"]
 fn try_finish_after_refused_keeps_failing() {
     let smcd = Smcd::start(BINS);
     let ce = smcd.engine();
@@ -831,10 +822,7 @@ fn try_finish_after_refused_keeps_failing() {
 /// stream: `AsyncFd` (and any owner that deregisters on drop) asks its inner value for the
 /// descriptor again when it is dropped, and tokio's `AsyncFd::register` requires the same
 /// descriptor from every `as_raw_fd` call.
-///
-/// Fails today: "a finished connect has no socket" (`Connecting::fd` in phase `Done`).
 #[test]
-#[ignore = "fails: SmcConnecting::as_raw_fd panics once try_finish gave the stream"]
 fn connecting_descriptor_after_finish() {
     let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());

@@ -134,11 +134,7 @@ fn tokio_echo_example_over_smcd_multi_thread() {
 /// `SmcConnecting` (it is `AsFd`/`AsRawFd` for this), `try_finish` until the stream comes,
 /// then drop the `AsyncFd`. Dropping it deregisters the descriptor it asks its inner value
 /// for (`as_raw_fd`), so that must still work after the connect finished.
-///
-/// Fails today: the drop panics with "a finished connect has no socket". The example waits
-/// on a duplicate of the socket instead.
 #[test]
-#[ignore = "fails: SmcConnecting::as_raw_fd panics once try_finish gave the stream"]
 fn async_fd_owning_smc_connecting_survives_the_finish() {
     use smcd_engine::SmcStream;
     use tokio::io::Interest;

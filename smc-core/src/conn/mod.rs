@@ -439,6 +439,11 @@ impl Connection {
         self.read_shut
     }
 
+    /// Whether the application shut down its write side (or closed).
+    pub fn write_is_shut(&self) -> bool {
+        self.write_shut
+    }
+
     /// `shutdown(SHUT_WR)` (`smc_close_shutdown_write`): nothing more is taken; what is
     /// written goes out, and once it has been sent the peer is told we are done writing. With
     /// a staged buffer whose bytes wait for the peer's window that takes until they are sent:

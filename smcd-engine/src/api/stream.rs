@@ -151,9 +151,14 @@ impl SmcStream {
         engine: &Arc<Engine>,
         addr: SocketAddr,
     ) -> io::Result<SmcConnecting> {
+        let c = Connecting::start(engine, addr)?;
+        // The descriptor an event loop registers must stay valid as long as this object,
+        // after the socket went into the stream or the connect failed.
+        let fd = rustix::io::fcntl_dupfd_cloexec(c.fd(), 0)?;
         Ok(SmcConnecting {
             engine: Arc::clone(engine),
-            c: Connecting::start(engine, addr)?,
+            c,
+            fd,
         })
     }
 
@@ -565,16 +570,31 @@ impl SmcStream {
 
 /// A connect that has not finished ([`SmcStream::connect_nonblocking`]): the socket to wait on
 /// and what to wait for change as it goes (the TCP connect, then the CLC handshake).
+///
+/// Its descriptor is a duplicate of the connect's socket, valid for the life of this object
+/// (so an event loop's registration outlives the finish); drop it once the connect finished,
+/// since it keeps the socket open.
 #[derive(Debug)]
 pub struct SmcConnecting {
     engine: Arc<Engine>,
     c: Connecting,
+    fd: rustix::fd::OwnedFd,
 }
 
 impl SmcConnecting {
     /// Whether to wait for the descriptor to be readable (else writable).
     pub fn wants_read(&self) -> bool {
         self.c.interest().contains(rustix::event::PollFlags::IN)
+    }
+
+    /// Goes on as far as possible without waiting and, when the stream is there, makes it
+    /// non-blocking (what an event loop wants).
+    pub fn try_finish_nonblocking(&mut self) -> io::Result<Option<SmcStream>> {
+        let s = self.try_finish()?;
+        if let Some(s) = &s {
+            s.set_nonblocking(true)?;
+        }
+        Ok(s)
     }
 
     /// When the handshake gives up, if it has begun.
@@ -595,12 +615,12 @@ impl SmcConnecting {
 
 impl AsFd for SmcConnecting {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.c.fd()
+        self.fd.as_fd()
     }
 }
 
 impl AsRawFd for SmcConnecting {
     fn as_raw_fd(&self) -> RawFd {
-        self.c.fd().as_raw_fd()
+        self.fd.as_raw_fd()
     }
 }

@@ -121,6 +121,8 @@ enum Plan {
 enum Phase {
     Tcp(TcpStream, Plan),
     Clc(Box<ClientRun>),
+    /// The connect failed: it keeps saying so.
+    Failed(io::ErrorKind, String),
     Done,
 }
 
@@ -210,18 +212,24 @@ impl Connecting {
     }
 
     /// The socket to wait on.
+    ///
+    /// # Panics
+    ///
+    /// Once the connect has finished or failed there is no socket any more; callers that must
+    /// keep a descriptor (an event loop's registration) keep a duplicate
+    /// (`api::SmcConnecting` does).
     pub fn fd(&self) -> BorrowedFd<'_> {
         match &self.phase {
             Phase::Tcp(s, _) => s.as_fd(),
             Phase::Clc(run) => run.fd(),
-            Phase::Done => panic!("a finished connect has no socket"),
+            Phase::Failed(..) | Phase::Done => panic!("a finished connect has no socket"),
         }
     }
 
     /// What to wait for before the next [`Self::step`].
     pub fn interest(&self) -> PollFlags {
         match &self.phase {
-            Phase::Tcp(..) | Phase::Done => PollFlags::OUT,
+            Phase::Tcp(..) | Phase::Failed(..) | Phase::Done => PollFlags::OUT,
             Phase::Clc(run) => run.interest(),
         }
     }
@@ -238,7 +246,18 @@ impl Connecting {
     /// [`Self::interest`] on [`Self::fd`] and call again; `Ok(Some)` is the connection (SMC or
     /// TCP with its fallback reason); an error is the connect's error (`SO_ERROR`).
     pub fn step(&mut self) -> io::Result<Option<Outcome>> {
+        if let Phase::Failed(kind, msg) = &self.phase {
+            return Err(io::Error::new(*kind, msg.clone()));
+        }
         let r = self.step_inner();
+        if let Err(e) = &r {
+            // Whatever failed, a later call says so again (SO_ERROR is read only once).
+            let counted = matches!(self.phase, Phase::Done);
+            self.phase = Phase::Failed(e.kind(), e.to_string());
+            if counted {
+                self.engine.status().add(st::T_CLNT_HS_ERR, 1);
+            }
+        }
         match &r {
             Ok(Some(o)) => {
                 let status = self.engine.status();
@@ -249,12 +268,7 @@ impl Connecting {
                     }
                 }
             }
-            Ok(None) => {}
-            Err(_) => {
-                if matches!(self.phase, Phase::Done) {
-                    self.engine.status().add(st::T_CLNT_HS_ERR, 1);
-                }
-            }
+            Ok(None) | Err(_) => {}
         }
         r
     }
@@ -278,7 +292,7 @@ impl Connecting {
                     }
                     if let Some(e) = err {
                         // A TCP error: nothing to count, nothing to fall back to.
-                        self.phase = Phase::Tcp(sock, Plan::Plain(ReasonCode(0)));
+                        self.phase = Phase::Failed(e.kind(), e.to_string());
                         return Err(e);
                     }
                     match plan {
@@ -308,6 +322,10 @@ impl Connecting {
                     // A handshake error: the phase stays Done, so it is counted.
                     Err(e) => return Err(e),
                 },
+                Phase::Failed(kind, msg) => {
+                    self.phase = Phase::Failed(kind, msg.clone());
+                    return Err(io::Error::new(kind, msg));
+                }
                 Phase::Done => {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,

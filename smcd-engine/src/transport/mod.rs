@@ -76,6 +76,12 @@ impl Bell {
         Self { b }
     }
 
+    /// The near end's peer is done writing: the near end shows end of stream (`POLLIN`,
+    /// `POLLRDHUP`) for good, whoever waits on it, without a call into the connection.
+    pub fn shut_write(&self) {
+        let _ = rustix::net::shutdown(&self.b, Shutdown::Write);
+    }
+
     /// Wakes the waiter for `dir`: a reader by making the near end readable, a writer by taking
     /// the filler out so the near end is writable. Never blocks; a bell whose near end is gone
     /// rings nobody.
@@ -151,9 +157,10 @@ impl Readiness {
     }
 
     /// The peer is done writing (its done-writing, close or abort arrived): readable for good,
-    /// with `POLLRDHUP`, as a TCP socket after the peer's FIN.
+    /// with `POLLRDHUP`, as a TCP socket after the peer's FIN. (The peer does this itself when
+    /// it publishes the flag; this is for a peer that did not.)
     pub fn peer_done(&self) {
-        let _ = rustix::net::shutdown(&self.bell.b, Shutdown::Write);
+        self.bell.shut_write();
     }
 
     /// The application shut down reading: readable for good.

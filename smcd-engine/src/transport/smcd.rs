@@ -40,6 +40,8 @@ pub struct SmcdLink {
     /// The words last stored into the peer's DMB.
     out_prod: AtomicU64,
     out_cons: AtomicU64,
+    /// The peer's readiness already shows that we are done writing.
+    told_done: std::sync::atomic::AtomicBool,
 }
 
 impl SmcdLink {
@@ -55,6 +57,7 @@ impl SmcdLink {
             seen_cons: AtomicU64::new(0),
             out_prod: AtomicU64::new(0),
             out_cons: AtomicU64::new(0),
+            told_done: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -121,6 +124,12 @@ impl Transport for SmcdLink {
         let cons_moved = (cw ^ old_cw) & !FLAG_BYTES != 0;
         if pw != old_pw || flags_changed {
             self.ring_peer(Dir::Rx);
+        }
+        if flags_changed && !cdc.cflags.is_empty() && !self.told_done.swap(true, Ordering::Relaxed)
+        {
+            // We are done writing (done-writing, close or abort): the peer's descriptor shows
+            // the end of stream at once, as a FIN would, even if nobody there calls in.
+            self.peer_bell.shut_write();
         }
         if cons_moved || flags_changed {
             self.ring_peer(Dir::Tx);

@@ -109,10 +109,15 @@ impl<T: Transport> SmcConn<T> {
     }
 
     /// End of stream and the end of the connection are for good: the readiness shows them
-    /// permanently (readable with `POLLRDHUP`; hung up), once.
+    /// permanently (readable with `POLLRDHUP`; hung up), once. Hung up means what it means
+    /// for TCP and the kernel's `smc_poll`: both directions shut down, or the connection
+    /// closed or aborted.
     fn show_end(&self, st: &mut State) {
         let ready = self.link.readiness();
-        let over = st.core.is_aborted() || st.core.state() == SmcState::Closed;
+        let cm = st.core.close_machine();
+        let over = st.core.is_aborted()
+            || st.core.state() == SmcState::Closed
+            || (cm.rcv_shutdown() && st.core.write_is_shut());
         if over && !st.shown_end {
             st.shown_end = true;
             self.over.store(true, Ordering::Release);
