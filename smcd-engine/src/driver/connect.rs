@@ -258,17 +258,12 @@ impl Connecting {
                 self.engine.status().add(st::T_CLNT_HS_ERR, 1);
             }
         }
-        match &r {
-            Ok(Some(o)) => {
-                let status = self.engine.status();
-                match o {
-                    Outcome::Smc { .. } => status.add(st::T_CLNT_V2_SUCC, 1),
-                    Outcome::Tcp(_, fb) => {
-                        status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1)
-                    }
-                }
+        if let Ok(Some(o)) = &r {
+            let status = self.engine.status();
+            match o {
+                Outcome::Smc { .. } => status.add(st::T_CLNT_V2_SUCC, 1),
+                Outcome::Tcp(_, fb) => status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1),
             }
-            Ok(None) | Err(_) => {}
         }
         r
     }
