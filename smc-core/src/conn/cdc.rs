@@ -88,11 +88,15 @@ impl Connection {
             self.peer_consumed = peer_consumed;
             self.peer_consumed_cur = c.cons;
             // Our request for an update has been answered.
-            self.upd_req = false;
+            if self.upd_req {
+                self.upd_req = false;
+                self.flags_dirty = true;
+            }
             eff.wake_writer = true;
             // The peer has read up to our urgent byte: its flags may go.
             if self.tx_urg.mark.is_some_and(|m| peer_consumed + 1 >= m) {
                 self.tx_urg = Default::default();
+                self.flags_dirty = true;
             }
         }
         if new_data {
@@ -178,10 +182,21 @@ impl Connection {
 
     /// The end of every call that may send: one CDC goes out if it would tell the peer
     /// anything new (data, flags), or if the consumer cursor is to be reported
-    /// (`cons_update`). Any CDC carries the current consumer cursor, as the kernel's does, so
-    /// it also confirms every byte read so far. Deciding costs a few comparisons: the cursors
-    /// are kept next to the positions.
+    /// (`cons_update`). With [`super::Config::piggyback_consumer`] any CDC carries the current
+    /// consumer cursor, as the kernel's does, and so confirms every byte read so far; without
+    /// it a CDC repeats the last confirmed one unless the rule asked for an update. Deciding
+    /// costs a few comparisons: the cursors are kept next to the positions.
+    #[inline]
     pub(super) fn flush_cdc(&mut self, eff: &mut Effects, cons_update: bool) {
+        // The common case, decided with three comparisons: nothing new for the peer.
+        if !cons_update && self.sent == self.cdc_sent && !self.flags_dirty {
+            return;
+        }
+        self.flush_cdc_slow(eff, cons_update);
+    }
+
+    fn flush_cdc_slow(&mut self, eff: &mut Effects, cons_update: bool) {
+        self.flags_dirty = false;
         if self.is_aborted() {
             return;
         }
@@ -200,15 +215,18 @@ impl Connection {
         if !changed {
             return;
         }
+        if cons_update || self.cfg.piggyback_consumer {
+            self.confirmed = self.consumed;
+            self.confirmed_cur = self.consumed_cur;
+        }
         self.tx_seq = self.tx_seq.wrapping_add(1);
         let cdc = HostCdc {
             seqno: self.tx_seq,
             prod: self.sent_cur,
-            cons: self.consumed_cur,
+            cons: self.confirmed_cur,
             pflags,
             cflags,
         };
-        self.confirmed = self.consumed;
         self.cdc_sent = self.sent;
         if self.cfg.completions {
             self.inflight.push_back((cdc.seqno, self.sent));
@@ -225,6 +243,7 @@ impl Connection {
         if cdc.pflags.urg_data_present() && self.tx_urg.pend {
             self.tx_urg.pend = false;
             self.tx_urg.mark = Some(self.sent);
+            self.flags_dirty = true;
         }
         self.last_cdc = Some(cdc);
         eff.cdc = Some(cdc);

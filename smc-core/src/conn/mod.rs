@@ -88,6 +88,11 @@ pub struct Config {
     pub wnd_rule: WndUpdateRule,
     /// How long a close waits for queued bytes to be sent (`SO_LINGER`, else 2 s).
     pub linger: Duration,
+    /// Every CDC carries the current consumer cursor, as the kernel's do. Right where a CDC
+    /// costs a send anyway (SMC-R); for SMC-D, whose CDC is two words in shared memory, a
+    /// consumer cursor that moves with every data CDC costs the peer a cache line and a
+    /// credit per message for nothing, so there it goes out when the window rule says.
+    pub piggyback_consumer: bool,
 }
 
 impl Config {
@@ -103,6 +108,7 @@ impl Config {
             tx_chunk: 0,
             wnd_rule: WndUpdateRule::Max,
             linger: CLOSE_DRAIN_TIMEOUT,
+            piggyback_consumer: false,
         }
     }
 
@@ -111,6 +117,7 @@ impl Config {
         Self {
             tx_buffer: TxBuffer::Staged { len: sndbuf },
             completions: true,
+            piggyback_consumer: true,
             ..Self::smcd(rx_ring, tx_ring)
         }
     }
@@ -189,6 +196,12 @@ pub struct Effects {
 }
 
 impl Effects {
+    /// Whether there is nothing to do.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        *self == Effects::default()
+    }
+
     fn close(&mut self, a: CloseActions) {
         self.close_changed = true;
         if a.abort_tcp {
@@ -298,10 +311,13 @@ pub struct Connection {
     // The wire cursors of four positions, moved with them (no division on the data path).
     sent_cur: Cursor,
     consumed_cur: Cursor,
+    confirmed_cur: Cursor,
     produced_cur: Cursor,
     peer_consumed_cur: Cursor,
     /// `sent` as the last CDC announced it.
     cdc_sent: u64,
+    /// Something our producer or connection-state flags depend on changed since the last CDC.
+    flags_dirty: bool,
     /// `prepared` modulo the transmit buffer's length (where the next byte goes).
     prep_off: usize,
     // CDC exchange.
@@ -343,9 +359,11 @@ impl Connection {
             cflags_out: smc_proto::cdc::ConnStateFlags::EMPTY,
             sent_cur: Cursor::ZERO,
             consumed_cur: Cursor::ZERO,
+            confirmed_cur: Cursor::ZERO,
             produced_cur: Cursor::ZERO,
             peer_consumed_cur: Cursor::ZERO,
             cdc_sent: 0,
+            flags_dirty: false,
             prep_off: 0,
             tx_seq: 0,
             rx_seq: None,
@@ -505,6 +523,7 @@ impl Connection {
         let act = self.close.app_shutdown_write();
         eff.close(act);
         self.cflags_out = cflags_of(self.close.sent());
+        self.flags_dirty = true;
         eff.wake_writer = true;
     }
 
@@ -516,6 +535,7 @@ impl Connection {
         let act = self.close.app_close(unread);
         eff.close(act);
         self.cflags_out = cflags_of(self.close.sent());
+        self.flags_dirty = true;
         eff.wake_both();
     }
 

@@ -110,6 +110,7 @@ impl Connection {
             if f.last {
                 self.tx_urg.pend = true;
             }
+            self.flags_dirty = true;
         }
         let mut eff = Effects::default();
         if !f.last || f.oob || !self.should_cork(f.more) {
@@ -141,6 +142,7 @@ impl Connection {
     pub fn send_blocked(&mut self) -> Effects {
         let mut eff = Effects::default();
         if self.send_check().is_ok() {
+            self.flags_dirty |= !self.upd_req;
             self.upd_req = true;
             self.push_data(&mut eff);
         }
@@ -185,7 +187,11 @@ impl Connection {
             return;
         }
         let space = self.cfg.tx_ring as u64 - (self.sent - self.peer_consumed);
-        self.write_blocked = to_send >= space;
+        let blocked = to_send >= space;
+        if blocked != self.write_blocked {
+            self.write_blocked = blocked;
+            self.flags_dirty = true;
+        }
         let n = to_send.min(space);
         if n == 0 {
             return;

@@ -92,6 +92,17 @@ impl Dmb {
 }
 
 impl Dmb {
+    /// [`Dmb::take_waiter`] for both directions with one fence: `(reader, writer)`.
+    #[inline]
+    pub fn take_waiters(&self, rx: bool, tx: bool) -> (bool, bool) {
+        fence(Ordering::SeqCst);
+        let take = |dir| {
+            let w = self.waiting(dir);
+            w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+        };
+        (rx && take(Dir::Rx), tx && take(Dir::Tx))
+    }
+
     /// [`Dmb::take_waiter`] without the fence, for wake-ups whose ordering a lock provides.
     #[inline]
     pub fn take_waiter_local(&self, dir: Dir) -> bool {

@@ -204,7 +204,9 @@ impl DmbMap {
         unsafe {
             let base = self.ptr.as_ptr().add(DMB_HEADER_LEN);
             std::ptr::copy_nonoverlapping(data.as_ptr(), base.add(at), first);
-            std::ptr::copy_nonoverlapping(data.as_ptr().add(first), base, data.len() - first);
+            if first < data.len() {
+                std::ptr::copy_nonoverlapping(data.as_ptr().add(first), base, data.len() - first);
+            }
         }
     }
 
@@ -218,7 +220,9 @@ impl DmbMap {
         unsafe {
             let base = self.ptr.as_ptr().add(DMB_HEADER_LEN);
             std::ptr::copy_nonoverlapping(base.add(at), out.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(base, out.as_mut_ptr().add(first), out.len() - first);
+            if first < out.len() {
+                std::ptr::copy_nonoverlapping(base, out.as_mut_ptr().add(first), out.len() - first);
+            }
         }
     }
 

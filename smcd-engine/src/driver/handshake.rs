@@ -96,6 +96,9 @@ pub fn core_config(s: &Settings, rx_ring: usize, tx_ring: usize) -> Config {
         tx_chunk: s.tx_chunk as usize,
         wnd_rule: s.wnd_update_rule,
         linger: CLOSE_DRAIN_TIMEOUT,
+        // An SMC-D CDC is two words in shared memory: the consumer cursor goes out when the
+        // window rule says (see Config::piggyback_consumer).
+        piggyback_consumer: false,
     }
 }
 

@@ -536,6 +536,17 @@ impl ConnSlot {
         self.w(C_CURS + 8 * c as usize).store(pos, Relaxed);
     }
 
+    /// Sets several cursor words (one check of whether counting is on).
+    #[inline]
+    pub fn set_cursors(&self, c: &[(Curs, u64)]) {
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
+        for (c, pos) in c {
+            self.w(C_CURS + 8 * *c as usize).store(*pos, Relaxed);
+        }
+    }
+
     /// Sets the flag bytes: rx producer, rx conn state, tx producer, tx conn state.
     pub fn set_flags(&self, rx_p: u8, rx_c: u8, tx_p: u8, tx_c: u8) {
         self.w(C_FLAGS).store(

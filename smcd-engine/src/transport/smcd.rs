@@ -122,17 +122,20 @@ impl Transport for SmcdLink {
         }
         let flags_changed = (cw ^ old_cw) & FLAG_BYTES != 0;
         let cons_moved = (cw ^ old_cw) & !FLAG_BYTES != 0;
-        if pw != old_pw || flags_changed {
-            self.ring_peer(Dir::Rx);
+        let (rx, tx) = self
+            .peer
+            .take_waiters(pw != old_pw || flags_changed, cons_moved || flags_changed);
+        if rx {
+            self.peer_bell.ring(Dir::Rx);
+        }
+        if tx {
+            self.peer_bell.ring(Dir::Tx);
         }
         if flags_changed && !cdc.cflags.is_empty() && !self.told_done.swap(true, Ordering::Relaxed)
         {
             // We are done writing (done-writing, close or abort): the peer's descriptor shows
             // the end of stream at once, as a FIN would, even if nobody there calls in.
             self.peer_bell.shut_write();
-        }
-        if cons_moved || flags_changed {
-            self.ring_peer(Dir::Tx);
         }
         Ok(())
     }

@@ -54,7 +54,14 @@ impl<T: Transport> SmcConn<T> {
 
     /// Carries out the core's effects: the writes, then the CDC, then the TCP action, then
     /// the wake-ups; and shows the end of stream or of the connection on the readiness.
+    #[inline]
     pub(super) fn apply(&self, st: &mut State, eff: Effects) {
+        if !eff.is_empty() {
+            self.apply_some(st, eff);
+        }
+    }
+
+    fn apply_some(&self, st: &mut State, eff: Effects) {
         let writes = if eff.writes {
             st.core.take_writes()
         } else {
@@ -73,12 +80,16 @@ impl<T: Transport> SmcConn<T> {
                 let a = st.core.abort(AbortKind::Aborted);
                 return self.apply(st, a);
             }
+            // What smcss shows as txprod and rxcons; the sent and finished cursors are the
+            // producer's with a no-copy transport, and prepared differs only while corked (the
+            // write path publishes it then).
             let p = st.core.positions();
-            self.slot.set_cursor(Curs::TxProd, p.sent);
-            self.slot.set_cursor(Curs::TxCons, p.confirmed);
-            self.slot.set_cursor(Curs::TxPrep, p.prepared);
-            self.slot.set_cursor(Curs::TxSent, p.sent);
-            self.slot.set_cursor(Curs::TxFin, p.fin);
+            self.slot
+                .set_cursors(&[(Curs::TxProd, p.sent), (Curs::TxCons, p.confirmed)]);
+            if p.fin != p.sent {
+                self.slot
+                    .set_cursors(&[(Curs::TxSent, p.sent), (Curs::TxFin, p.fin)]);
+            }
         }
         if let Some(off) = eff.urgent_at {
             let mut b = [0u8; 1];

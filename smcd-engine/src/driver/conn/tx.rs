@@ -58,6 +58,11 @@ impl<T: Transport> SmcConn<T> {
                 self.apply(&mut st, eff);
             }
             if written == buf.len() {
+                let p = st.core.positions();
+                if p.prepared != p.sent {
+                    self.slot
+                        .set_cursors(&[(crate::layout::status::Curs::TxPrep, p.prepared)]);
+                }
                 drop(st);
                 return self.finish_write(buf.len(), written, Ok(()));
             }
