@@ -447,10 +447,10 @@ fn smcr_old_sequence_numbers_are_ignored() {
 fn peer_abort_wakes_and_errors() {
     let mut p = Pair::smcd(smcd_cfgs(16352, 16352));
     let eff = p.s[0].conn.abort(AbortKind::Aborted);
-    assert!(eff.wake_reader && eff.wake_writer);
-    assert_eq!(eff.tcp, TcpAction::Abort);
+    assert!(eff.wake_reader() && eff.wake_writer());
+    assert_eq!(eff.tcp(), TcpAction::Abort);
     let eff = p.s[1].conn.tcp_gone();
-    assert!(eff.wake_reader);
+    assert!(eff.wake_reader());
     assert_eq!(p.s[1].conn.recv_ready(), Err(AbortKind::Reset));
     assert!(p.s[1].conn.send_check().is_err());
 }

@@ -1,6 +1,6 @@
 //! The CDC exchange (`smc_cdc.c`): what a received CDC changes, and the one CDC a call sends.
 
-use super::{Connection, Effects, conn_flags};
+use super::{Connection, Effects, TxUrgent, conn_flags};
 use crate::cursor::{CursorError, from_cursor_at};
 use core::fmt;
 use smc_proto::cdc::{ConnStateFlags, Cursor, ProducerFlags, seqno_before};
@@ -53,6 +53,7 @@ impl Connection {
     /// backwards, confirming bytes we never sent or producing more than our ring holds is a
     /// [`Violation`] and leaves the connection as it was (the driver then aborts it). An SMC-R
     /// CDC older than the last one is ignored, as the kernel does.
+    #[inline]
     pub fn on_cdc(&mut self, c: &HostCdc) -> Result<Effects, Violation> {
         let mut eff = Effects::default();
         if self.is_aborted() {
@@ -92,7 +93,7 @@ impl Connection {
                 self.upd_req = false;
                 self.flags_dirty = true;
             }
-            eff.wake_writer = true;
+            eff.add(Effects::WAKE_WRITER);
             // The peer has read up to our urgent byte: its flags may go.
             if self.tx_urg.mark.is_some_and(|m| peer_consumed + 1 >= m) {
                 self.tx_urg = Default::default();
@@ -102,7 +103,7 @@ impl Connection {
         if new_data {
             self.produced = produced;
             self.produced_cur = c.prod;
-            eff.wake_reader = true;
+            eff.add(Effects::WAKE_READER);
         }
         self.peer_pflags = c.pflags;
         if c.pflags.urg_data_present() {
@@ -159,7 +160,7 @@ impl Connection {
         if !any || self.is_aborted() {
             return eff;
         }
-        eff.wake_writer = true;
+        eff.add(Effects::WAKE_WRITER);
         if self.prepared > self.sent {
             self.push_data(&mut eff);
         }
@@ -196,31 +197,33 @@ impl Connection {
     }
 
     fn flush_cdc_slow(&mut self, eff: &mut Effects, cons_update: bool) {
-        self.flags_dirty = false;
+        debug_assert!(
+            !eff.cdc() || !self.cfg.completions,
+            "one call builds at most one SMC-R CDC"
+        );
         if self.is_aborted() {
+            self.flags_dirty = false;
             return;
         }
-        let pflags = self.own_pflags();
-        let cflags = self.cflags_out;
-        // Before the first CDC the peer's view is all zero (a fresh DMB header, or nothing).
-        let (last_p, last_c) = self
-            .last_cdc
-            .map_or((ProducerFlags::EMPTY, ConnStateFlags::EMPTY), |l| {
-                (l.pflags, l.cflags)
-            });
-        let changed = (cons_update && self.consumed != self.confirmed)
-            || self.sent != self.cdc_sent
-            || pflags != last_p
-            || cflags != last_c;
-        if !changed {
+        let confirm =
+            (cons_update || self.cfg.piggyback_consumer) && self.consumed != self.confirmed;
+        // Nothing our flags depend on changed: only cursors move (the data path).
+        let (pflags, cflags) = if self.flags_dirty || self.tx_urg != TxUrgent::default() {
+            (self.own_pflags(), self.cflags_out)
+        } else {
+            (self.out.pflags, self.out.cflags)
+        };
+        self.flags_dirty = false;
+        let flags_changed = pflags != self.out.pflags || cflags != self.out.cflags;
+        if !confirm && !flags_changed && self.sent == self.cdc_sent {
             return;
         }
-        if cons_update || self.cfg.piggyback_consumer {
+        if confirm {
             self.confirmed = self.consumed;
             self.confirmed_cur = self.consumed_cur;
         }
         self.tx_seq = self.tx_seq.wrapping_add(1);
-        let cdc = HostCdc {
+        self.out = HostCdc {
             seqno: self.tx_seq,
             prod: self.sent_cur,
             cons: self.confirmed_cur,
@@ -229,23 +232,28 @@ impl Connection {
         };
         self.cdc_sent = self.sent;
         if self.cfg.completions {
-            self.inflight.push_back((cdc.seqno, self.sent));
+            self.inflight.push_back((self.tx_seq, self.sent));
         } else {
             self.fin = self.sent;
         }
-        // The peer's request is answered; a blocked peer whose bytes we have all read is not
-        // blocked by us any more (smc_tx_consumer_update).
-        self.peer_pflags
-            .set(ProducerFlags::CONS_CURS_UPD_REQ, false);
-        if self.produced == self.consumed {
-            self.peer_pflags.set(ProducerFlags::WRITE_BLOCKED, false);
+        // A CDC that carries our real consumer cursor answers the peer's request, and a
+        // blocked peer whose bytes we have all read is not blocked by us any more
+        // (smc_tx_consumer_update).
+        if self.confirmed == self.consumed {
+            self.peer_pflags
+                .set(ProducerFlags::CONS_CURS_UPD_REQ, false);
+            if self.produced == self.consumed {
+                self.peer_pflags.set(ProducerFlags::WRITE_BLOCKED, false);
+            }
         }
-        if cdc.pflags.urg_data_present() && self.tx_urg.pend {
+        if pflags.urg_data_present() && self.tx_urg.pend {
             self.tx_urg.pend = false;
             self.tx_urg.mark = Some(self.sent);
             self.flags_dirty = true;
         }
-        self.last_cdc = Some(cdc);
-        eff.cdc = Some(cdc);
+        eff.add(Effects::CDC);
+        if confirm || flags_changed {
+            eff.add(Effects::CDC_CONS);
+        }
     }
 }

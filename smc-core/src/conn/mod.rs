@@ -46,6 +46,7 @@ use crate::close::{AbortKind, CloseActions, CloseMachine, ConnFlags, SmcState};
 use crate::time::Instant;
 use crate::window::WndUpdateRule;
 use alloc::collections::VecDeque;
+use core::fmt;
 use core::time::Duration;
 use smc_proto::cdc::{Cursor, ProducerFlags};
 
@@ -169,53 +170,163 @@ impl RemoteWrite {
 }
 
 /// What the driver must do after a call, in this order: the writes, then the CDC, then the
-/// TCP action; wake-ups and freeing after that. Small enough to pass in registers: the writes
-/// wait in the connection ([`Connection::take_writes`]) and only a flag says they are there.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// urgent byte and the TCP action; wake-ups and freeing after that. One word, returned in a
+/// register and tested bit by bit: what goes with an effect waits in the connection (the
+/// writes in [`Connection::take_writes`], the CDC in [`Connection::cdc_out`], the urgent
+/// byte's offset in [`Connection::urgent_offset`]). Effects of several calls combine with `|`.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 #[must_use = "effects must be carried out"]
-pub struct Effects {
-    /// RDMA WRITEs are waiting to be posted before the CDC ([`Connection::take_writes`];
-    /// staged buffers only).
-    pub writes: bool,
-    /// A CDC to publish (SMC-D: store its words into the peer's DMB; SMC-R: post the SEND).
-    pub cdc: Option<HostCdc>,
-    /// Wake local threads waiting to read (data, end of stream or an error is there).
-    pub wake_reader: bool,
-    /// Wake local threads waiting to write (space, or writing became impossible).
-    pub wake_writer: bool,
-    /// What to do with the TCP connection.
-    pub tcp: TcpAction,
-    /// The connection is closed on both sides and released: free its buffers.
-    pub free: bool,
-    /// Urgent data arrived: the urgent byte is at this offset of the receive ring; hand it to
-    /// [`Connection::set_urgent_byte`] before the peer can overwrite it.
-    pub urgent_at: Option<usize>,
-    /// The close state or the shutdown of either direction changed (a driver shows it on its
-    /// readiness; nothing else changes it).
-    pub close_changed: bool,
-}
+pub struct Effects(u16);
 
 impl Effects {
+    const WRITES: u16 = 1;
+    const CDC: u16 = 1 << 1;
+    const CDC_CONS: u16 = 1 << 2;
+    const WAKE_READER: u16 = 1 << 3;
+    const WAKE_WRITER: u16 = 1 << 4;
+    const TCP_SHUTDOWN: u16 = 1 << 5;
+    const TCP_ABORT: u16 = 1 << 6;
+    const FREE: u16 = 1 << 7;
+    const URGENT: u16 = 1 << 8;
+    const CLOSE_CHANGED: u16 = 1 << 9;
+
+    /// Nothing to do.
+    pub const NONE: Effects = Effects(0);
+
     /// Whether there is nothing to do.
     #[inline]
-    pub fn is_empty(&self) -> bool {
-        *self == Effects::default()
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    #[inline]
+    fn has(self, bit: u16) -> bool {
+        self.0 & bit != 0
+    }
+
+    #[inline]
+    fn add(&mut self, bit: u16) {
+        self.0 |= bit;
+    }
+
+    /// RDMA WRITEs wait to be posted before the CDC ([`Connection::take_writes`]; staged
+    /// buffers only).
+    #[inline]
+    pub fn writes(self) -> bool {
+        self.has(Self::WRITES)
+    }
+
+    /// A CDC is to be published ([`Connection::cdc_out`]; SMC-D: store its words into the
+    /// peer's DMB; SMC-R: post the SEND).
+    #[inline]
+    pub fn cdc(self) -> bool {
+        self.has(Self::CDC)
+    }
+
+    /// The CDC's consumer cursor or flags differ from those of the CDC published before it.
+    /// When not, only its producer cursor moved (SMC-D stores one word).
+    #[inline]
+    pub fn cdc_cons_changed(self) -> bool {
+        self.has(Self::CDC_CONS)
+    }
+
+    /// Wake local threads waiting to read (data, end of stream or an error is there).
+    #[inline]
+    pub fn wake_reader(self) -> bool {
+        self.has(Self::WAKE_READER)
+    }
+
+    /// Wake local threads waiting to write (space, or writing became impossible).
+    #[inline]
+    pub fn wake_writer(self) -> bool {
+        self.has(Self::WAKE_WRITER)
+    }
+
+    /// What to do with the TCP connection.
+    #[inline]
+    pub fn tcp(self) -> TcpAction {
+        if self.has(Self::TCP_ABORT) {
+            TcpAction::Abort
+        } else if self.has(Self::TCP_SHUTDOWN) {
+            TcpAction::Shutdown
+        } else {
+            TcpAction::None
+        }
+    }
+
+    /// The connection is closed on both sides and released: free its buffers.
+    #[inline]
+    pub fn free(self) -> bool {
+        self.has(Self::FREE)
+    }
+
+    /// Urgent data arrived: copy the byte at [`Connection::urgent_offset`] of the receive ring
+    /// into [`Connection::set_urgent_byte`] before the peer can overwrite it.
+    #[inline]
+    pub fn urgent(self) -> bool {
+        self.has(Self::URGENT)
+    }
+
+    /// The close state or the shutdown of either direction changed (a driver shows it on its
+    /// readiness; nothing else changes it).
+    #[inline]
+    pub fn close_changed(self) -> bool {
+        self.has(Self::CLOSE_CHANGED)
     }
 
     fn close(&mut self, a: CloseActions) {
-        self.close_changed = true;
+        self.add(Self::CLOSE_CHANGED);
         if a.abort_tcp {
-            self.tcp = TcpAction::Abort;
-        } else if a.shutdown_tcp && self.tcp == TcpAction::None {
-            self.tcp = TcpAction::Shutdown;
+            self.add(Self::TCP_ABORT);
+        } else if a.shutdown_tcp {
+            self.add(Self::TCP_SHUTDOWN);
         }
-        self.free |= a.free;
+        if a.free {
+            self.add(Self::FREE);
+        }
     }
 
     fn wake_both(&mut self) {
-        self.wake_reader = true;
-        self.wake_writer = true;
-        self.close_changed = true;
+        self.add(Self::WAKE_READER | Self::WAKE_WRITER | Self::CLOSE_CHANGED);
+    }
+}
+
+impl core::ops::BitOr for Effects {
+    type Output = Effects;
+    #[inline]
+    fn bitor(self, o: Effects) -> Effects {
+        Effects(self.0 | o.0)
+    }
+}
+
+impl core::ops::BitOrAssign for Effects {
+    #[inline]
+    fn bitor_assign(&mut self, o: Effects) {
+        self.0 |= o.0;
+    }
+}
+
+impl fmt::Debug for Effects {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [&str; 10] = [
+            "writes",
+            "cdc",
+            "cdc_cons",
+            "wake_reader",
+            "wake_writer",
+            "tcp_shutdown",
+            "tcp_abort",
+            "free",
+            "urgent",
+            "close_changed",
+        ];
+        let mut l = f.debug_set();
+        for (i, n) in NAMES.iter().enumerate() {
+            if self.0 & (1 << i) != 0 {
+                l.entry(&format_args!("{n}"));
+            }
+        }
+        l.finish()
     }
 }
 
@@ -323,7 +434,8 @@ pub struct Connection {
     // CDC exchange.
     tx_seq: u16,
     rx_seq: Option<u16>,
-    last_cdc: Option<HostCdc>,
+    /// The CDC last built: the one to publish after a call, and what the peer was told.
+    out: HostCdc,
     // Close.
     close: CloseMachine,
     draining: Option<Draining>,
@@ -367,7 +479,7 @@ impl Connection {
             prep_off: 0,
             tx_seq: 0,
             rx_seq: None,
-            last_cdc: None,
+            out: HostCdc::default(),
             close: CloseMachine::active(),
             draining: None,
             aborted_locally: false,
@@ -375,6 +487,7 @@ impl Connection {
     }
 
     /// What it was made with.
+    #[inline]
     pub fn config(&self) -> &Config {
         &self.cfg
     }
@@ -395,6 +508,7 @@ impl Connection {
     }
 
     /// Whether the connection was aborted, by either side: nothing more is sent or taken.
+    #[inline]
     pub fn is_aborted(&self) -> bool {
         self.close.error().is_some()
     }
@@ -407,6 +521,7 @@ impl Connection {
     }
 
     /// The positions.
+    #[inline]
     pub fn positions(&self) -> Positions {
         Positions {
             produced: self.produced,
@@ -419,9 +534,11 @@ impl Connection {
         }
     }
 
-    /// The last CDC this side published (for diagnostics: the flags as the peer sees them).
-    pub fn last_cdc(&self) -> Option<&HostCdc> {
-        self.last_cdc.as_ref()
+    /// The CDC [`Effects::cdc`] announced; afterwards the last one this side published (the
+    /// cursors and flags as the peer sees them; all zero before the first).
+    #[inline]
+    pub fn cdc_out(&self) -> &HostCdc {
+        &self.out
     }
 
     /// The peer's producer flags as last received.
@@ -435,6 +552,7 @@ impl Connection {
     }
 
     /// The RDMA WRITEs [`Effects::writes`] announced, to post before the CDC.
+    #[inline]
     pub fn take_writes(&mut self) -> [Option<RemoteWrite>; 2] {
         core::mem::take(&mut self.writes)
     }
@@ -445,11 +563,7 @@ impl Connection {
     /// `shutdown(SHUT_RD)`: reads return what is there, then end of stream.
     pub fn shutdown_read(&mut self) -> Effects {
         self.read_shut = true;
-        Effects {
-            wake_reader: true,
-            close_changed: true,
-            ..Effects::default()
-        }
+        Effects(Effects::WAKE_READER | Effects::CLOSE_CHANGED)
     }
 
     /// Whether the application shut down its read side.
@@ -469,8 +583,7 @@ impl Connection {
     pub fn shutdown_write(&mut self) -> Effects {
         let mut eff = Effects::default();
         self.write_shut = true;
-        eff.wake_writer = true;
-        eff.close_changed = true;
+        eff.add(Effects::WAKE_WRITER | Effects::CLOSE_CHANGED);
         if self.draining.is_none() {
             self.push_data(&mut eff);
             if self.prepared > self.sent {
@@ -524,7 +637,7 @@ impl Connection {
         eff.close(act);
         self.cflags_out = cflags_of(self.close.sent());
         self.flags_dirty = true;
-        eff.wake_writer = true;
+        eff.add(Effects::WAKE_WRITER);
     }
 
     /// The second half of a close: the close machine's transition; its flags go out with the
@@ -559,6 +672,7 @@ impl Connection {
     }
 
     /// A drain whose bytes went out finishes.
+    #[inline]
     fn drained(&mut self, eff: &mut Effects) {
         self.drained_or(eff, false);
     }

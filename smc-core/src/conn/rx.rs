@@ -27,6 +27,7 @@ pub enum OobError {
 
 impl Connection {
     /// Where reading continues: past the urgent byte when it is next and not inline.
+    #[inline]
     fn rx_start(&self) -> u64 {
         match self.rx_urg {
             RxUrgent::Valid { mark, .. } if !self.oob_inline && self.consumed + 1 == mark => mark,
@@ -36,6 +37,7 @@ impl Connection {
 
     /// Bytes readable now. A read stops just before an urgent byte (so `SIOCATMARK` can be
     /// seen); the urgent byte itself is skipped unless `SO_OOBINLINE`.
+    #[inline]
     pub fn readable(&self) -> usize {
         let start = self.rx_start();
         let avail = self.produced.saturating_sub(start);
@@ -47,6 +49,7 @@ impl Connection {
     }
 
     /// What a read finds: data first, then end of stream or the error of an abort.
+    #[inline]
     pub fn recv_ready(&self) -> Result<RecvReady, AbortKind> {
         let n = self.readable();
         if n > 0 {
@@ -66,6 +69,7 @@ impl Connection {
 
     /// Where the next at most `len` readable bytes are: an offset into the receive ring
     /// (wrapping at its end) and how many to copy.
+    #[inline]
     pub fn recv_plan(&self, len: usize) -> Option<Chunk> {
         let n = self.readable().min(len);
         (n > 0).then(|| {
@@ -87,6 +91,7 @@ impl Connection {
     /// `smc_tx_consumer_update`): more than `max(ring/10, 2304)` bytes unconfirmed and the
     /// peer sees at most half the ring free or said it is blocked; always when it asked, or
     /// when an urgent byte was reached or skipped.
+    #[inline]
     pub fn received(&mut self, n: usize) -> Effects {
         let start = self.rx_start();
         debug_assert!(start + n as u64 <= self.produced);
@@ -132,7 +137,7 @@ impl Connection {
             byte: 0,
             read: false,
         };
-        eff.urgent_at = Some(((mark - 1) % self.cfg.rx_ring as u64) as usize);
+        eff.add(Effects::URGENT);
     }
 
     /// Urgent data was announced (`SMC_URG_NOTYET`).
@@ -142,7 +147,15 @@ impl Connection {
         }
     }
 
-    /// The driver copied the urgent byte out of the ring ([`Effects::urgent_at`]).
+    /// Where in the receive ring the urgent byte [`Effects::urgent`] announced is.
+    pub fn urgent_offset(&self) -> Option<usize> {
+        match self.rx_urg {
+            RxUrgent::Valid { mark, .. } => Some(((mark - 1) % self.cfg.rx_ring as u64) as usize),
+            _ => None,
+        }
+    }
+
+    /// The driver copied the urgent byte out of the ring ([`Effects::urgent`]).
     pub fn set_urgent_byte(&mut self, b: u8) {
         if let RxUrgent::Valid { byte, .. } = &mut self.rx_urg {
             *byte = b;

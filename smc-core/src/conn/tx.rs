@@ -40,6 +40,7 @@ impl fmt::Display for SendError {
 
 impl Connection {
     /// Whether the application may send now (`smc_tx_sendmsg`'s checks).
+    #[inline]
     pub fn send_check(&self) -> Result<(), SendError> {
         match self.close.error() {
             Some(AbortKind::Reset) => Err(SendError::Reset),
@@ -50,6 +51,7 @@ impl Connection {
     }
 
     /// The transmit buffer's length: the peer's ring for no-copy, else the local send buffer.
+    #[inline]
     pub fn sndbuf_len(&self) -> usize {
         match self.cfg.tx_buffer {
             TxBuffer::NoCopy => self.cfg.tx_ring,
@@ -63,6 +65,7 @@ impl Connection {
     /// completes. After urgent data nothing more is taken until the peer has read up to the
     /// urgent byte: an SMC-D CDC is a pair of words the next one overwrites, so the urgent
     /// flags stay in every CDC until then (the kernel blocks further sends the same way).
+    #[inline]
     pub fn send_space(&self) -> usize {
         if self.tx_urg.pend || self.tx_urg.mark.is_some() {
             return 0;
@@ -78,6 +81,7 @@ impl Connection {
     /// (wrapping at its end) and how many bytes to copy now. The length is cut by the space,
     /// by autosplit (a piece of at least 4/3 × `autosplit_size` becomes `autosplit_size` and
     /// is pushed at once) and by `tx_chunk`. `None`: no space (or `len` is 0).
+    #[inline]
     pub fn send_plan(&self, len: usize) -> Option<Chunk> {
         let space = self.send_space();
         if space == 0 || len == 0 {
@@ -97,6 +101,7 @@ impl Connection {
     /// the last of its call was cut (space, autosplit, `tx_chunk`) and is pushed at once; the
     /// last is pushed unless the socket corks it (`MSG_MORE` or `TCP_CORK` while there is
     /// room, or autocork while a CDC is in flight).
+    #[inline]
     pub fn sent(&mut self, n: usize, f: SendFlags) -> Effects {
         debug_assert!(n <= self.send_space());
         self.prepared += n as u64;
@@ -121,6 +126,7 @@ impl Connection {
     }
 
     /// `smc_tx_should_cork`.
+    #[inline]
     fn should_cork(&self, more: bool) -> bool {
         let unsent = (self.prepared - self.sent) as usize;
         if self.cfg.completions
@@ -178,6 +184,7 @@ impl Connection {
     /// allows. With no-copy they are there already and only the producer cursor moves; a
     /// staged buffer gets up to two RDMA WRITEs. `write_blocked` says whether this push used
     /// up the peer's window. The CDC goes out in the caller's [`Connection::flush_cdc`].
+    #[inline]
     pub(super) fn push_data(&mut self, eff: &mut Effects) {
         if self.is_aborted() {
             return;
@@ -198,7 +205,7 @@ impl Connection {
         }
         if let TxBuffer::Staged { len } = self.cfg.tx_buffer {
             self.writes = self.remote_writes(self.sent, n as usize, len);
-            eff.writes = true;
+            eff.add(Effects::WRITES);
         }
         self.sent += n;
         self.sent_cur = crate::cursor::advance(self.sent_cur, n, self.cfg.tx_ring);

@@ -69,6 +69,8 @@ pub struct Side {
     pub freed: bool,
     /// CDCs this side sent.
     pub cdcs_sent: usize,
+    /// SMC-D: the two words this side stored last in the peer's DMB header.
+    pub header: HostCdc,
     /// Largest number of new bytes one CDC announced.
     pub max_announce: u64,
     last_prod: u64,
@@ -95,6 +97,7 @@ impl Side {
             tcp: TcpAction::None,
             freed: false,
             cdcs_sent: 0,
+            header: HostCdc::default(),
             max_announce: 0,
             last_prod: 0,
         }
@@ -153,7 +156,7 @@ impl Pair {
     /// Carries out effects produced by side `i`.
     pub fn apply(&mut self, i: usize, eff: Effects) {
         let j = 1 - i;
-        let writes = if eff.writes {
+        let writes = if eff.writes() {
             self.s[i].conn.take_writes()
         } else {
             [None, None]
@@ -170,8 +173,9 @@ impl Pair {
             let peer = if j == 0 { &mut a[0] } else { &mut b[0] };
             ring_write(&mut peer.rx, w.dst, &data);
         }
-        if let Some(cdc) = eff.cdc {
+        if eff.cdc() {
             let side = &mut self.s[i];
+            let mut cdc = *side.conn.cdc_out();
             side.cdcs_sent += 1;
             let prod = side.conn.positions().sent;
             side.max_announce = side.max_announce.max(prod - side.last_prod);
@@ -180,16 +184,36 @@ impl Pair {
                 self.s[i].completions.push_back(cdc.seqno);
                 self.s[j].inbox.push_back(cdc);
             } else {
-                // The DMB header holds the latest words only.
+                // The DMB header holds the latest two words only, and a CDC whose consumer
+                // word did not change stores just the producer word: the peer sees the
+                // consumer cursor and flags stored before.
+                if !eff.cdc_cons_changed() {
+                    let before = self.s[i].header;
+                    assert_eq!(
+                        (cdc.cons, cdc.pflags, cdc.cflags),
+                        (before.cons, before.pflags, before.cflags),
+                        "a CDC said to move only the producer cursor changed the consumer word"
+                    );
+                    cdc = HostCdc {
+                        prod: cdc.prod,
+                        ..before
+                    };
+                }
+                self.s[i].header = cdc;
                 self.s[j].inbox.clear();
                 self.s[j].inbox.push_back(cdc);
             }
         }
-        if eff.tcp != TcpAction::None && self.s[i].tcp != TcpAction::Abort {
-            self.s[i].tcp = eff.tcp;
+        let tcp = eff.tcp();
+        if tcp != TcpAction::None && self.s[i].tcp != TcpAction::Abort {
+            self.s[i].tcp = tcp;
         }
-        self.s[i].freed |= eff.free;
-        if let Some(off) = eff.urgent_at {
+        self.s[i].freed |= eff.free();
+        if eff.urgent() {
+            let off = self.s[i]
+                .conn
+                .urgent_offset()
+                .expect("urgent data announced");
             let b = self.s[i].rx[off];
             self.s[i].conn.set_urgent_byte(b);
         }

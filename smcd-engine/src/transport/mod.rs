@@ -42,8 +42,10 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// Writes part of the send buffer into the peer's ring (RDMA WRITE; staged transports
     /// only).
     fn write_remote(&self, w: &RemoteWrite) -> io::Result<()>;
-    /// Publishes a CDC and wakes the peer if it waits for what it announces.
-    fn send_cdc(&self, cdc: &HostCdc) -> io::Result<()>;
+    /// Publishes a CDC and wakes the peer if it waits for what it announces. Without
+    /// `cons_changed` only its producer cursor differs from the CDC before
+    /// ([`smc_core::conn::Effects::cdc_cons_changed`]).
+    fn send_cdc(&self, cdc: &HostCdc, cons_changed: bool) -> io::Result<()>;
     /// The peer's next CDC, if there is one the connection has not seen (SMC-D: the words in
     /// the local DMB changed).
     fn recv_cdc(&self) -> Option<HostCdc>;
@@ -85,6 +87,8 @@ impl Bell {
     /// Wakes the waiter for `dir`: a reader by making the near end readable, a writer by taking
     /// the filler out so the near end is writable. Never blocks; a bell whose near end is gone
     /// rings nobody.
+    #[cold]
+    #[inline(never)]
     pub fn ring(&self, dir: Dir) {
         match dir {
             Dir::Rx => {
@@ -95,6 +99,8 @@ impl Bell {
     }
 }
 
+#[cold]
+#[inline(never)]
 fn drain(fd: BorrowedFd<'_>) {
     let mut buf = [0u8; 4096];
     while let Ok((n, _)) = rustix::net::recv(fd, &mut buf, RecvFlags::DONTWAIT) {

@@ -100,8 +100,20 @@ impl Transport for SmcdLink {
         Ok(())
     }
 
-    fn send_cdc(&self, cdc: &HostCdc) -> io::Result<()> {
+    fn send_cdc(&self, cdc: &HostCdc, cons_changed: bool) -> io::Result<()> {
         let pw = SmcdCursorWord::encode(cdc.prod, ProducerFlags::EMPTY, ConnStateFlags::EMPTY);
+        if !cons_changed {
+            // The data path: one word, and the reader woken if it sleeps.
+            if pw != self.out_prod.load(Ordering::Relaxed) {
+                self.out_prod.store(pw, Ordering::Relaxed);
+                // Release: the bytes copied into the ring become visible with the cursor.
+                self.peer.map.prod_word().store(pw, Ordering::Release);
+                if self.peer.take_waiters(true, false).0 {
+                    self.peer_bell.ring(Dir::Rx);
+                }
+            }
+            return Ok(());
+        }
         let cw = SmcdCursorWord::encode(cdc.cons, cdc.pflags, cdc.cflags);
         // The connection calls this under its lock: plain loads and stores suffice for our own
         // record of what we stored (no read-modify-write on the data path).

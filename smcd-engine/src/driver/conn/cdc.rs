@@ -62,23 +62,15 @@ impl<T: Transport> SmcConn<T> {
     }
 
     fn apply_some(&self, st: &mut State, eff: Effects) {
-        let writes = if eff.writes {
-            st.core.take_writes()
-        } else {
-            [None, None]
-        };
-        for w in writes.iter().flatten() {
-            if let Err(e) = self.link.write_remote(w) {
-                tracing::warn!("RDMA WRITE failed: {e}");
-                let a = st.core.abort(AbortKind::Aborted);
-                return self.apply(st, a);
-            }
+        if eff.writes() && !self.post_writes(st) {
+            return;
         }
-        if let Some(cdc) = &eff.cdc {
-            if let Err(e) = self.link.send_cdc(cdc) {
-                tracing::warn!("CDC send failed: {e}");
-                let a = st.core.abort(AbortKind::Aborted);
-                return self.apply(st, a);
+        if eff.cdc() {
+            if let Err(e) = self
+                .link
+                .send_cdc(st.core.cdc_out(), eff.cdc_cons_changed())
+            {
+                return self.link_failed(st, "CDC send", e);
             }
             // What smcss shows as txprod and rxcons; the sent and finished cursors are the
             // producer's with a no-copy transport, and prepared differs only while corked (the
@@ -91,12 +83,49 @@ impl<T: Transport> SmcConn<T> {
                     .set_cursors(&[(Curs::TxSent, p.sent), (Curs::TxFin, p.fin)]);
             }
         }
-        if let Some(off) = eff.urgent_at {
+        if eff.urgent() || eff.tcp() != TcpAction::None {
+            self.apply_rare(st, eff);
+        }
+        if eff.wake_reader() {
+            self.link.wake_local(Dir::Rx);
+        }
+        if eff.wake_writer() {
+            self.link.wake_local(Dir::Tx);
+        }
+        if eff.close_changed() {
+            self.show_end(st);
+        }
+    }
+
+    /// The RDMA WRITEs before a CDC (staged buffers); false when the link failed.
+    #[cold]
+    fn post_writes(&self, st: &mut State) -> bool {
+        for w in st.core.take_writes().iter().flatten() {
+            if let Err(e) = self.link.write_remote(w) {
+                self.link_failed(st, "RDMA WRITE", e);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The link under the connection failed: it is aborted.
+    #[cold]
+    fn link_failed(&self, st: &mut State, what: &str, e: io::Error) {
+        tracing::warn!("{what} failed: {e}");
+        let a = st.core.abort(AbortKind::Aborted);
+        self.apply(st, a);
+    }
+
+    /// The urgent byte and the TCP actions: rare, so out of the data path's way.
+    #[cold]
+    fn apply_rare(&self, st: &mut State, eff: Effects) {
+        if let Some(off) = st.core.urgent_offset().filter(|_| eff.urgent()) {
             let mut b = [0u8; 1];
             self.link.read_rx(off, &mut b);
             st.core.set_urgent_byte(b[0]);
         }
-        match eff.tcp {
+        match eff.tcp() {
             TcpAction::None => {}
             TcpAction::Shutdown => {
                 let _ = self.clcsock.shutdown(Shutdown::Both);
@@ -108,21 +137,13 @@ impl<T: Transport> SmcConn<T> {
                 let _ = self.clcsock.shutdown(Shutdown::Both);
             }
         }
-        if eff.wake_reader {
-            self.link.wake_local(Dir::Rx);
-        }
-        if eff.wake_writer {
-            self.link.wake_local(Dir::Tx);
-        }
-        if eff.close_changed {
-            self.show_end(st);
-        }
     }
 
     /// End of stream and the end of the connection are for good: the readiness shows them
     /// permanently (readable with `POLLRDHUP`; hung up), once. Hung up means what it means
     /// for TCP and the kernel's `smc_poll`: both directions shut down, or the connection
     /// closed or aborted.
+    #[cold]
     fn show_end(&self, st: &mut State) {
         let ready = self.link.readiness();
         let cm = st.core.close_machine();
