@@ -101,6 +101,14 @@ pub fn from_cursor_at(
     last_c: Cursor,
     limit: u64,
 ) -> Result<u64, CursorError> {
+    if c == last_c {
+        // Unmoved (the other word of a CDC whose one word changed): `last_c` was checked.
+        return Ok(last);
+    }
+    if c == last_c {
+        // Unmoved (the other word of a CDC whose one word changed): `last_c` was checked.
+        return Ok(last);
+    }
     let ring = ring_len as u64;
     if u64::from(c.count) >= ring {
         return Err(CursorError::CountOutOfRing {

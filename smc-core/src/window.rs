@@ -71,7 +71,7 @@ pub fn should_update_consumer(v: &ConsumerView, limit: usize, force: bool) -> bo
 /// to `autosplit_size` and published at once, so the reader copies out while the writer copies
 /// in. `autosplit_size` of 0 disables it.
 pub fn autosplit_chunk(len: usize, autosplit_size: usize) -> usize {
-    if autosplit_size == 0 {
+    if autosplit_size == 0 || len < autosplit_size {
         return len;
     }
     let threshold = autosplit_size.saturating_mul(4) / 3;

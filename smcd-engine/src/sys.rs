@@ -20,6 +20,29 @@ pub fn random_u64() -> u64 {
     }
 }
 
+/// A value no other call in this process returns, unpredictable across processes (epochs,
+/// source ports): a random base taken once, then a counter through a bijective mixer (no
+/// system call after the first).
+pub fn unique_u64() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static BASE: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let base = *BASE.get_or_init(random_u64);
+    loop {
+        // splitmix64's finaliser: a bijection, so distinct inputs give distinct outputs.
+        let mut z = base.wrapping_add(
+            NEXT.fetch_add(1, Ordering::Relaxed)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        if z != 0 {
+            return z;
+        }
+    }
+}
+
 /// The inode of this thread's network namespace (0 if unknown).
 pub fn current_netns() -> u64 {
     use std::os::unix::fs::MetadataExt;

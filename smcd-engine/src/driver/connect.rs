@@ -39,11 +39,19 @@ fn to_std(a: rustix::net::SocketAddrAny) -> io::Result<SocketAddr> {
 /// How many source ports a connect tries before it gives up on SMC.
 const PORT_TRIES: usize = 64;
 
-fn tcp_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
+/// A TCP socket; `blocking` for a connect that waits in the kernel (as `TcpStream::connect`),
+/// else its connect returns at once. The CLC exchange never blocks either way (it passes
+/// `MSG_DONTWAIT`).
+fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<OwnedFd> {
+    let flags = if blocking {
+        SocketFlags::CLOEXEC
+    } else {
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK
+    };
     Ok(rustix::net::socket_with(
         family(addr),
         SocketType::STREAM,
-        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        flags,
         None,
     )?)
 }
@@ -57,10 +65,14 @@ fn tcp_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
 /// i.e. never next to a plain client's connection (so the listener can never mistake one for
 /// ours); `smcd` refuses a second pending intent for the same address, and `connect()`
 /// refuses a 4-tuple still in use. `None` means: that port is taken, try another.
-fn bind_engine_port(src: IpAddr, dst: &SocketAddr) -> io::Result<Option<(OwnedFd, SocketAddr)>> {
+fn bind_engine_port(
+    src: IpAddr,
+    dst: &SocketAddr,
+    blocking: bool,
+) -> io::Result<Option<(OwnedFd, SocketAddr)>> {
     let (lo, hi) = port_range();
-    let port = lo + (crate::sys::random_u64() % u64::from(hi - lo + 1)) as u16;
-    let sock = tcp_socket(dst)?;
+    let port = lo + (crate::sys::unique_u64() % u64::from(hi - lo + 1)) as u16;
+    let sock = tcp_socket(dst, blocking)?;
     rustix::net::sockopt::set_socket_reuseaddr(&sock, true)?;
     match rustix::net::bind(&sock, &SocketAddr::new(src, port)) {
         Ok(()) => Ok(Some((sock, SocketAddr::new(src, port)))),
@@ -93,18 +105,16 @@ fn source_for(dst: SocketAddr) -> io::Result<IpAddr> {
     Ok(to_std(rustix::net::getsockname(&udp)?)?.ip())
 }
 
-/// Starts a non-blocking TCP connect: `Ok(true)` when it is under way or done.
-fn start_connect(sock: &OwnedFd, addr: &SocketAddr) -> io::Result<bool> {
-    loop {
-        match rustix::net::connect(sock, addr) {
-            Ok(()) | Err(rustix::io::Errno::INPROGRESS) => return Ok(true),
-            Err(rustix::io::Errno::INTR) => continue,
-            // This 4-tuple is still in use (a TIME_WAIT of an earlier connection).
-            Err(rustix::io::Errno::ADDRNOTAVAIL | rustix::io::Errno::ADDRINUSE) => {
-                return Ok(false);
-            }
-            Err(e) => return Err(e.into()),
-        }
+/// Starts the TCP connect: `Some(true)` when it is done (a blocking socket, or one that
+/// connected at once), `Some(false)` when it is under way, `None` when this 4-tuple is still
+/// in use (a TIME_WAIT of an earlier connection).
+fn start_connect(sock: &OwnedFd, addr: &SocketAddr) -> io::Result<Option<bool>> {
+    match rustix::net::connect(sock, addr) {
+        Ok(()) => Ok(Some(true)),
+        // Interrupted, the kernel carries on with it: wait for it as for a non-blocking one.
+        Err(rustix::io::Errno::INPROGRESS | rustix::io::Errno::INTR) => Ok(Some(false)),
+        Err(rustix::io::Errno::ADDRNOTAVAIL | rustix::io::Errno::ADDRINUSE) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -119,7 +129,8 @@ enum Plan {
 
 #[derive(Debug)]
 enum Phase {
-    Tcp(TcpStream, Plan),
+    /// The TCP connect, under way (`false`) or done by a blocking connect (`true`).
+    Tcp(TcpStream, Plan, bool),
     Clc(Box<ClientRun>),
     /// The connect failed: it keeps saying so.
     Failed(io::ErrorKind, String),
@@ -137,26 +148,45 @@ impl Connecting {
     /// Decides SMC or TCP and starts the TCP connect; returns at once (apart from one round
     /// trip to smcd when the destination has an SMC listener).
     pub fn start(engine: &Arc<Engine>, addr: SocketAddr) -> io::Result<Self> {
-        let (sock, plan) = Self::open(engine, addr)?;
+        Self::begin(engine, addr, false)
+    }
+
+    /// [`Connecting::start`] whose TCP connect waits in the kernel: a blocking connect needs
+    /// no `poll` and no `SO_ERROR` for it.
+    fn start_blocking(engine: &Arc<Engine>, addr: SocketAddr) -> io::Result<Self> {
+        Self::begin(engine, addr, true)
+    }
+
+    fn begin(engine: &Arc<Engine>, addr: SocketAddr, blocking: bool) -> io::Result<Self> {
+        let (sock, plan, connected) = Self::open(engine, addr, blocking)?;
         Ok(Self {
             engine: Arc::clone(engine),
-            phase: Phase::Tcp(TcpStream::from(sock), plan),
+            phase: Phase::Tcp(TcpStream::from(sock), plan, connected),
         })
     }
 
-    fn plain(addr: &SocketAddr, reason: ReasonCode) -> io::Result<(OwnedFd, Plan)> {
-        let sock = tcp_socket(addr)?;
-        if !start_connect(&sock, addr)? {
+    fn plain(
+        addr: &SocketAddr,
+        reason: ReasonCode,
+        blocking: bool,
+    ) -> io::Result<(OwnedFd, Plan, bool)> {
+        let sock = tcp_socket(addr, blocking)?;
+        let Some(connected) = start_connect(&sock, addr)? else {
             return Err(io::Error::from(io::ErrorKind::AddrNotAvailable));
-        }
-        Ok((sock, Plan::Plain(reason)))
+        };
+        Ok((sock, Plan::Plain(reason), connected))
     }
 
-    fn open(engine: &Arc<Engine>, addr: SocketAddr) -> io::Result<(OwnedFd, Plan)> {
+    /// The socket, what it will be, and whether its TCP connect is done already.
+    fn open(
+        engine: &Arc<Engine>,
+        addr: SocketAddr,
+        blocking: bool,
+    ) -> io::Result<(OwnedFd, Plan, bool)> {
         let Some(attached) = engine.attached() else {
             // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before
             // it proposes anything.
-            return Self::plain(&addr, ReasonCode::NOSMCDEV);
+            return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking);
         };
         let session = &attached.session;
         // The listener table answers "is there an SMC listener at that address?" without a
@@ -164,10 +194,10 @@ impl Connecting {
         // handshake limitation never talk to smcd (the kernel's SYN-ACK without the option).
         if let Some(table) = &session.table {
             match table.lookup(addr, session.netns()) {
-                Lookup::None => return Self::plain(&addr, ReasonCode::PEERNOSMC),
+                Lookup::None => return Self::plain(&addr, ReasonCode::PEERNOSMC, blocking),
                 Lookup::Found(e) if e.hs_limit => {
                     if session.listener_page(e.id).is_ok_and(|p| p.congested()) {
-                        return Self::plain(&addr, ReasonCode::PEERNOSMC);
+                        return Self::plain(&addr, ReasonCode::PEERNOSMC, blocking);
                     }
                 }
                 Lookup::Found(_) | Lookup::Ask => {}
@@ -175,7 +205,7 @@ impl Connecting {
         }
         let src = engine.source_for(addr.ip(), || source_for(addr))?;
         for _ in 0..PORT_TRIES {
-            let Some((sock, local)) = bind_engine_port(src, &addr)? else {
+            let Some((sock, local)) = bind_engine_port(src, &addr, blocking)? else {
                 continue;
             };
             let verdict = match session.connect_intent(local, addr) {
@@ -187,28 +217,29 @@ impl Connecting {
                 Err(e) => {
                     tracing::debug!("smcd connect intent failed: {e}");
                     engine.smcd_failed(session);
-                    if !start_connect(&sock, &addr)? {
+                    let Some(connected) = start_connect(&sock, &addr)? else {
                         continue;
-                    }
-                    return Ok((sock, Plan::Plain(ReasonCode::NOSMCDEV)));
+                    };
+                    return Ok((sock, Plan::Plain(ReasonCode::NOSMCDEV), connected));
                 }
             };
-            if !start_connect(&sock, &addr)? {
-                if verdict.smc {
-                    // The listener must forget the intent it was told about.
-                    session.intent_done(verdict.intent, false);
-                }
-                continue;
+            let started = start_connect(&sock, &addr);
+            if !matches!(started, Ok(Some(_))) && verdict.smc {
+                // The listener must forget the intent it was told about.
+                session.intent_done(verdict.intent, false);
             }
+            let Some(connected) = started? else {
+                continue;
+            };
             let plan = if verdict.smc {
                 Plan::Smc(attached.clone(), verdict)
             } else {
                 Plan::Plain(ReasonCode(verdict.reason))
             };
-            return Ok((sock, plan));
+            return Ok((sock, plan, connected));
         }
         // No usable port after many tries: go plain TCP rather than fail.
-        Self::plain(&addr, ReasonCode::INTERR)
+        Self::plain(&addr, ReasonCode::INTERR, blocking)
     }
 
     /// The socket to wait on.
@@ -220,7 +251,7 @@ impl Connecting {
     /// (`api::SmcConnecting` does).
     pub fn fd(&self) -> BorrowedFd<'_> {
         match &self.phase {
-            Phase::Tcp(s, _) => s.as_fd(),
+            Phase::Tcp(s, ..) => s.as_fd(),
             Phase::Clc(run) => run.fd(),
             Phase::Failed(..) | Phase::Done => panic!("a finished connect has no socket"),
         }
@@ -271,17 +302,21 @@ impl Connecting {
     fn step_inner(&mut self) -> io::Result<Option<Outcome>> {
         loop {
             match std::mem::replace(&mut self.phase, Phase::Done) {
-                Phase::Tcp(sock, plan) => {
-                    let mut fds = [PollFd::new(&sock, PollFlags::OUT)];
-                    let zero = rustix::time::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: 0,
+                Phase::Tcp(sock, plan, connected) => {
+                    let err = if connected {
+                        None
+                    } else {
+                        let mut fds = [PollFd::new(&sock, PollFlags::OUT)];
+                        let zero = rustix::time::Timespec {
+                            tv_sec: 0,
+                            tv_nsec: 0,
+                        };
+                        if rustix::event::poll(&mut fds, Some(&zero))? == 0 {
+                            self.phase = Phase::Tcp(sock, plan, connected);
+                            return Ok(None);
+                        }
+                        sock.take_error()?
                     };
-                    if rustix::event::poll(&mut fds, Some(&zero))? == 0 {
-                        self.phase = Phase::Tcp(sock, plan);
-                        return Ok(None);
-                    }
-                    let err = sock.take_error()?;
                     if let Plan::Smc(a, v) = &plan {
                         a.session.intent_done(v.intent, err.is_none());
                     }
@@ -378,5 +413,11 @@ pub fn connect(
             "zero connect timeout",
         ));
     }
-    Connecting::start(engine, addr)?.run(timeout)
+    // Without a timeout the TCP connect waits in the kernel, as TcpStream::connect's does.
+    let c = if timeout.is_none() {
+        Connecting::start_blocking(engine, addr)?
+    } else {
+        Connecting::start(engine, addr)?
+    };
+    c.run(timeout)
 }

@@ -21,7 +21,7 @@ use crate::device::{BufferProvider, Dmb, Gid};
 use crate::ipc::channel::{recv_record, send_record};
 use crate::layout::status::{self as st, ConnIdentity};
 use crate::settings::Settings;
-use crate::sys::{core_now, random_u64, std_instant};
+use crate::sys::{core_now, std_instant};
 use crate::transport::smcd::SmcdLink;
 use crate::transport::{Bell, Readiness};
 use rustix::event::{PollFd, PollFlags};
@@ -117,11 +117,10 @@ fn peer_v2(fce: Option<FirstContactExt>, eid: smc_proto::clc::Eid) -> PeerV2 {
 /// Sends this connection's readiness bell through our DMB's channel, tagged with a fresh
 /// epoch that also goes into the DMB's header.
 fn send_bell(own: &Dmb, ready: &Readiness) -> io::Result<()> {
-    let epoch = random_u64();
+    let epoch = crate::sys::unique_u64();
     // Release: the peer reads it after the CLC message that names the DMB.
     own.map.epoch_word().store(epoch, Ordering::Release);
-    let bell = ready.bell_for_peer()?;
-    send_record(own.chan.as_fd(), &epoch.to_ne_bytes(), &[bell.as_fd()])
+    send_record(own.chan.as_fd(), &epoch.to_ne_bytes(), &[ready.far_end()])
 }
 
 /// Takes the peer's bell for this connection from the peer DMB's channel: the message with

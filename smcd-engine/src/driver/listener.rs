@@ -139,6 +139,9 @@ pub struct ListenerCore {
     stop: Doorbell,
     /// Rung when the acceptor should look again: room in the backlog, no thread in `accept`.
     kick: Doorbell,
+    /// The acceptor sleeps for want of room in the backlog: a finished handshake kicks it
+    /// (otherwise a handshake costs no wake-up of the acceptor).
+    wants_room: AtomicBool,
     /// Announced clients by address. Several may wait for one address (an engine whose
     /// connect failed because the 4-tuple was still in use leaves one until its cancel
     /// arrives), oldest first: none is ever lost to a later one.
@@ -202,6 +205,7 @@ impl ListenerCore {
             last_register: Mutex::new(None),
             stop: Doorbell::new()?,
             kick: Doorbell::new()?,
+            wants_room: AtomicBool::new(false),
             intents: Mutex::new(HashMap::new()),
             page,
             _slot: slot,
@@ -282,10 +286,16 @@ impl ListenerCore {
                 break;
             }
             let pending = self.intents_pending();
+            // Announced before looking at the backlog: a handshake that finishes after the
+            // look sees the flag and kicks.
+            self.wants_room.store(pending, Ordering::SeqCst);
             let room = {
                 let st = lock(&self.state);
                 st.in_progress + st.ready.len() < self.backlog
             };
+            if room {
+                self.wants_room.store(false, Ordering::Relaxed);
+            }
             self.kick.drain();
             let mut fds = vec![
                 PollFd::new(&self.stop, PollFlags::IN),
@@ -539,8 +549,10 @@ impl ListenerCore {
             self.publish_load(&st);
             drop(st);
             self.cond.notify_all();
-            // Room in the backlog again: the acceptor may take connections.
-            self.kick.ring();
+            // Room in the backlog again: the acceptor may take connections, if it waits for that.
+            if self.wants_room.swap(false, Ordering::SeqCst) {
+                self.kick.ring();
+            }
         }
     }
 

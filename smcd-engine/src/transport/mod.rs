@@ -54,6 +54,12 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// The sequence number of a CDC send that completed since the last call (staged
     /// transports; SMC-D sends complete when they are made).
     fn poll_completion(&self) -> Option<u16>;
+    /// Whether a completion or a CDC may be waiting: `false` only when neither
+    /// [`Transport::poll_completion`] nor [`Transport::recv_cdc`] would return anything (the
+    /// data path's check before it calls them).
+    fn events_pending(&self) -> bool {
+        true
+    }
     /// Announces that a local waiter waits for `dir`: the next change rings the bell.
     fn arm(&self, dir: Dir);
     /// After a local change: rings the local waiter for `dir` if it announced waiting.
@@ -145,7 +151,13 @@ impl Readiness {
         &self.bell
     }
 
-    /// A copy of the far end for the peer, so it can ring the bell itself.
+    /// The far end, to pass to the peer (`SCM_RIGHTS` gives it its own copy) so it can
+    /// ring the bell itself.
+    pub fn far_end(&self) -> BorrowedFd<'_> {
+        self.bell.b.as_fd()
+    }
+
+    /// A copy of the far end (for a peer in the same process).
     pub fn bell_for_peer(&self) -> io::Result<OwnedFd> {
         Ok(rustix::io::fcntl_dupfd_cloexec(&self.bell.b, 0)?)
     }

@@ -185,6 +185,12 @@ impl Transport for SmcdLink {
         None
     }
 
+    #[inline]
+    fn events_pending(&self) -> bool {
+        // Sends complete when they are made: only the words can bring something.
+        self.cdc_pending()
+    }
+
     fn arm(&self, dir: Dir) {
         self.own.arm(dir);
     }

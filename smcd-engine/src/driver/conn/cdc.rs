@@ -15,7 +15,15 @@ use std::time::Duration;
 impl<T: Transport> SmcConn<T> {
     /// Feeds the core what arrived: completed sends, then the peer's CDCs. A CDC that breaks
     /// the rules aborts this connection.
+    #[inline]
     pub(super) fn observe(&self, st: &mut State) -> io::Result<()> {
+        if !self.link.events_pending() {
+            return Ok(());
+        }
+        self.observe_events(st)
+    }
+
+    fn observe_events(&self, st: &mut State) -> io::Result<()> {
         while let Some(seq) = self.link.poll_completion() {
             let eff = st.core.on_cdc_complete(seq);
             self.apply(st, eff);
@@ -153,10 +161,14 @@ impl<T: Transport> SmcConn<T> {
         if over && !st.shown_end {
             st.shown_end = true;
             self.over.store(true, Ordering::Release);
-            ready.hang_up();
+            if !st.released {
+                ready.hang_up();
+            }
         } else if !st.shown_eof && st.core.close_machine().rcv_shutdown() {
             st.shown_eof = true;
-            ready.peer_done();
+            if !st.released {
+                ready.peer_done();
+            }
         }
         let cm = st.core.close_machine();
         let shut = u8::from(cm.rcv_shutdown() || st.core.read_is_shut())

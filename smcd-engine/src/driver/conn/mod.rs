@@ -79,6 +79,8 @@ struct State {
     /// The readiness already shows end of stream / the end of the connection.
     shown_eof: bool,
     shown_end: bool,
+    /// The application closed its last handle: nobody looks at the readiness any more.
+    released: bool,
     /// The peer's ring was last seen full (to count the event once).
     rx_full: bool,
 }
@@ -154,6 +156,7 @@ impl<T: Transport> SmcConn<T> {
                 core: Connection::new(cfg),
                 shown_eof: false,
                 shown_end: false,
+                released: false,
                 rx_full: false,
             }),
             over: AtomicBool::new(false),
@@ -329,6 +332,7 @@ impl<T: Transport> SmcConn<T> {
     /// peer has closed too and nothing was aborted).
     pub fn close_now(&self) -> bool {
         let mut st = self.lock();
+        st.released = true;
         let _ = self.observe(&mut st);
         let eff = st.core.close(crate::sys::core_now());
         self.apply(&mut st, eff);
