@@ -28,9 +28,11 @@
 //! * **CDC**: every CDC from the peer goes to [`Connection::on_cdc`] as host values (the
 //!   kernel's `smc_host_cdc_msg`). For SMC-D the driver builds it from the two cursor words in
 //!   its DMB whenever they change; for SMC-R it is a parsed 44-byte SEND.
-//! * Every call returns [`Effects`]: RDMA writes to post (staged buffers only), the CDC to
-//!   publish after them, which local waiters to wake, what to do with the TCP connection, and
-//!   whether the buffers may be freed. The driver carries them out in that order.
+//! * Every call returns [`Effects`], one word of bits: RDMA writes to post (staged buffers
+//!   only, [`Connection::take_writes`]), the CDC to publish after them
+//!   ([`Connection::cdc_out`], and whether only its producer cursor moved), the urgent byte
+//!   to copy, which local waiters to wake, what to do with the TCP connection, and whether the
+//!   buffers may be freed. The driver carries them out in that order.
 //! * Time: [`Connection::poll_timeout`] is the next deadline (the close drain); at it, call
 //!   [`Connection::handle_timeout`].
 
