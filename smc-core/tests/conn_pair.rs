@@ -53,6 +53,9 @@ fn every_smcd_buffer_pair_streams_both_ways() {
                 p.s[1].conn.state()
             );
             assert!(p.s[0].freed && p.s[1].freed);
+            // Both ways of finishing a write ran (the fast one is checked against the
+            // general one on every call in debug builds).
+            assert!(p.fast_sends > 0, "a={a} b={b}: the fast path never applied");
         }
     }
 }

@@ -387,7 +387,7 @@ struct Draining {
 }
 
 /// One connection.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Connection {
     cfg: Config,
     // Receive side.

@@ -1,10 +1,11 @@
 //! The send path (`smc_tx.c`): how much the application may hand over, where it goes, when it
 //! is pushed to the peer (cork, autocork, autosplit) and how.
 
-use super::{Chunk, Connection, Effects, RemoteWrite, TxBuffer};
+use super::{Chunk, Connection, Effects, RemoteWrite, TxBuffer, TxUrgent};
 use crate::close::AbortKind;
 use crate::window;
 use core::fmt;
+use smc_proto::cdc::ProducerFlags;
 
 /// How a piece of a send call is to be treated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -123,6 +124,67 @@ impl Connection {
         }
         self.flush_cdc(&mut eff, false);
         eff
+    }
+
+    /// [`Connection::sent`] for the data path's common case, decided in a few comparisons: a
+    /// no-copy buffer without completions (SMC-D), the last piece of a plain send, nothing
+    /// held back, corked, urgent or blocked, and no flag to change. The piece goes out at
+    /// once and only the producer cursor of the CDC moves: `true` means publish
+    /// [`Connection::cdc_out`] as a producer-only CDC ([`Effects::cdc`] without
+    /// [`Effects::cdc_cons_changed`]). `false`: not that case, nothing changed; call
+    /// [`Connection::sent`].
+    #[inline]
+    pub fn sent_fast(&mut self, n: usize, f: SendFlags) -> bool {
+        let space = self.cfg.tx_ring as u64 - (self.sent - self.peer_consumed);
+        if !f.last
+            || f.more
+            || f.oob
+            || self.cork
+            || self.cfg.completions
+            || self.cfg.piggyback_consumer
+            || self.cfg.tx_buffer != TxBuffer::NoCopy
+            || self.flags_dirty
+            || self.write_blocked
+            || self.prepared != self.sent
+            || n as u64 >= space
+            || self.tx_urg != TxUrgent::default()
+            || self.draining.is_some()
+            || self.is_aborted()
+        {
+            return false;
+        }
+        #[cfg(debug_assertions)]
+        let slow = {
+            let mut c = self.clone();
+            let eff = c.sent(n, f);
+            (c, eff)
+        };
+        self.prepared += n as u64;
+        self.prep_off += n;
+        if self.prep_off >= self.cfg.tx_ring {
+            self.prep_off -= self.cfg.tx_ring;
+        }
+        self.sent = self.prepared;
+        self.sent_cur = crate::cursor::advance(self.sent_cur, n as u64, self.cfg.tx_ring);
+        self.tx_seq = self.tx_seq.wrapping_add(1);
+        self.out.seqno = self.tx_seq;
+        self.out.prod = self.sent_cur;
+        self.cdc_sent = self.sent;
+        self.fin = self.sent;
+        if self.confirmed == self.consumed {
+            self.peer_pflags
+                .set(ProducerFlags::CONS_CURS_UPD_REQ, false);
+            if self.produced == self.consumed {
+                self.peer_pflags.set(ProducerFlags::WRITE_BLOCKED, false);
+            }
+        }
+        #[cfg(debug_assertions)]
+        {
+            let (c, eff) = slow;
+            debug_assert!(*self == c, "the fast path left another state than sent()");
+            debug_assert!(eff.cdc() && !eff.cdc_cons_changed() && !eff.writes());
+        }
+        true
     }
 
     /// `smc_tx_should_cork`.

@@ -119,6 +119,10 @@ pub struct Pair {
     pub write_size: usize,
     /// Application read size used by `drive`.
     pub read_size: usize,
+    /// Which way the next piece of a write finishes (alternates).
+    fast_toggle: bool,
+    /// Pieces that took [`Connection::sent_fast`].
+    pub fast_sends: usize,
 }
 
 /// A connection config for side `i` given each side's receive ring and send buffer.
@@ -150,6 +154,8 @@ impl Pair {
             steps: 0,
             write_size: 4096,
             read_size: 4096,
+            fast_toggle: false,
+            fast_sends: 0,
         }
     }
 
@@ -174,35 +180,7 @@ impl Pair {
             ring_write(&mut peer.rx, w.dst, &data);
         }
         if eff.cdc() {
-            let side = &mut self.s[i];
-            let mut cdc = *side.conn.cdc_out();
-            side.cdcs_sent += 1;
-            let prod = side.conn.positions().sent;
-            side.max_announce = side.max_announce.max(prod - side.last_prod);
-            side.last_prod = prod;
-            if self.smcr {
-                self.s[i].completions.push_back(cdc.seqno);
-                self.s[j].inbox.push_back(cdc);
-            } else {
-                // The DMB header holds the latest two words only, and a CDC whose consumer
-                // word did not change stores just the producer word: the peer sees the
-                // consumer cursor and flags stored before.
-                if !eff.cdc_cons_changed() {
-                    let before = self.s[i].header;
-                    assert_eq!(
-                        (cdc.cons, cdc.pflags, cdc.cflags),
-                        (before.cons, before.pflags, before.cflags),
-                        "a CDC said to move only the producer cursor changed the consumer word"
-                    );
-                    cdc = HostCdc {
-                        prod: cdc.prod,
-                        ..before
-                    };
-                }
-                self.s[i].header = cdc;
-                self.s[j].inbox.clear();
-                self.s[j].inbox.push_back(cdc);
-            }
+            self.deliver_cdc(i, eff.cdc_cons_changed());
         }
         let tcp = eff.tcp();
         if tcp != TcpAction::None && self.s[i].tcp != TcpAction::Abort {
@@ -216,6 +194,41 @@ impl Pair {
                 .expect("urgent data announced");
             let b = self.s[i].rx[off];
             self.s[i].conn.set_urgent_byte(b);
+        }
+    }
+
+    /// Side `i` publishes its [`Connection::cdc_out`]; without `cons_changed` only its
+    /// producer word is stored (SMC-D).
+    pub fn deliver_cdc(&mut self, i: usize, cons_changed: bool) {
+        let j = 1 - i;
+        let side = &mut self.s[i];
+        let mut cdc = *side.conn.cdc_out();
+        side.cdcs_sent += 1;
+        let prod = side.conn.positions().sent;
+        side.max_announce = side.max_announce.max(prod - side.last_prod);
+        side.last_prod = prod;
+        if self.smcr {
+            self.s[i].completions.push_back(cdc.seqno);
+            self.s[j].inbox.push_back(cdc);
+        } else {
+            // The DMB header holds the latest two words only, and a CDC whose consumer
+            // word did not change stores just the producer word: the peer sees the
+            // consumer cursor and flags stored before.
+            if !cons_changed {
+                let before = self.s[i].header;
+                assert_eq!(
+                    (cdc.cons, cdc.pflags, cdc.cflags),
+                    (before.cons, before.pflags, before.cflags),
+                    "a CDC said to move only the producer cursor changed the consumer word"
+                );
+                cdc = HostCdc {
+                    prod: cdc.prod,
+                    ..before
+                };
+            }
+            self.s[i].header = cdc;
+            self.s[j].inbox.clear();
+            self.s[j].inbox.push_back(cdc);
         }
     }
 
@@ -243,15 +256,20 @@ impl Pair {
             }
             self.s[i].written += plan.len as u64;
             done += plan.len;
-            let last = done == len;
-            let eff = self.s[i].conn.sent(
-                plan.len,
-                SendFlags {
-                    more,
-                    oob: false,
-                    last,
-                },
-            );
+            let f = SendFlags {
+                more,
+                oob: false,
+                last: done == len,
+            };
+            // Both ways of finishing a piece: the data path's fast one where it applies
+            // (every other piece), and the general one.
+            self.fast_toggle = !self.fast_toggle;
+            if self.fast_toggle && self.s[i].conn.sent_fast(plan.len, f) {
+                self.fast_sends += 1;
+                self.deliver_cdc(i, false);
+                continue;
+            }
+            let eff = self.s[i].conn.sent(plan.len, f);
             self.apply(i, eff);
         }
         done

@@ -119,7 +119,7 @@ impl<T: Transport> SmcConn<T> {
 
     /// The link under the connection failed: it is aborted.
     #[cold]
-    fn link_failed(&self, st: &mut State, what: &str, e: io::Error) {
+    pub(super) fn link_failed(&self, st: &mut State, what: &str, e: io::Error) {
         tracing::warn!("{what} failed: {e}");
         let a = st.core.abort(AbortKind::Aborted);
         self.apply(st, a);

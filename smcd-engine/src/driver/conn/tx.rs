@@ -47,14 +47,26 @@ impl<T: Transport> SmcConn<T> {
                 self.link
                     .write_tx(plan.offset, &buf[written..written + plan.len]);
                 written += plan.len;
-                let eff = st.core.sent(
-                    plan.len,
-                    SendFlags {
-                        more,
-                        oob,
-                        last: written == buf.len(),
-                    },
-                );
+                let f = SendFlags {
+                    more,
+                    oob,
+                    last: written == buf.len(),
+                };
+                if st.core.sent_fast(plan.len, f) {
+                    // Only the producer cursor moved: one word for the peer.
+                    if let Err(e) = self.link.send_cdc(st.core.cdc_out(), false) {
+                        let err = io::Error::new(e.kind(), e.to_string());
+                        self.link_failed(&mut st, "CDC send", e);
+                        drop(st);
+                        return self.finish_write(buf.len(), written, Err(err));
+                    }
+                    self.slot.set_cursor(
+                        crate::layout::status::Curs::TxProd,
+                        st.core.positions().sent,
+                    );
+                    continue;
+                }
+                let eff = st.core.sent(plan.len, f);
                 self.apply(&mut st, eff);
             }
             if written == buf.len() {
