@@ -326,8 +326,11 @@ fn hostile_bell_ringing_is_bounded() {
     let mut rings = 0u64;
     while start.elapsed() < Duration::from_secs(2) {
         // What a hostile peer can do: set the victim's waiting word (it is in the DMB it
-        // writes into) and ring its bell, changing nothing else.
-        link.peer().arm(smcd_engine::device::Dir::Rx);
+        // writes into) and wake it every way, changing nothing else.
+        link.peer().arm(
+            smcd_engine::device::Dir::Rx,
+            smcd_engine::device::WAIT_FUTEX | smcd_engine::device::WAIT_BELL,
+        );
         link.ring_peer(smcd_engine::device::Dir::Rx);
         rings += 1;
     }

@@ -4,9 +4,10 @@
 //! A [`BufferProvider`] registers DMBs (memory the owner receives into), lets the one
 //! permitted peer attach them, and unregisters them. Data moves by plain copies into the
 //! attached mapping (the kernel's loopback "DMB no-copy" mode). Each DMB also has a channel
-//! between its owner and its attacher (a Unix socket pair made by the device): the owner of a
-//! DMB sends through it the readiness bell of every connection that uses the DMB, so the peer
-//! can wake that connection's waiters directly (see `transport::smcd`).
+//! between its owner and its attacher (a Unix socket pair made by the device): when an
+//! application asks for a connection's readiness descriptor, the DMB's owner sends the
+//! descriptor's bell through it, so the peer can wake that connection's event loop directly
+//! (see `transport::smcd`).
 //!
 //! Implementations: [`loopback`] (DMBs owned by `smcd`, shared across processes) and
 //! [`local`] (DMBs in this process only, for tests without a daemon). Both pass the same
@@ -25,8 +26,11 @@ use std::sync::atomic::{AtomicU32, Ordering, fence};
 /// The loopback device's CHID (emulated ISM range 0xFF00..=0xFFFF).
 pub const LOOPBACK_CHID: u16 = 0xFFFF;
 
-/// Waiting-word value: the owner waits on its readiness descriptor; wake it.
-pub const WAITING: u32 = 1;
+/// Waiting-word bit: the owner's event loop waits on the connection's readiness descriptor;
+/// ring its bell.
+pub const WAIT_BELL: u32 = 1;
+/// Waiting-word bit: a thread of the owner sleeps in `futex_wait` on the word; wake it.
+pub const WAIT_FUTEX: u32 = 2;
 
 /// Which of a DMB's two waiting words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,13 +61,40 @@ impl Dmb {
         }
     }
 
-    /// Owner side: announces that it is about to wait for `dir`. The caller must re-check its
-    /// condition after this (the SeqCst read-modify-write is one half of a Dekker pair with
-    /// [`Dmb::take_waiter`]: either the owner sees the new header value, or the peer sees the
-    /// announcement).
+    /// Owner side: announces that it is about to wait for `dir`, in the ways `how`
+    /// ([`WAIT_BELL`], [`WAIT_FUTEX`]). The caller must re-check its condition after this (the
+    /// SeqCst read-modify-write is one half of a Dekker pair with [`Dmb::take_waiter`]: either
+    /// the owner sees the new header value, or the peer sees the announcement).
     #[inline]
-    pub fn arm(&self, dir: Dir) {
-        self.waiting(dir).fetch_or(WAITING, Ordering::SeqCst);
+    pub fn arm(&self, dir: Dir, how: u32) {
+        self.waiting(dir).fetch_or(how, Ordering::SeqCst);
+    }
+
+    /// Owner side, after [`Dmb::arm`] with [`WAIT_FUTEX`] and a second look: sleeps until the
+    /// announcement is taken (and the word woken), a signal, or `timeout`. Returns at once if
+    /// it was taken already. `Ok(false)` means the timeout passed.
+    pub fn sleep(&self, dir: Dir, timeout: Option<&rustix::time::Timespec>) -> io::Result<bool> {
+        use rustix::thread::futex;
+        let w = self.waiting(dir);
+        let v = w.load(Ordering::Acquire);
+        if v & WAIT_FUTEX == 0 {
+            return Ok(true);
+        }
+        // Not PRIVATE: the word is in memory shared with the peer's process.
+        match futex::wait(w, futex::Flags::empty(), v, timeout) {
+            Ok(()) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(true),
+            Err(rustix::io::Errno::TIMEDOUT) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Wakes every thread sleeping in [`Dmb::sleep`] for `dir` (after taking an announcement
+    /// with [`WAIT_FUTEX`] in it).
+    #[cold]
+    #[inline(never)]
+    pub fn wake_sleepers(&self, dir: Dir) {
+        use rustix::thread::futex;
+        let _ = futex::wake(self.waiting(dir), futex::Flags::empty(), u32::MAX);
     }
 
     /// Whether the peer has put its close or abort flag into this DMB's header: it will not
@@ -81,32 +112,39 @@ impl Dmb {
     }
 
     /// After publishing into this DMB's header (or changing what the owner waits for): takes
-    /// the owner's announcement if there is one. True means: wake it, exactly once. The full
-    /// fence orders the publishing stores before the load of the waiting word.
+    /// the owner's announcement if there is one. Non-zero means: wake it in the ways the bits
+    /// say, exactly once. The full fence orders the publishing stores before the load of the
+    /// waiting word.
     #[inline]
-    pub fn take_waiter(&self, dir: Dir) -> bool {
+    pub fn take_waiter(&self, dir: Dir) -> u32 {
         fence(Ordering::SeqCst);
-        let w = self.waiting(dir);
-        w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+        self.take(dir)
     }
-}
 
-impl Dmb {
+    #[inline]
+    fn take(&self, dir: Dir) -> u32 {
+        let w = self.waiting(dir);
+        if w.load(Ordering::Relaxed) == 0 {
+            0
+        } else {
+            w.swap(0, Ordering::AcqRel)
+        }
+    }
+
     /// [`Dmb::take_waiter`] for both directions with one fence: `(reader, writer)`.
     #[inline]
-    pub fn take_waiters(&self, rx: bool, tx: bool) -> (bool, bool) {
+    pub fn take_waiters(&self, rx: bool, tx: bool) -> (u32, u32) {
         fence(Ordering::SeqCst);
-        let take = |dir| {
-            let w = self.waiting(dir);
-            w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
-        };
-        (rx && take(Dir::Rx), tx && take(Dir::Tx))
+        (
+            if rx { self.take(Dir::Rx) } else { 0 },
+            if tx { self.take(Dir::Tx) } else { 0 },
+        )
     }
 
     /// [`Dmb::take_waiter`] without the fence, for wake-ups whose ordering a lock provides.
     #[inline]
-    pub fn take_waiter_local(&self, dir: Dir) -> bool {
-        self.waiting(dir).swap(0, Ordering::AcqRel) != 0
+    pub fn take_waiter_local(&self, dir: Dir) -> u32 {
+        self.waiting(dir).swap(0, Ordering::AcqRel)
     }
 }
 
@@ -164,11 +202,32 @@ pub(crate) mod conformance {
         assert!(b.attach_dmb(owned.token ^ 0x5a5a).is_err());
         assert!(a.register_dmb(1000, b.gid()).is_err(), "bad size refused");
         // The waiting words: an announcement is taken once.
-        assert!(!attached.take_waiter(Dir::Rx));
-        owned.arm(Dir::Rx);
+        assert_eq!(attached.take_waiter(Dir::Rx), 0);
+        owned.arm(Dir::Rx, WAIT_BELL);
+        owned.arm(Dir::Rx, WAIT_FUTEX);
         assert!(attached.is_armed(Dir::Rx));
-        assert!(attached.take_waiter(Dir::Rx));
-        assert!(!attached.take_waiter(Dir::Rx), "taken once");
+        assert_eq!(attached.take_waiter(Dir::Rx), WAIT_BELL | WAIT_FUTEX);
+        assert_eq!(attached.take_waiter(Dir::Rx), 0, "taken once");
+        // A sleeper on the owner's side is woken through the peer's mapping (a shared futex).
+        owned.arm(Dir::Tx, WAIT_FUTEX);
+        std::thread::scope(|s| {
+            let sleeper = s.spawn(|| {
+                while owned.is_armed(Dir::Tx) {
+                    owned.sleep(Dir::Tx, None).unwrap();
+                }
+            });
+            while attached.take_waiter(Dir::Tx) == 0 {
+                std::thread::yield_now();
+            }
+            attached.wake_sleepers(Dir::Tx);
+            sleeper.join().unwrap();
+        });
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        owned.arm(Dir::Tx, WAIT_FUTEX);
+        assert!(!owned.sleep(Dir::Tx, Some(&zero)).unwrap(), "times out");
         // The channel connects owner and attacher.
         rustix::io::write(&owned.chan, b"x").unwrap();
         let mut b1 = [0u8; 1];

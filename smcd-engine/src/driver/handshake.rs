@@ -10,20 +10,19 @@
 //! after the Confirm (attaching the client's DMB) resets the connection instead: the client
 //! already runs SMC and would not read a Decline.
 //!
-//! With each DMB offered, its owner sends the connection's readiness bell through the DMB's
-//! channel before the message that names the DMB, tagged with a fresh epoch it also writes
-//! into the DMB's header; the peer, having attached the DMB, takes the bell with that epoch.
+//! With each DMB offered, its owner writes a fresh connection id into the DMB's engine word
+//! before the message that names the DMB; the peer reads it after attaching. A readiness bell
+//! travels only if the application asks for the descriptor, tagged with that id
+//! (`transport::smcd`): setting up a connection costs no system call beyond the handshake's.
 
 use super::conn::{ConnParams, SmcConn, SmcdInfo};
 use super::engine::Engine;
 use super::lgr::{LinkGroup, PeerV2, Role};
 use crate::device::{BufferProvider, Dmb, Gid};
-use crate::ipc::channel::{recv_record, send_record};
 use crate::layout::status::{self as st, ConnIdentity};
 use crate::settings::Settings;
 use crate::sys::{core_now, std_instant};
 use crate::transport::smcd::SmcdLink;
-use crate::transport::{Bell, Readiness};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd};
 use rustix::net::{RecvFlags, SendFlags};
@@ -114,41 +113,13 @@ fn peer_v2(fce: Option<FirstContactExt>, eid: smc_proto::clc::Eid) -> PeerV2 {
     }
 }
 
-/// Sends this connection's readiness bell through our DMB's channel, tagged with a fresh
-/// epoch that also goes into the DMB's header.
-fn send_bell(own: &Dmb, ready: &Readiness) -> io::Result<()> {
-    let epoch = crate::sys::unique_u64();
+/// Writes a fresh connection id into our DMB's engine word (before the CLC message that names
+/// the DMB: the peer reads it after attaching).
+fn stamp(own: &Dmb) -> u64 {
+    let id = crate::transport::smcd::new_conn_id();
     // Release: the peer reads it after the CLC message that names the DMB.
-    own.map.epoch_word().store(epoch, Ordering::Release);
-    send_record(own.chan.as_fd(), &epoch.to_ne_bytes(), &[ready.far_end()])
-}
-
-/// Takes the peer's bell for this connection from the peer DMB's channel: the message with
-/// the epoch in the DMB's header (older ones, of handshakes that did not finish, are dropped).
-fn fetch_bell(peer: &Dmb) -> io::Result<Bell> {
-    let epoch = peer.map.epoch_word().load(Ordering::Acquire);
-    let mut buf = [0u8; 8];
-    loop {
-        let (n, mut fds) = match recv_record(peer.chan.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
-            Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "the peer sent no readiness bell for this connection",
-                ));
-            }
-            Err(e) => return Err(e),
-        };
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the peer's DMB channel is closed",
-            ));
-        }
-        if n == 8 && u64::from_ne_bytes(buf) == epoch && fds.len() == 1 {
-            return Ok(Bell::from_fd(fds.pop().expect("one")));
-        }
-    }
+    own.map.epoch_word().store(id, Ordering::Release);
+    id
 }
 
 /// What a handshake holds while it runs: given back if it does not finish.
@@ -158,8 +129,9 @@ struct Held {
     first_contact: bool,
     own: Arc<Dmb>,
     own_reused: bool,
-    ready: Readiness,
-    peer: Option<(Arc<Dmb>, bool, Bell)>,
+    /// The id stamped into our DMB.
+    own_id: u64,
+    peer: Option<(Arc<Dmb>, bool)>,
 }
 
 impl Held {
@@ -186,11 +158,11 @@ fn established(
         lgr,
         own,
         own_reused,
-        ready,
+        own_id,
         peer,
         ..
     } = held;
-    let (peer, peer_cached, bell) = peer.expect("attached before the end");
+    let (peer, peer_cached) = peer.expect("attached before the end");
     let info = SmcdInfo {
         lgr_id: lgr.id,
         local_gid: lgr.local_gid,
@@ -246,7 +218,7 @@ fn established(
         // With DMB no-copy the send buffer is the peer's ring.
         sndbuf: peer.map.ring_len() as u64,
     });
-    let link = SmcdLink::new(own, peer, ready, bell);
+    let link = SmcdLink::new(own, peer, own_id);
     let params = ConnParams {
         spin: settings.spin,
     };
@@ -506,21 +478,13 @@ impl ClientRun {
                 return Err(ReasonCode::MEM);
             }
         };
-        let ready = match Readiness::new() {
-            Ok(r) => r,
-            Err(err) => {
-                tracing::debug!("no readiness pair: {err}");
-                lgr.put_dmb(dev, own, true, false);
-                e.lgrs.release(&lgr);
-                return Err(ReasonCode::MEM);
-            }
-        };
+        let own_id = stamp(&own);
         let mut held = Held {
             lgr: Arc::clone(&lgr),
             first_contact: acc.first_contact,
             own,
             own_reused,
-            ready,
+            own_id,
             peer: None,
         };
         let reason = (|| {
@@ -532,15 +496,7 @@ impl ClientRun {
                 lgr.detach(acc.token);
                 return Err(ReasonCode::CNFERR);
             }
-            let bell = fetch_bell(&peer).map_err(|err| {
-                tracing::debug!("no bell from the server: {err}");
-                ReasonCode::INTERR
-            })?;
-            send_bell(&held.own, &held.ready).map_err(|err| {
-                tracing::debug!("could not send our bell: {err}");
-                ReasonCode::INTERR
-            })?;
-            held.peer = Some((peer, cached, bell));
+            held.peer = Some((peer, cached));
             Ok(())
         })();
         match reason {
@@ -795,28 +751,15 @@ impl ServerRun {
                 return Err(ReasonCode::MEM);
             }
         };
-        let ready = match Readiness::new() {
-            Ok(r) => r,
-            Err(err) => {
-                tracing::debug!("no readiness pair: {err}");
-                lgr.put_dmb(dev, own, true, false);
-                fail(&lgr);
-                return Err(ReasonCode::MEM);
-            }
-        };
+        let own_id = stamp(&own);
         let held = Held {
             lgr: Arc::clone(&lgr),
             first_contact,
             own,
             own_reused,
-            ready,
+            own_id,
             peer: None,
         };
-        if let Err(err) = send_bell(&held.own, &held.ready) {
-            tracing::debug!("could not send our bell: {err}");
-            held.give_back(e, dev);
-            return Err(ReasonCode::INTERR);
-        }
         let buf = LocalBuffer {
             token: held.own.token,
             len: held.own.map.dmb_len(),
@@ -842,16 +785,8 @@ impl ServerRun {
             held.lgr.detach(ci.token);
             return false;
         }
-        match fetch_bell(&peer) {
-            Ok(bell) => {
-                held.peer = Some((peer, cached, bell));
-                true
-            }
-            Err(err) => {
-                tracing::debug!("no bell from the client: {err}");
-                false
-            }
-        }
+        held.peer = Some((peer, cached));
+        true
     }
 
     fn finish(&mut self, done: Done) -> io::Result<Outcome> {

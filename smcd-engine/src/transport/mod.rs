@@ -4,10 +4,20 @@
 //! first implementation ([`smcd::SmcdLink`]); SMC-R (RDMA WRITE plus a CDC SEND whose completion
 //! comes later) is the second the trait is shaped for.
 //!
+//! # Waiting
+//!
+//! A thread that blocks in a call sleeps on the link itself ([`Transport::sleep`]; SMC-D: a
+//! futex on the waiting word in the shared metadata page), after announcing that it waits
+//! ([`Transport::arm`] with [`Waiter::Thread`]) and looking once more; whoever then changes
+//! what it waits for takes the announcement and wakes it. No descriptor is needed for that,
+//! so a connection that only blocking calls use makes none.
+//!
 //! # Readiness
 //!
-//! Every connection has a [`Readiness`]: a Unix socket pair whose end `A` is the descriptor an
-//! event loop waits on, and whose end `B` is the bell that moves `A` between states:
+//! For event loops a connection has a [`Readiness`], made when the application first asks for
+//! the descriptor ([`Transport::make_readiness`]): a Unix socket pair whose end `A` is the
+//! descriptor an event loop waits on, and whose end `B` is the bell that moves `A` between
+//! states:
 //!
 //! | `A` is | because |
 //! |---|---|
@@ -15,9 +25,9 @@
 //! | not writable | a filler written into `A` is waiting in `B` (a writer found no space); reading it out of `B` (ringing the writer) makes `A` writable again |
 //! | hung up | `B` was shut down both ways: the connection ended or was aborted |
 //!
-//! A waiter that is about to wait for a direction first clears that readiness, then
-//! announces that it waits ([`Transport::arm`]), then checks its condition again; whoever then
-//! changes the condition takes the announcement and rings the bell once. That is the kernel's
+//! A non-blocking call that finds nothing to do first clears that readiness, then announces
+//! the wait ([`Waiter::Event`]), then checks its condition again; whoever then changes the
+//! condition takes the announcement and rings the bell once. That is the kernel's
 //! `sk_data_ready` / `sk_write_space`, for descriptors that `poll`, `epoll` (level or edge
 //! triggered) and tokio's `AsyncFd` understand, with a system call only on the transitions.
 
@@ -28,11 +38,22 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::{RecvFlags, SendFlags, Shutdown};
 use smc_core::conn::{HostCdc, RemoteWrite};
 use std::io;
+use std::time::Duration;
+
+/// Who waits for a direction of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiter {
+    /// An event loop, on the readiness descriptor: ring its bell.
+    Event,
+    /// A thread in [`Transport::sleep`]: wake it.
+    Thread,
+}
 
 /// An established link endpoint for one connection.
 ///
 /// All methods take `&self`: the connection calls the data-path ones under its own lock, and
-/// [`Transport::arm`] / [`Transport::readiness`] from waiting threads without it.
+/// [`Transport::arm`] / [`Transport::sleep`] / [`Transport::readiness`] from waiting threads
+/// without it.
 pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// Copies application bytes into the transmit buffer at `offset` (wrapping at its end):
     /// for SMC-D "DMB no-copy" the peer's ring, for a staged transport the local send buffer.
@@ -60,12 +81,19 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn events_pending(&self) -> bool {
         true
     }
-    /// Announces that a local waiter waits for `dir`: the next change rings the bell.
-    fn arm(&self, dir: Dir);
-    /// After a local change: rings the local waiter for `dir` if it announced waiting.
+    /// Announces that `who` waits for `dir`: the next change wakes it.
+    fn arm(&self, dir: Dir, who: Waiter);
+    /// After [`Transport::arm`] with [`Waiter::Thread`] and a second look: sleeps until woken,
+    /// a signal, or `timeout` (then `Ok(false)`). Returns at once if the announcement was
+    /// taken meanwhile.
+    fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool>;
+    /// After a local change: wakes the local waiters for `dir` if they announced waiting.
     fn wake_local(&self, dir: Dir);
-    /// The connection's readiness.
-    fn readiness(&self) -> &Readiness;
+    /// The connection's readiness, if the application asked for it.
+    fn readiness(&self) -> Option<&Readiness>;
+    /// The connection's readiness, made now if it does not exist yet (then `true`: the caller
+    /// makes it show the connection's state). The peer can ring it from then on.
+    fn make_readiness(&self) -> io::Result<(&Readiness, bool)>;
 }
 
 /// The far end of a readiness pair: ringing it changes what the near end reports.

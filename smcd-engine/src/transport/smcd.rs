@@ -9,16 +9,48 @@
 //! a store the peer's waiting word for what changed is checked and, if it announced waiting,
 //! its bell is rung: one system call on the peer's idle-to-busy transition, none otherwise.
 //!
+//! A waiter announces itself in one of two ways (bits of the waiting word): a sleeping thread
+//! is woken with a futex wake on the word, an event loop by ringing the bell of the
+//! connection's readiness pair. The pair exists only once the application asked for the
+//! descriptor; its bell reaches the peer lazily:
+//!
+//! - at set-up the owner of each DMB writes the connection's id into the DMB's engine word (the
+//!   CDC's reserved bytes 24..32), before the CLC message that names the DMB; the peer reads
+//!   it after attaching. No system call.
+//! - when the readiness is made, the owner sends the bell through the DMB's channel tagged
+//!   with the id, then sets [`BELL_SENT`] in the engine word, then announces the event loop.
+//! - the peer, the first time it must ring the bell (it took an announcement with the bell
+//!   bit, or it is done writing and the word says a bell was sent), receives it from the
+//!   channel by the id, dropping older ones.
+//!
 //! Everything read from the local DMB is the peer's to write: the words go to the connection
 //! core as a [`HostCdc`] and are validated there.
 
-use super::{Bell, Readiness, Transport};
-use crate::device::{Dir, Dmb};
+use super::{Bell, Readiness, Transport, Waiter};
+use crate::device::{Dir, Dmb, WAIT_BELL, WAIT_FUTEX};
+use crate::ipc::channel::{recv_record, send_record};
+use rustix::fd::AsFd;
+use rustix::net::RecvFlags;
 use smc_core::conn::{HostCdc, RemoteWrite};
 use smc_proto::cdc::{ConnStateFlags, ProducerFlags, SmcdCursorWord};
 use std::io;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Engine-word bit: the owner sent the bell of this connection's readiness through the DMB's
+/// channel.
+pub const BELL_SENT: u64 = 1 << 63;
+
+/// A fresh connection id for a DMB's engine word.
+pub fn new_conn_id() -> u64 {
+    loop {
+        let id = crate::sys::unique_u64() & !BELL_SENT;
+        if id != 0 {
+            return id;
+        }
+    }
+}
 
 /// The flag bytes of a consumer word (whatever the host's byte order).
 const FLAG_BYTES: u64 = SmcdCursorWord::encode(
@@ -32,32 +64,76 @@ const FLAG_BYTES: u64 = SmcdCursorWord::encode(
 pub struct SmcdLink {
     own: Arc<Dmb>,
     peer: Arc<Dmb>,
-    ready: Readiness,
-    peer_bell: Bell,
+    /// The id in our DMB's engine word, and the one the peer wrote into its DMB.
+    own_id: u64,
+    peer_id: u64,
+    ready: OnceLock<Readiness>,
+    peer_bell: OnceLock<Bell>,
     /// The words of our DMB last handed to the connection.
     seen_prod: AtomicU64,
     seen_cons: AtomicU64,
     /// The words last stored into the peer's DMB.
     out_prod: AtomicU64,
     out_cons: AtomicU64,
-    /// The peer's readiness already shows that we are done writing.
-    told_done: std::sync::atomic::AtomicBool,
+    /// We are done writing and have told the peer's readiness (if it has one).
+    told_done: AtomicBool,
 }
 
 impl SmcdLink {
-    /// A link over `own` (reset for this connection) and the peer's `peer`, with this
-    /// connection's readiness and the peer's bell.
-    pub fn new(own: Arc<Dmb>, peer: Arc<Dmb>, ready: Readiness, peer_bell: Bell) -> Self {
+    /// A link over `own` (reset for this connection, with `own_id` in its engine word) and
+    /// the peer's `peer` (its engine word read after attaching).
+    pub fn new(own: Arc<Dmb>, peer: Arc<Dmb>, own_id: u64) -> Self {
+        let peer_id = peer.map.epoch_word().load(Ordering::Acquire) & !BELL_SENT;
         Self {
             own,
             peer,
-            ready,
-            peer_bell,
+            own_id,
+            peer_id,
+            ready: OnceLock::new(),
+            peer_bell: OnceLock::new(),
             seen_prod: AtomicU64::new(0),
             seen_cons: AtomicU64::new(0),
             out_prod: AtomicU64::new(0),
             out_cons: AtomicU64::new(0),
-            told_done: std::sync::atomic::AtomicBool::new(false),
+            told_done: AtomicBool::new(false),
+        }
+    }
+
+    /// The peer's bell, received from its DMB's channel the first time it is needed (see the
+    /// module docs); `None` while the peer has sent none (then nobody waits on its readiness).
+    fn peer_bell(&self) -> Option<&Bell> {
+        if let Some(b) = self.peer_bell.get() {
+            return Some(b);
+        }
+        if self.peer.map.epoch_word().load(Ordering::Acquire) != self.peer_id | BELL_SENT {
+            return None;
+        }
+        let mut buf = [0u8; 8];
+        loop {
+            match recv_record(self.peer.chan.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
+                Ok((8, mut fds)) if u64::from_ne_bytes(buf) == self.peer_id && fds.len() == 1 => {
+                    let bell = Bell::from_fd(fds.pop().expect("one"));
+                    return Some(self.peer_bell.get_or_init(|| bell));
+                }
+                // A bell of an earlier connection over this DMB that nobody rang.
+                Ok((n, _)) if n > 0 => {}
+                // Closed, empty or failing: the peer broke its promise; its waiters stay
+                // asleep, ours are unaffected.
+                _ => return None,
+            }
+        }
+    }
+
+    /// Wakes the peer's waiters for `dir` in the ways `how` says.
+    #[inline]
+    fn wake_peer(&self, dir: Dir, how: u32) {
+        if how & WAIT_FUTEX != 0 {
+            self.peer.wake_sleepers(dir);
+        }
+        if how & WAIT_BELL != 0
+            && let Some(b) = self.peer_bell()
+        {
+            b.ring(dir);
         }
     }
 
@@ -80,9 +156,8 @@ impl SmcdLink {
     /// Wakes the peer if it announced waiting for `dir` (after a publication; tests that play
     /// a hostile peer use it after scribbling).
     pub fn ring_peer(&self, dir: Dir) {
-        if self.peer.take_waiter(dir) {
-            self.peer_bell.ring(dir);
-        }
+        let how = self.peer.take_waiter(dir);
+        self.wake_peer(dir, how);
     }
 }
 
@@ -108,8 +183,9 @@ impl Transport for SmcdLink {
                 self.out_prod.store(pw, Ordering::Relaxed);
                 // Release: the bytes copied into the ring become visible with the cursor.
                 self.peer.map.prod_word().store(pw, Ordering::Release);
-                if self.peer.take_waiters(true, false).0 {
-                    self.peer_bell.ring(Dir::Rx);
+                let how = self.peer.take_waiters(true, false).0;
+                if how != 0 {
+                    self.wake_peer(Dir::Rx, how);
                 }
             }
             return Ok(());
@@ -137,17 +213,21 @@ impl Transport for SmcdLink {
         let (rx, tx) = self
             .peer
             .take_waiters(pw != old_pw || flags_changed, cons_moved || flags_changed);
-        if rx {
-            self.peer_bell.ring(Dir::Rx);
+        if rx != 0 {
+            self.wake_peer(Dir::Rx, rx);
         }
-        if tx {
-            self.peer_bell.ring(Dir::Tx);
+        if tx != 0 {
+            self.wake_peer(Dir::Tx, tx);
         }
-        if flags_changed && !cdc.cflags.is_empty() && !self.told_done.swap(true, Ordering::Relaxed)
-        {
+        if flags_changed && !cdc.cflags.is_empty() && !self.told_done.load(Ordering::Relaxed) {
             // We are done writing (done-writing, close or abort): the peer's descriptor shows
-            // the end of stream at once, as a FIN would, even if nobody there calls in.
-            self.peer_bell.shut_write();
+            // the end of stream at once, as a FIN would, even if nobody there calls in. The
+            // engine word is read after the flags were stored and the fence of take_waiters:
+            // a peer that makes its readiness later sees the flags itself.
+            if let Some(b) = self.peer_bell() {
+                self.told_done.store(true, Ordering::Relaxed);
+                b.shut_write();
+            }
         }
         Ok(())
     }
@@ -191,20 +271,65 @@ impl Transport for SmcdLink {
         self.cdc_pending()
     }
 
-    fn arm(&self, dir: Dir) {
-        self.own.arm(dir);
+    fn arm(&self, dir: Dir, who: Waiter) {
+        self.own.arm(
+            dir,
+            match who {
+                Waiter::Event => WAIT_BELL,
+                Waiter::Thread => WAIT_FUTEX,
+            },
+        );
+    }
+
+    fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool> {
+        let ts = timeout.map(|t| rustix::time::Timespec {
+            tv_sec: t.as_secs() as i64,
+            tv_nsec: i64::from(t.subsec_nanos()),
+        });
+        self.own.sleep(dir, ts.as_ref())
     }
 
     fn wake_local(&self, dir: Dir) {
         // Called under the connection's lock after a change of its state; a waiter announces
         // itself before it takes the lock to look, so the lock orders the two and no fence is
         // needed here (unlike a publication into shared memory, `ring_peer`).
-        if self.own.is_armed(dir) && self.own.take_waiter_local(dir) {
-            self.ready.bell().ring(dir);
+        if !self.own.is_armed(dir) {
+            return;
+        }
+        let how = self.own.take_waiter_local(dir);
+        if how & WAIT_FUTEX != 0 {
+            self.own.wake_sleepers(dir);
+        }
+        if how & WAIT_BELL != 0
+            && let Some(r) = self.ready.get()
+        {
+            r.bell().ring(dir);
         }
     }
 
-    fn readiness(&self) -> &Readiness {
-        &self.ready
+    fn readiness(&self) -> Option<&Readiness> {
+        self.ready.get()
+    }
+
+    fn make_readiness(&self) -> io::Result<(&Readiness, bool)> {
+        if let Some(r) = self.ready.get() {
+            return Ok((r, false));
+        }
+        let r = Readiness::new()?;
+        send_record(
+            self.own.chan.as_fd(),
+            &self.own_id.to_ne_bytes(),
+            &[r.far_end()],
+        )?;
+        // After the bell is in the channel, before anyone announces an event loop: a peer that
+        // takes the announcement finds the bell. SeqCst: the caller then looks at the peer's
+        // flags (the other half of the pair in send_cdc).
+        self.own
+            .map
+            .epoch_word()
+            .store(self.own_id | BELL_SENT, Ordering::SeqCst);
+        // The connection's lock serialises callers: this is the only set.
+        let r = self.ready.get_or_init(|| r);
+        Ok((r, true))
     }
 }

@@ -153,7 +153,7 @@ impl<T: Transport> SmcConn<T> {
     /// closed or aborted.
     #[cold]
     fn show_end(&self, st: &mut State) {
-        let ready = self.link.readiness();
+        let ready = self.link.readiness().filter(|_| !st.released);
         let cm = st.core.close_machine();
         let over = st.core.is_aborted()
             || st.core.state() == SmcState::Closed
@@ -161,13 +161,13 @@ impl<T: Transport> SmcConn<T> {
         if over && !st.shown_end {
             st.shown_end = true;
             self.over.store(true, Ordering::Release);
-            if !st.released {
-                ready.hang_up();
+            if let Some(r) = ready {
+                r.hang_up();
             }
         } else if !st.shown_eof && st.core.close_machine().rcv_shutdown() {
             st.shown_eof = true;
-            if !st.released {
-                ready.peer_done();
+            if let Some(r) = ready {
+                r.peer_done();
             }
         }
         let cm = st.core.close_machine();

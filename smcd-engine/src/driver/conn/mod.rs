@@ -8,9 +8,10 @@
 //!
 //! One mutex holds the core, as the kernel's socket lock does: reads and writes copy under it
 //! (so two readers or two writers never interleave within a chunk), and nothing sleeps under
-//! it. A call that must wait releases it, waits on the readiness descriptor and its TCP
-//! connection, and takes it again, so `shutdown`/`close` from another thread, or the other
-//! direction, never wait behind a sleeper.
+//! it. A call that must wait releases it, sleeps on the link ([`Transport::sleep`]), and takes
+//! it again, so `shutdown`/`close` from another thread, or the other direction, never wait
+//! behind a sleeper. A sleep longer than [`UNWATCHED_LOOK`] hands the TCP connection to the
+//! process's liveness watcher, so a vanished peer ends it.
 //!
 //! # Untrusted peer
 //!
@@ -26,7 +27,7 @@ mod tx;
 use super::watcher::{WatchGuard, Watched, Watcher};
 use crate::device::Dir;
 use crate::layout::status::ConnSlot;
-use crate::transport::Transport;
+use crate::transport::{Transport, Waiter};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd};
 use smc_core::close::{AbortKind, SmcState};
@@ -41,6 +42,10 @@ use std::time::{Duration, Instant};
 const SPURIOUS_RUN: u32 = 32;
 /// How long a wait pauses per wake-up beyond that run.
 const SPURIOUS_PAUSE: Duration = Duration::from_millis(1);
+/// How long a sleeper sleeps before it looks at its TCP connection and has the liveness
+/// watcher watch it: short waits (a request and its answer) cost no registration, and a
+/// vanished peer ends a wait within this much of the watcher's own delay.
+const UNWATCHED_LOOK: Duration = Duration::from_millis(10);
 
 /// What the driver adds to the core's configuration.
 #[derive(Debug, Clone, Copy)]
@@ -138,8 +143,7 @@ enum Woken {
 
 impl<T: Transport> SmcConn<T> {
     /// Wraps a finished handshake. Anything the peer sent before this is seen at the first
-    /// call; the readiness already announces the reader, so an event loop that waits before it
-    /// reads is woken by the first byte.
+    /// call. No readiness exists yet ([`SmcConn::readiness_fd`] makes it).
     pub fn new(
         clcsock: TcpStream,
         link: T,
@@ -172,10 +176,6 @@ impl<T: Transport> SmcConn<T> {
             slot,
         });
         let _ = conn.me.set(Arc::downgrade(&conn));
-        conn.link.arm(Dir::Rx);
-        if conn.link.cdc_pending() {
-            conn.link.wake_local(Dir::Rx);
-        }
         conn
     }
 
@@ -280,19 +280,73 @@ impl<T: Transport> SmcConn<T> {
 
     /// The descriptor `poll`/`epoll` wait on: readable when a read would not block (data, end
     /// of stream, an error), writable when a write would not block, hung up when the
-    /// connection is over. From the first call on, the connection's TCP connection is watched
-    /// so that its end shows here even while nobody calls into the connection.
+    /// connection is over. Made at the first call, showing the connection's state and with
+    /// both directions announced, so an event loop that waits at once is woken by the first
+    /// change. From then on the connection's TCP connection is watched so that its end shows
+    /// here even while nobody calls into the connection.
     pub fn readiness_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        self.watch_tcp()?;
+        if let Some(r) = self.link.readiness() {
+            return Ok(r.fd());
+        }
+        let mut st = self.lock();
+        let (r, new) = self.link.make_readiness()?;
+        if new {
+            self.show_state(&mut st, r);
+        }
+        Ok(r.fd())
+    }
+
+    /// A new readiness shows what the connection's state is now; both directions are
+    /// announced first, so what changes after the look rings it.
+    #[cold]
+    fn show_state(&self, st: &mut State, r: &crate::transport::Readiness) {
+        self.link.arm(Dir::Rx, Waiter::Event);
+        self.link.arm(Dir::Tx, Waiter::Event);
+        // After the bell was published (make_readiness): the peer's flags from before it are
+        // seen here, the later ones make the peer ring or shut the bell itself.
+        let _ = self.observe(st);
+        if st.released {
+            return;
+        }
+        if st.shown_end {
+            r.hang_up();
+            return;
+        }
+        if st.shown_eof {
+            r.peer_done();
+        }
+        if st.core.read_is_shut() {
+            r.shut_read();
+        }
+        if !matches!(st.core.recv_ready(), Ok(smc_core::conn::RecvReady::Empty)) {
+            r.bell().ring(Dir::Rx);
+        }
+        if st.core.write_is_shut() {
+            r.shut_write();
+        } else if st.core.send_check().is_ok() && st.core.send_space() == 0 {
+            r.clear_writable();
+            // Space freed by an observe between our look and the filler rings the writer:
+            // look again now that the filler is in.
+            let _ = self.observe(st);
+            if st.core.send_space() > 0 {
+                r.bell().ring(Dir::Tx);
+            }
+        }
+    }
+
+    /// Starts watching the TCP connection (once): its end then ends the connection even while
+    /// nobody calls in.
+    fn watch_tcp(&self) -> io::Result<()> {
         if self.watch.get().is_none() {
             let me: Weak<dyn Watched> = self.me.get().expect("set at creation").clone();
             let guard = Watcher::get().watch(self.clcsock.as_fd(), me)?;
-            let _ = self.watch.set(guard);
-            // It may have ended before it was watched.
-            if self.clcsock_dead() {
+            if self.watch.set(guard).is_ok() && self.clcsock_dead() {
+                // It may have ended before it was watched.
                 self.tcp_gone();
             }
         }
-        Ok(self.link.readiness().fd())
+        Ok(())
     }
 
     /// Whether the liveness watcher watches this connection (then non-blocking calls need not
@@ -310,13 +364,17 @@ impl<T: Transport> SmcConn<T> {
         if matches!(how, Shutdown::Read | Shutdown::Both) {
             let eff = st.core.shutdown_read();
             self.apply(&mut st, eff);
-            self.link.readiness().shut_read();
+            if let Some(r) = self.link.readiness() {
+                r.shut_read();
+            }
         }
         match how {
             Shutdown::Write => {
                 let eff = st.core.shutdown_write();
                 self.apply(&mut st, eff);
-                self.link.readiness().shut_write();
+                if let Some(r) = self.link.readiness() {
+                    r.shut_write();
+                }
             }
             Shutdown::Both => {
                 let eff = st.core.close(crate::sys::core_now());
@@ -369,8 +427,9 @@ impl<T: Transport> SmcConn<T> {
     }
 
     /// Blocking wait for `dir` until something changes or `deadline`: spin for the configured
-    /// budget, then clear the readiness for `dir`, announce the wait, check again, and sleep
-    /// in `poll` on the readiness descriptor and the TCP connection. No lock is held.
+    /// budget, then announce the wait, check again, and sleep on the link until the peer or
+    /// another thread of ours changes something, or the TCP connection ends (looked at after
+    /// [`UNWATCHED_LOOK`], then seen by the watcher). No lock is held.
     fn wait(&self, dir: Dir, deadline: Option<Instant>) -> Woken {
         if !self.params.spin.is_zero() {
             // The first round looks before reading the clock: in a ping-pong the answer is
@@ -389,58 +448,54 @@ impl<T: Transport> SmcConn<T> {
                 }
             }
         }
-        let ready = self.link.readiness();
         let mut run = 0u32;
         loop {
-            match dir {
-                Dir::Rx => ready.clear_readable(),
-                Dir::Tx => ready.clear_writable(),
-            }
-            self.link.arm(dir);
+            self.link.arm(dir, Waiter::Thread);
             // Look again after announcing: at the words (a CDC nobody took yet) and at the
             // core (another thread of ours may have taken the CDC that brought what we wait
             // for, and found us not yet announced).
-            if self.link.cdc_pending() || self.local_change(dir) {
-                self.link.wake_local(dir);
+            if self.link.cdc_pending()
+                || self.over.load(Ordering::Acquire)
+                || self.local_change(dir)
+            {
                 return Woken::Again;
             }
-            let timeout = match deadline {
+            let mut timeout = match deadline {
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         return Woken::TimedOut;
                     }
-                    Some(rustix::time::Timespec {
-                        tv_sec: left.as_secs() as i64,
-                        tv_nsec: i64::from(left.subsec_nanos()),
-                    })
+                    Some(left)
                 }
                 None => None,
             };
-            let ev = match dir {
-                Dir::Rx => PollFlags::IN,
-                Dir::Tx => PollFlags::OUT,
-            };
-            let mut fds = [
-                PollFd::from_borrowed_fd(ready.fd(), ev),
-                PollFd::new(&self.clcsock, PollFlags::IN | PollFlags::RDHUP),
-            ];
-            match rustix::event::poll(&mut fds, timeout.as_ref()) {
-                Ok(0) => return Woken::TimedOut,
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => return Woken::Again,
-                Err(_) => return Woken::Again,
+            let watched = self.watched();
+            if !watched {
+                timeout = Some(timeout.map_or(UNWATCHED_LOOK, |t| t.min(UNWATCHED_LOOK)));
             }
-            if !fds[1].revents().is_empty() {
-                self.tcp_gone();
-                return Woken::Again;
+            match self.link.sleep(dir, timeout) {
+                Ok(true) => {}
+                Ok(false) if watched || deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Woken::TimedOut;
+                }
+                Ok(false) => {
+                    // A long sleep: is the peer still there? From now on the watcher looks
+                    // (it could not take the connection: we look every so often).
+                    if self.clcsock_dead() {
+                        self.tcp_gone();
+                        return Woken::Again;
+                    }
+                    let _ = self.watch_tcp();
+                    continue;
+                }
+                Err(_) => return Woken::Again,
             }
             if self.link.cdc_pending() || self.over.load(Ordering::Acquire) {
                 return Woken::Again;
             }
             // Woken, and nothing changed here: the local side changed (another thread's
-            // shutdown, which makes the readiness permanent and is seen by the caller), or the
-            // peer rang for nothing. A run of those is paced.
+            // shutdown), or the peer woke us for nothing. A run of those is paced.
             self.spurious.fetch_add(1, Ordering::Relaxed);
             run += 1;
             if run > SPURIOUS_RUN {

@@ -3,7 +3,7 @@
 
 use super::{SmcConn, Woken, aborted_error};
 use crate::device::Dir;
-use crate::transport::Transport;
+use crate::transport::{Transport, Waiter};
 use smc_core::conn::{OobError, RecvReady};
 use std::io;
 use std::sync::atomic::Ordering;
@@ -63,24 +63,26 @@ impl<T: Transport> SmcConn<T> {
         Ok(Some(done))
     }
 
-    /// A non-blocking call found nothing to do: clear the readiness for `dir`, announce the
-    /// wait, and look once more. If something arrived meanwhile the readiness is set again so
-    /// that it never says "nothing" while there is something; if the TCP connection ended
-    /// (and nothing watches it) the connection ends here.
+    /// A non-blocking call found nothing to do. If an event loop may wait on the readiness:
+    /// clear it for `dir`, announce the wait, and look once more; if something arrived
+    /// meanwhile the readiness is set again so that it never says "nothing" while there is
+    /// something. If the TCP connection ended (and nothing watches it) the connection ends
+    /// here.
     pub(super) fn would_block<R>(&self, dir: Dir) -> io::Result<R> {
-        let ready = self.link.readiness();
-        match dir {
-            Dir::Rx => ready.clear_readable(),
-            Dir::Tx => ready.clear_writable(),
+        if let Some(ready) = self.link.readiness() {
+            match dir {
+                Dir::Rx => ready.clear_readable(),
+                Dir::Tx => ready.clear_writable(),
+            }
+            self.link.arm(dir, Waiter::Event);
+            if self.link.cdc_pending() || self.local_change(dir) {
+                // The state moved between our look and the announcement: ring ourselves.
+                self.link.wake_local(dir);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
         }
-        self.link.arm(dir);
-        let changed = self.link.cdc_pending() || self.local_change(dir);
-        if changed {
-            // The state moved between our look and the announcement: ring ourselves.
-            self.link.wake_local(dir);
-        } else if !self.watched() && self.clcsock_dead() {
+        if !self.watched() && self.clcsock_dead() {
             self.tcp_gone();
-            self.link.wake_local(dir);
         }
         Err(io::ErrorKind::WouldBlock.into())
     }
