@@ -105,10 +105,6 @@ pub fn from_cursor_at(
         // Unmoved (the other word of a CDC whose one word changed): `last_c` was checked.
         return Ok(last);
     }
-    if c == last_c {
-        // Unmoved (the other word of a CDC whose one word changed): `last_c` was checked.
-        return Ok(last);
-    }
     let ring = ring_len as u64;
     if u64::from(c.count) >= ring {
         return Err(CursorError::CountOutOfRing {

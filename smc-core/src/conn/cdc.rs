@@ -55,13 +55,80 @@ impl Connection {
     /// CDC older than the last one is ignored, as the kernel does.
     #[inline]
     pub fn on_cdc(&mut self, c: &HostCdc) -> Result<Effects, Violation> {
-        let mut eff = Effects::default();
         if self.is_aborted() {
-            return Ok(eff);
+            return Ok(Effects::default());
         }
         if self.cfg.completions && self.rx_seq.is_some_and(|last| seqno_before(c.seqno, last)) {
-            return Ok(eff);
+            return Ok(Effects::default());
         }
+        if self.only_new_data(c) {
+            return self.on_new_data(c.prod);
+        }
+        self.on_cdc_slow(c)
+    }
+
+    /// The data path's CDC: only the producer cursor moved, no flag is or was set on either
+    /// side, nothing of ours waits to go out and no drain runs. Then all [`Connection::on_cdc`]
+    /// does is take the new bytes.
+    #[inline]
+    fn only_new_data(&self, c: &HostCdc) -> bool {
+        !self.cfg.completions
+            && c.cons == self.peer_consumed_cur
+            && c.pflags.is_empty()
+            && self.peer_pflags.is_empty()
+            && c.cflags == self.rx_cflags
+            && self.sent == self.cdc_sent
+            && !self.flags_dirty
+            && self.draining.is_none()
+    }
+
+    /// [`Connection::on_cdc`] for [`Connection::only_new_data`]; in debug builds checked
+    /// against the general path.
+    #[inline]
+    fn on_new_data(&mut self, prod: Cursor) -> Result<Effects, Violation> {
+        #[cfg(debug_assertions)]
+        let slow = {
+            let mut c = self.clone();
+            let cdc = HostCdc {
+                prod,
+                cons: self.peer_consumed_cur,
+                cflags: self.rx_cflags,
+                ..HostCdc::default()
+            };
+            let eff = c.on_cdc_slow(&cdc);
+            (c, eff)
+        };
+        let rx_ring = self.cfg.rx_ring;
+        let r = from_cursor_at(
+            prod,
+            rx_ring,
+            self.produced,
+            self.produced_cur,
+            self.consumed + rx_ring as u64,
+        )
+        .map_err(Violation::ProducerCursor)
+        .map(|produced| {
+            let mut eff = Effects::default();
+            if produced > self.produced {
+                self.produced = produced;
+                self.produced_cur = prod;
+                eff.add(Effects::WAKE_READER);
+            }
+            eff
+        });
+        #[cfg(debug_assertions)]
+        {
+            let (c, eff) = slow;
+            debug_assert!(
+                r == eff && (r.is_err() || *self == c),
+                "the fast path left another state than on_cdc()"
+            );
+        }
+        r
+    }
+
+    fn on_cdc_slow(&mut self, c: &HostCdc) -> Result<Effects, Violation> {
+        let mut eff = Effects::default();
         let rx_ring = self.cfg.rx_ring;
         let peer_consumed = from_cursor_at(
             c.cons,
