@@ -56,14 +56,12 @@ pub struct Server {
 impl Server {
     /// Binds the socket at `path` (replacing a stale socket file) and creates the epoll set.
     /// `wake` (if any) is a descriptor whose readability ends [`Server::run`].
+    ///
+    /// The socket is bound to a temporary name beside `path`, made connectable for everyone
+    /// and listening, and only then renamed to `path`: whoever sees the file can connect.
     pub fn bind(path: &Path, daemon: Daemon, wake: Option<&OwnedFd>) -> io::Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
-        }
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
         }
         let listen = rustix::net::socket_with(
             AddressFamily::UNIX,
@@ -71,10 +69,26 @@ impl Server {
             SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
             None,
         )?;
-        rustix::net::bind(&listen, &SocketAddrUnix::new(path)?)?;
-        // Everyone may connect; what they may do is checked per request (SO_PEERCRED).
-        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
-        rustix::net::listen(&listen, 1024)?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}.tmp", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let ready = (|| {
+            rustix::net::bind(&listen, &SocketAddrUnix::new(&tmp)?)?;
+            // Everyone may connect; what they may do is checked per request (SO_PEERCRED).
+            std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
+            rustix::net::listen(&listen, 1024)?;
+            // Replaces a stale socket file in one step.
+            std::fs::rename(&tmp, path)
+        })();
+        if let Err(e) = ready {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
             &epoll,
