@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{BINS, Peer, Rng, Smcd, listen, recv_pattern, send_pattern};
+use common::{BINS, Peer, Rng, Smcd, listen, recv_pattern, send_pattern, within};
 use rustix::event::{PollFd, PollFlags};
 use smcd_engine::settings::Settings;
 use smcd_engine::{Engine, SmcStream};
@@ -39,18 +39,6 @@ fn settings(wmem: u32, rmem: u32) -> Settings {
         rmem,
         ..Settings::default()
     }
-}
-
-/// Runs `f` on a thread and waits at most `within` for it: `None` means it hung.
-fn within<T: Send + 'static>(
-    within: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(within).ok()
 }
 
 /// Defect 1: with `rmem` larger than `wmem` the stream stopped after exactly `wmem` bytes

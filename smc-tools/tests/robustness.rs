@@ -176,3 +176,57 @@ fn listener_registers_again_after_smcd_restarts() {
     );
     drop(again);
 }
+
+/// Issue 10, item 4: a stopped smcd (SIGSTOP) does not hang connections. Requests to smcd
+/// had no receive timeout and the registration ran under the engine's lock, so every
+/// `connect` of a process waited forever. Now a request gives up after the channel's timeout
+/// and the connection falls back to TCP; an engine that was registered and one that was not
+/// both connect, several times, and move bytes.
+#[test]
+fn stopped_smcd_does_not_hang_connections() {
+    let smcd = Smcd::start(BINS);
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = listen(&se);
+    let port = l.local_addr().unwrap().port();
+    let c = SmcStream::connect_with(&ce, ("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert!(c.is_smc() && s.is_smc());
+    let pid = rustix::process::Pid::from_raw(smcd.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    let fresh = smcd.engine();
+    let client = std::thread::spawn(move || {
+        let mut modes = Vec::new();
+        for engine in [&ce, &fresh, &ce, &fresh, &ce] {
+            let c2 = SmcStream::connect_with(engine, ("127.0.0.1", port))?;
+            (&c2).write_all(b"ping")?;
+            let mut b = [0u8; 4];
+            (&c2).read_exact(&mut b)?;
+            assert_eq!(&b, b"pong");
+            modes.push(c2.mode());
+        }
+        Ok::<_, std::io::Error>(modes)
+    });
+    // The established SMC-D connection keeps working meanwhile (the data plane is peer to
+    // peer), and the server answers the new connections (over TCP).
+    (&c).write_all(b"still here").unwrap();
+    let mut b = [0u8; 10];
+    (&s).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"still here");
+    let server = std::thread::spawn(move || {
+        for _ in 0..5 {
+            let (s2, _) = l.accept()?;
+            let mut b = [0u8; 4];
+            (&s2).read_exact(&mut b)?;
+            (&s2).write_all(b"pong")?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let modes = common::within(Duration::from_secs(60), move || client.join().unwrap());
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let modes = modes.expect("connects hung behind a stopped smcd").unwrap();
+    server.join().unwrap().unwrap();
+    assert!(
+        modes.iter().all(|m| matches!(m, Mode::Tcp(_))),
+        "with smcd stopped nothing can be SMC-D: {modes:?}"
+    );
+}

@@ -694,6 +694,19 @@ pub fn dmb_resources(pid: u32) -> (usize, usize) {
     (fds, maps)
 }
 
+/// Runs `f` on a thread and waits at most `within` for it: `None` means it hung (the thread
+/// is left behind).
+pub fn within<T: Send + 'static>(
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(within).ok()
+}
+
 /// Polls `f` until it is true or `within` passes.
 pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;

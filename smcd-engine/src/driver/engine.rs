@@ -12,6 +12,7 @@ use crate::settings::Settings;
 use smc_core::handshake::LocalCaps;
 use smc_proto::clc::{Eid, Hostname};
 use std::collections::HashMap;
+use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -56,6 +57,10 @@ pub struct Attached {
 struct Slot {
     attached: Option<Attached>,
     last_try: Option<Instant>,
+    /// A thread is registering with smcd (the lock is not held meanwhile).
+    opening: bool,
+    /// A registration existed or was tried: callers no longer wait for one in progress.
+    tried: bool,
 }
 
 /// One engine instance.
@@ -63,6 +68,8 @@ struct Slot {
 pub struct Engine {
     socket: PathBuf,
     slot: Mutex<Slot>,
+    /// Signalled when a registration attempt ends.
+    opened: std::sync::Condvar,
     overrides: Option<Settings>,
     ueids: Option<Vec<Eid>>,
     /// This engine's link groups.
@@ -88,7 +95,10 @@ impl Engine {
             slot: Mutex::new(Slot {
                 attached: None,
                 last_try: None,
+                opening: false,
+                tried: false,
             }),
+            opened: std::sync::Condvar::new(),
             overrides: cfg.settings,
             ueids: cfg
                 .ueids
@@ -108,10 +118,24 @@ impl Engine {
 
     /// The registration with smcd, connecting if needed (at most once per second while it is
     /// missing). `None` means: no SMC-D device, fall back with NOSMCDEV.
+    ///
+    /// Registering is a round trip to smcd (bounded by the channel's request timeout) made
+    /// without the engine's lock. While one is in progress, the first connections of the
+    /// process wait for it (so a burst at start-up is all SMC); after that, when smcd went
+    /// away or never answered, connections do not wait: they fall back at once.
     pub fn attached(&self) -> Option<Attached> {
         let mut slot = lock(&self.slot);
-        if let Some(a) = &slot.attached {
-            return Some(a.clone());
+        loop {
+            if let Some(a) = &slot.attached {
+                return Some(a.clone());
+            }
+            if !slot.opening {
+                break;
+            }
+            if slot.tried {
+                return None;
+            }
+            slot = self.opened.wait(slot).unwrap_or_else(|e| e.into_inner());
         }
         if slot
             .last_try
@@ -120,15 +144,24 @@ impl Engine {
             return None;
         }
         slot.last_try = Some(Instant::now());
-        match SmcdSession::open(&self.socket) {
-            Ok(s) => {
-                let session = Arc::new(s);
-                let ism = crate::device::loopback::smcd_devices(&session)
-                    .into_iter()
-                    .next()?;
+        slot.opening = true;
+        drop(slot);
+        let got = SmcdSession::open(&self.socket).and_then(|s| {
+            let session = Arc::new(s);
+            let ism = crate::device::loopback::smcd_devices(&session)
+                .into_iter()
+                .next()
+                .ok_or_else(|| io::Error::other("smcd offers no loopback device"))?;
+            Ok(Attached { session, ism })
+        });
+        let mut slot = lock(&self.slot);
+        slot.opening = false;
+        slot.tried = true;
+        self.opened.notify_all();
+        match got {
+            Ok(a) => {
                 // Link groups made under an earlier registration carry another GID.
                 self.lgrs.kill_all();
-                let a = Attached { session, ism };
                 slot.attached = Some(a.clone());
                 Some(a)
             }

@@ -104,15 +104,23 @@ pub struct Channel {
 /// A reply: the message and the descriptors that came with it.
 pub type Reply = (LoopbackMessage, Vec<OwnedFd>);
 
+/// How long a request waits for smcd's answer (and for room to send it): smcd answers in
+/// microseconds, so one that does not within this is stopped or wedged, and the connection
+/// that asked falls back to TCP instead of waiting for it.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Channel {
-    /// Connects to the socket at `path`.
+    /// Connects to the socket at `path`. Requests on it give up after [`REQUEST_TIMEOUT`].
     pub fn connect(path: &Path) -> io::Result<Self> {
+        use rustix::net::sockopt::{Timeout, set_socket_timeout};
         let sock = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
             SocketFlags::CLOEXEC,
             None,
         )?;
+        set_socket_timeout(&sock, Timeout::Recv, Some(REQUEST_TIMEOUT))?;
+        set_socket_timeout(&sock, Timeout::Send, Some(REQUEST_TIMEOUT))?;
         rustix::net::connect(&sock, &SocketAddrUnix::new(path)?)?;
         Ok(Self {
             sock,
@@ -155,10 +163,21 @@ impl Channel {
         }
     }
 
-    /// Receives the next message (blocking): `(Ok(message) | Err(errno), fds, sequence)`.
+    /// Receives the next message (blocking, at most [`REQUEST_TIMEOUT`]):
+    /// `(Ok(message) | Err(errno), fds, sequence)`.
     #[allow(clippy::type_complexity)]
     pub fn receive(&mut self) -> io::Result<(io::Result<LoopbackMessage>, Vec<OwnedFd>, u32)> {
-        let (n, fds) = recv_record(self.sock.as_fd(), &mut self.buf, RecvFlags::empty())?;
+        let (n, fds) =
+            recv_record(self.sock.as_fd(), &mut self.buf, RecvFlags::empty()).map_err(|e| {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("smcd did not answer within {REQUEST_TIMEOUT:?}"),
+                    )
+                } else {
+                    e
+                }
+            })?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,

@@ -163,10 +163,19 @@ impl SmcdSession {
             }
         };
         let r = f(&mut ch);
-        // A channel that failed at the transport level is dropped, not reused.
+        // A channel that failed at the transport level or timed out (its answer may still
+        // come) is dropped, not reused.
         let healthy = match &r {
             Ok(_) => true,
-            Err(e) => e.raw_os_error().is_some() && e.kind() != io::ErrorKind::ConnectionAborted,
+            Err(e) => {
+                e.raw_os_error().is_some()
+                    && !matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionAborted
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::WouldBlock
+                    )
+            }
         };
         if healthy {
             let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
