@@ -56,6 +56,10 @@ fn every_smcd_buffer_pair_streams_both_ways() {
             // Both ways of finishing a write ran (the fast one is checked against the
             // general one on every call in debug builds).
             assert!(p.fast_sends > 0, "a={a} b={b}: the fast path never applied");
+            assert!(
+                p.whole_sends > 0,
+                "a={a} b={b}: the whole-send fast path never applied"
+            );
         }
     }
 }

@@ -390,6 +390,9 @@ struct Draining {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Connection {
     cfg: Config,
+    /// The configuration allows the producer-only fast path (SMC-D: no-copy, no completions,
+    /// no consumer piggyback), decided once.
+    fast_cfg: bool,
     // Receive side.
     produced: u64,
     consumed: u64,
@@ -450,6 +453,9 @@ impl Connection {
     pub fn new(cfg: Config) -> Self {
         Self {
             cfg,
+            fast_cfg: !cfg.completions
+                && !cfg.piggyback_consumer
+                && cfg.tx_buffer == TxBuffer::NoCopy,
             produced: 0,
             consumed: 0,
             confirmed: 0,

@@ -135,27 +135,55 @@ impl Connection {
     /// [`Connection::sent`].
     #[inline]
     pub fn sent_fast(&mut self, n: usize, f: SendFlags) -> bool {
-        let space = self.cfg.tx_ring as u64 - (self.sent - self.peer_consumed);
-        if !f.last
-            || f.more
-            || f.oob
-            || self.cork
-            || self.cfg.completions
-            || self.cfg.piggyback_consumer
-            || self.cfg.tx_buffer != TxBuffer::NoCopy
-            || self.flags_dirty
-            || self.write_blocked
-            || self.prepared != self.sent
-            || n as u64 >= space
-            || self.tx_urg != TxUrgent::default()
-            || self.draining.is_some()
-            || self.is_aborted()
-        {
+        if !f.last || f.more || f.oob || !self.fast_state(n) {
             return false;
         }
+        self.commit_fast(n);
+        true
+    }
+
+    /// The whole of a plain send of `len` bytes (no `MSG_MORE`, no `MSG_OOB`) in one step,
+    /// when it fits and nothing stands in the way ([`Connection::sent_fast`]'s conditions, the
+    /// send checks, no autosplit or `tx_chunk` cut): where to copy it. After copying, call
+    /// [`Connection::commit_fast`] and publish [`Connection::cdc_out`] as a producer-only CDC.
+    /// `None`: take the general path ([`Connection::send_plan`], [`Connection::sent`]).
+    #[inline]
+    pub fn send_fast(&self, len: usize) -> Option<usize> {
+        let fits = len > 0
+            && (self.cfg.autosplit_size == 0 || len < self.cfg.autosplit_size)
+            && (self.cfg.tx_chunk == 0 || len <= self.cfg.tx_chunk);
+        (fits && !self.write_shut && self.close.can_send() && self.fast_state(len))
+            .then_some(self.prep_off)
+    }
+
+    /// Whether the fast path may take `n` more bytes now (see [`Connection::sent_fast`]).
+    #[inline]
+    fn fast_state(&self, n: usize) -> bool {
+        let space = self.cfg.tx_ring as u64 - (self.sent - self.peer_consumed);
+        self.fast_cfg
+            && !self.cork
+            && !self.flags_dirty
+            && !self.write_blocked
+            && self.prepared == self.sent
+            && (n as u64) < space
+            && self.tx_urg == TxUrgent::default()
+            && self.draining.is_none()
+            && !self.is_aborted()
+    }
+
+    /// The driver copied `n` bytes where [`Connection::send_fast`] said (or
+    /// [`Connection::sent_fast`] accepted them): they go out with a producer-only CDC. In
+    /// debug builds the state is checked against what [`Connection::sent`] leaves.
+    #[inline]
+    pub fn commit_fast(&mut self, n: usize) {
+        debug_assert!(self.fast_state(n));
         #[cfg(debug_assertions)]
         let slow = {
             let mut c = self.clone();
+            let f = SendFlags {
+                last: true,
+                ..SendFlags::default()
+            };
             let eff = c.sent(n, f);
             (c, eff)
         };
@@ -184,7 +212,12 @@ impl Connection {
             debug_assert!(*self == c, "the fast path left another state than sent()");
             debug_assert!(eff.cdc() && !eff.cdc_cons_changed() && !eff.writes());
         }
-        true
+    }
+
+    /// Where the data path's sent position is (what smcss shows as the producer cursor).
+    #[inline]
+    pub fn sent_position(&self) -> u64 {
+        self.sent
     }
 
     /// `smc_tx_should_cork`.

@@ -31,6 +31,26 @@ impl<T: Transport> SmcConn<T> {
         loop {
             let mut st = self.lock();
             self.observe(&mut st)?;
+            if written == 0
+                && !more
+                && !oob
+                && let Some(offset) = st.core.send_fast(buf.len())
+            {
+                // The whole send fits and nothing stands in the way: one copy, one word.
+                self.link.write_tx(offset, buf);
+                st.core.commit_fast(buf.len());
+                let r = self.link.send_cdc(st.core.cdc_out(), false);
+                if let Err(e) = r {
+                    let err = io::Error::new(e.kind(), e.to_string());
+                    self.link_failed(&mut st, "CDC send", e);
+                    drop(st);
+                    return self.finish_write(buf.len(), 0, Err(err));
+                }
+                self.slot
+                    .set_cursor(crate::layout::status::Curs::TxProd, st.core.sent_position());
+                drop(st);
+                return self.finish_write(buf.len(), buf.len(), Ok(()));
+            }
             if let Err(e) = st.core.send_check() {
                 drop(st);
                 return self.finish_write(buf.len(), written, Err(send_error(e)));
@@ -60,10 +80,8 @@ impl<T: Transport> SmcConn<T> {
                         drop(st);
                         return self.finish_write(buf.len(), written, Err(err));
                     }
-                    self.slot.set_cursor(
-                        crate::layout::status::Curs::TxProd,
-                        st.core.positions().sent,
-                    );
+                    self.slot
+                        .set_cursor(crate::layout::status::Curs::TxProd, st.core.sent_position());
                     continue;
                 }
                 let eff = st.core.sent(plan.len, f);
