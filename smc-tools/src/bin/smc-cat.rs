@@ -141,6 +141,18 @@ fn serve(conn: Conn, forward_stdin: bool, verbose: bool, peer: &str) -> anyhow::
     Ok(())
 }
 
+/// The end of one served connection: with `-k` a failed one (a peer that died, a reset) is
+/// reported and the listener goes on, as `nc -k` does; without it the error is the exit.
+fn served(r: anyhow::Result<()>, keep: bool, peer: &SocketAddr) -> anyhow::Result<()> {
+    match r {
+        Err(e) if keep => {
+            eprintln!("smc-cat: {peer}: {e:#}");
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.listen {
@@ -149,7 +161,11 @@ fn main() -> anyhow::Result<()> {
             let l = TcpListener::bind(addr).with_context(|| format!("bind {addr}"))?;
             loop {
                 let (s, peer) = l.accept()?;
-                serve(Conn::Tcp(s), !args.keep, args.verbose, &peer.to_string())?;
+                served(
+                    serve(Conn::Tcp(s), !args.keep, args.verbose, &peer.to_string()),
+                    args.keep,
+                    &peer,
+                )?;
                 if !args.keep {
                     return Ok(());
                 }
@@ -161,7 +177,11 @@ fn main() -> anyhow::Result<()> {
         }
         loop {
             let (s, peer) = l.accept()?;
-            serve(Conn::Smc(s), !args.keep, args.verbose, &peer.to_string())?;
+            served(
+                serve(Conn::Smc(s), !args.keep, args.verbose, &peer.to_string()),
+                args.keep,
+                &peer,
+            )?;
             if !args.keep {
                 return Ok(());
             }
