@@ -146,6 +146,17 @@ impl Engine {
         slot.last_try = Some(Instant::now());
         slot.opening = true;
         drop(slot);
+        // Whatever happens below (a panic included), the attempt ends and waiters go on.
+        struct Ending<'a>(&'a Engine);
+        impl Drop for Ending<'_> {
+            fn drop(&mut self) {
+                let mut slot = lock(&self.0.slot);
+                slot.opening = false;
+                slot.tried = true;
+                self.0.opened.notify_all();
+            }
+        }
+        let ending = Ending(self);
         let got = SmcdSession::open(&self.socket).and_then(|s| {
             let session = Arc::new(s);
             let ism = crate::device::loopback::smcd_devices(&session)
@@ -155,10 +166,7 @@ impl Engine {
             Ok(Attached { session, ism })
         });
         let mut slot = lock(&self.slot);
-        slot.opening = false;
-        slot.tried = true;
-        self.opened.notify_all();
-        match got {
+        let r = match got {
             Ok(a) => {
                 // Link groups made under an earlier registration carry another GID.
                 self.lgrs.kill_all();
@@ -169,7 +177,10 @@ impl Engine {
                 tracing::debug!("smcd at {} unreachable: {e}", self.socket.display());
                 None
             }
-        }
+        };
+        drop(slot);
+        drop(ending);
+        r
     }
 
     /// The registration, only if there is one already (no attempt to connect).
