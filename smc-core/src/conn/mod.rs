@@ -232,6 +232,14 @@ impl Effects {
         self.has(Self::CDC_CONS)
     }
 
+    /// Nothing but wake-ups: `(reader, writer)`, or `None` if anything else is asked for (the
+    /// data path's common case, carried out without the general dispatch).
+    #[inline]
+    pub fn only_wakes(self) -> Option<(bool, bool)> {
+        (self.0 & !(Self::WAKE_READER | Self::WAKE_WRITER) == 0)
+            .then_some((self.wake_reader(), self.wake_writer()))
+    }
+
     /// Wake local threads waiting to read (data, end of stream or an error is there).
     #[inline]
     pub fn wake_reader(self) -> bool {
@@ -526,6 +534,19 @@ impl Connection {
     /// trusted again. A peer that aborted (a close with unread data) is not that.
     pub fn aborted_locally(&self) -> bool {
         self.aborted_locally
+    }
+
+    /// Whether our receive ring is full (the peer produced a whole ring we have not read).
+    #[inline]
+    pub fn rx_full(&self) -> bool {
+        self.produced - self.consumed == self.cfg.rx_ring as u64
+    }
+
+    /// The peer's producer position and the consumer position it last saw from us (what
+    /// smcss shows as rxprod and rxcons).
+    #[inline]
+    pub fn rx_cursors(&self) -> (u64, u64) {
+        (self.produced, self.peer_consumed)
     }
 
     /// The positions.

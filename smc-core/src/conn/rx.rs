@@ -86,6 +86,23 @@ impl Connection {
         })
     }
 
+    /// The data path's read: where the readable bytes are when there is no urgent data, they
+    /// are at most `limit`, and all of them fit `len` — one copy takes them all. Then copy
+    /// and call [`Connection::received`]. `None`: take the general path
+    /// ([`Connection::recv_ready`], [`Connection::recv_plan`]).
+    #[inline]
+    pub fn recv_fast(&self, len: usize, limit: usize) -> Option<Chunk> {
+        let avail = self.produced - self.consumed;
+        (matches!(self.rx_urg, RxUrgent::None)
+            && avail > 0
+            && avail <= len as u64
+            && avail <= limit as u64)
+            .then_some(Chunk {
+                offset: self.consumed_cur.count as usize,
+                len: avail as usize,
+            })
+    }
+
     /// The driver copied `n` bytes where [`Connection::recv_plan`] said. The consumer cursor
     /// goes to the peer when the kernel's rule says so (`smc_rx_update_consumer` +
     /// `smc_tx_consumer_update`): more than `max(ring/10, 2304)` bytes unconfirmed and the

@@ -55,6 +55,10 @@ pub enum Waiter {
 /// [`Transport::arm`] / [`Transport::sleep`] / [`Transport::readiness`] from waiting threads
 /// without it.
 pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
+    /// Whether [`Transport::recv_cdc`] returns the peer's current state rather than the next
+    /// of a queue (SMC-D: the two words; SMC-R: a queue of SENDs): then one call per look is
+    /// enough.
+    const CDC_IS_STATE: bool = false;
     /// Copies application bytes into the transmit buffer at `offset` (wrapping at its end):
     /// for SMC-D "DMB no-copy" the peer's ring, for a staged transport the local send buffer.
     fn write_tx(&self, offset: usize, data: &[u8]);

@@ -162,6 +162,8 @@ impl SmcdLink {
 }
 
 impl Transport for SmcdLink {
+    const CDC_IS_STATE: bool = true;
+
     fn write_tx(&self, offset: usize, data: &[u8]) {
         self.peer.map.write_ring(offset, data);
     }

@@ -33,6 +33,11 @@ impl<T: Transport> SmcConn<T> {
                 Ok(eff) => {
                     self.apply(st, eff);
                     self.note_rx_full(st);
+                    if T::CDC_IS_STATE {
+                        // The CDC is the peer's current words, not a queue: one look per
+                        // call; what changes after it is seen at the next.
+                        break;
+                    }
                 }
                 Err(v) => {
                     tracing::warn!(lgr = self.info.lgr_id, "SMC peer protocol violation: {v}");
@@ -49,23 +54,33 @@ impl<T: Transport> SmcConn<T> {
     }
 
     /// `SMC_STAT_RMB_RX_FULL`: the peer filled our buffer (counted once per time).
+    #[inline]
     fn note_rx_full(&self, st: &mut State) {
-        let p = st.core.positions();
-        let full = p.produced - p.consumed == st.core.config().rx_ring as u64;
+        let full = st.core.rx_full();
         if full && !st.rx_full {
             self.slot.rmb_event(RmbEvent::RxFull);
         }
         st.rx_full = full;
-        self.slot.set_cursor(Curs::RxProd, p.produced);
-        self.slot.set_cursor(Curs::RxCons, p.peer_consumed);
+        let (prod, cons) = st.core.rx_cursors();
+        self.slot
+            .set_cursors(&[(Curs::RxProd, prod), (Curs::RxCons, cons)]);
     }
 
-    /// Carries out the core's effects: the writes, then the CDC, then the TCP action, then
-    /// the wake-ups; and shows the end of stream or of the connection on the readiness.
+    /// Carries out the core's effects: the writes, then the CDC, then the TCP action, then the
+    /// end of stream or of the connection on the readiness, then the wake-ups.
     #[inline]
     pub(super) fn apply(&self, st: &mut State, eff: Effects) {
-        if !eff.is_empty() {
-            self.apply_some(st, eff);
+        match eff.only_wakes() {
+            // The data path: nothing, or a wake-up (a local waiter is rare: one load each).
+            Some((reader, writer)) => {
+                if reader {
+                    self.link.wake_local(Dir::Rx);
+                }
+                if writer {
+                    self.link.wake_local(Dir::Tx);
+                }
+            }
+            None => self.apply_some(st, eff),
         }
     }
 
@@ -94,14 +109,17 @@ impl<T: Transport> SmcConn<T> {
         if eff.urgent() || eff.tcp() != TcpAction::None {
             self.apply_rare(st, eff);
         }
+        // The end first, then the wake-ups: an event loop woken by the bell must already see
+        // the hang-up or end of stream with the readability (poll reports what it finds when
+        // it wakes).
+        if eff.close_changed() {
+            self.show_end(st);
+        }
         if eff.wake_reader() {
             self.link.wake_local(Dir::Rx);
         }
         if eff.wake_writer() {
             self.link.wake_local(Dir::Tx);
-        }
-        if eff.close_changed() {
-            self.show_end(st);
         }
     }
 

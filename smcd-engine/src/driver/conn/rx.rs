@@ -40,6 +40,15 @@ impl<T: Transport> SmcConn<T> {
     fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let mut st = self.lock();
         self.observe(&mut st)?;
+        let chunk = (st.core.config().rx_ring / 4).max(RX_CHUNK_MIN);
+        if let Some(plan) = st.core.recv_fast(buf.len(), chunk) {
+            // Everything readable fits: one copy, and the window rule once.
+            debug_assert_eq!(st.core.recv_plan(plan.len), Some(plan));
+            self.link.read_rx(plan.offset, &mut buf[..plan.len]);
+            let eff = st.core.received(plan.len);
+            self.apply(&mut st, eff);
+            return Ok(Some(plan.len));
+        }
         match st.core.recv_ready() {
             Ok(RecvReady::Data(_)) => {}
             Ok(RecvReady::Eof) => return Ok(Some(0)),
@@ -48,7 +57,6 @@ impl<T: Transport> SmcConn<T> {
         }
         // Copy out in pieces and let the window rule run after each, so a writer waiting for
         // space refills the ring while we copy the rest (the kernel runs it once per loop).
-        let chunk = (st.core.config().rx_ring / 4).max(RX_CHUNK_MIN);
         let mut done = 0;
         while done < buf.len() {
             let Some(plan) = st.core.recv_plan((buf.len() - done).min(chunk)) else {
