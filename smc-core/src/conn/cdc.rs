@@ -210,6 +210,20 @@ impl Connection {
         Ok(eff)
     }
 
+    /// A CDC that carries our real consumer cursor answers the peer's request, and a blocked
+    /// peer whose bytes we have all read is not blocked by us any more
+    /// (`smc_tx_consumer_update`).
+    #[inline]
+    pub(super) fn forget_answered(&mut self) {
+        if self.confirmed == self.consumed {
+            self.peer_pflags
+                .set(ProducerFlags::CONS_CURS_UPD_REQ, false);
+            if self.produced == self.consumed {
+                self.peer_pflags.set(ProducerFlags::WRITE_BLOCKED, false);
+            }
+        }
+    }
+
     /// A CDC this side sent has completed (SMC-R: its work request; completions arrive in
     /// order). The bytes it announced no longer occupy the send buffer (`smc_cdc_tx_handler`),
     /// and bytes held back by autocork go now.
@@ -303,16 +317,7 @@ impl Connection {
         } else {
             self.fin = self.sent;
         }
-        // A CDC that carries our real consumer cursor answers the peer's request, and a
-        // blocked peer whose bytes we have all read is not blocked by us any more
-        // (smc_tx_consumer_update).
-        if self.confirmed == self.consumed {
-            self.peer_pflags
-                .set(ProducerFlags::CONS_CURS_UPD_REQ, false);
-            if self.produced == self.consumed {
-                self.peer_pflags.set(ProducerFlags::WRITE_BLOCKED, false);
-            }
-        }
+        self.forget_answered();
         if pflags.urg_data_present() && self.tx_urg.pend {
             self.tx_urg.pend = false;
             self.tx_urg.mark = Some(self.sent);

@@ -5,7 +5,6 @@ use super::{Chunk, Connection, Effects, RemoteWrite, TxBuffer, TxUrgent};
 use crate::close::AbortKind;
 use crate::window;
 use core::fmt;
-use smc_proto::cdc::ProducerFlags;
 
 /// How a piece of a send call is to be treated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -199,13 +198,7 @@ impl Connection {
         self.out.prod = self.sent_cur;
         self.cdc_sent = self.sent;
         self.fin = self.sent;
-        if self.confirmed == self.consumed {
-            self.peer_pflags
-                .set(ProducerFlags::CONS_CURS_UPD_REQ, false);
-            if self.produced == self.consumed {
-                self.peer_pflags.set(ProducerFlags::WRITE_BLOCKED, false);
-            }
-        }
+        self.forget_answered();
         #[cfg(debug_assertions)]
         {
             let (c, eff) = slow;
