@@ -42,6 +42,21 @@ use std::time::Duration;
 /// channel.
 pub const BELL_SENT: u64 = 1 << 63;
 
+/// Wakes the waiters of `dmb`'s owner for `dir` whose announcement `how` was taken: sleeping
+/// threads with a futex wake on the word, an event loop by ringing its bell (looked up only
+/// then).
+#[inline]
+fn wake<'a>(dmb: &Dmb, dir: Dir, how: u32, bell: impl FnOnce() -> Option<&'a Bell>) {
+    if how & WAIT_FUTEX != 0 {
+        dmb.wake_sleepers(dir);
+    }
+    if how & WAIT_BELL != 0
+        && let Some(b) = bell()
+    {
+        b.ring(dir);
+    }
+}
+
 /// A fresh connection id for a DMB's engine word.
 pub fn new_conn_id() -> u64 {
     loop {
@@ -127,14 +142,7 @@ impl SmcdLink {
     /// Wakes the peer's waiters for `dir` in the ways `how` says.
     #[inline]
     fn wake_peer(&self, dir: Dir, how: u32) {
-        if how & WAIT_FUTEX != 0 {
-            self.peer.wake_sleepers(dir);
-        }
-        if how & WAIT_BELL != 0
-            && let Some(b) = self.peer_bell()
-        {
-            b.ring(dir);
-        }
+        wake(&self.peer, dir, how, || self.peer_bell());
     }
 
     /// Our DMB.
@@ -299,14 +307,9 @@ impl Transport for SmcdLink {
             return;
         }
         let how = self.own.take_waiter_local(dir);
-        if how & WAIT_FUTEX != 0 {
-            self.own.wake_sleepers(dir);
-        }
-        if how & WAIT_BELL != 0
-            && let Some(r) = self.ready.get()
-        {
-            r.bell().ring(dir);
-        }
+        wake(&self.own, dir, how, || {
+            self.ready.get().map(Readiness::bell)
+        });
     }
 
     fn readiness(&self) -> Option<&Readiness> {

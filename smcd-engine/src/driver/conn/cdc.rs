@@ -93,7 +93,7 @@ impl<T: Transport> SmcConn<T> {
                 .link
                 .send_cdc(st.core.cdc_out(), eff.cdc_cons_changed())
             {
-                return self.link_failed(st, "CDC send", e);
+                return self.link_failed(st, "CDC send", &e);
             }
             // What smcss shows as txprod and rxcons; the sent and finished cursors are the
             // producer's with a no-copy transport, and prepared differs only while corked (the
@@ -128,7 +128,7 @@ impl<T: Transport> SmcConn<T> {
     fn post_writes(&self, st: &mut State) -> bool {
         for w in st.core.take_writes().iter().flatten() {
             if let Err(e) = self.link.write_remote(w) {
-                self.link_failed(st, "RDMA WRITE", e);
+                self.link_failed(st, "RDMA WRITE", &e);
                 return false;
             }
         }
@@ -137,7 +137,7 @@ impl<T: Transport> SmcConn<T> {
 
     /// The link under the connection failed: it is aborted.
     #[cold]
-    pub(super) fn link_failed(&self, st: &mut State, what: &str, e: io::Error) {
+    pub(super) fn link_failed(&self, st: &mut State, what: &str, e: &io::Error) {
         tracing::warn!("{what} failed: {e}");
         let a = st.core.abort(AbortKind::Aborted);
         self.apply(st, a);

@@ -1,7 +1,7 @@
 //! The send path (`smc_tx.c`): copy into the transmit buffer as the core says, push, and wait
 //! for space.
 
-use super::{SmcConn, Woken};
+use super::{SmcConn, State, Woken};
 use crate::device::Dir;
 use crate::layout::status::RmbEvent;
 use crate::transport::Transport;
@@ -39,17 +39,10 @@ impl<T: Transport> SmcConn<T> {
                 // The whole send fits and nothing stands in the way: one copy, one word.
                 self.link.write_tx(offset, buf);
                 st.core.commit_fast(buf.len());
-                let r = self.link.send_cdc(st.core.cdc_out(), false);
-                if let Err(e) = r {
-                    let err = io::Error::new(e.kind(), e.to_string());
-                    self.link_failed(&mut st, "CDC send", e);
-                    drop(st);
-                    return self.finish_write(buf.len(), 0, Err(err));
-                }
-                self.slot
-                    .set_cursor(crate::layout::status::Curs::TxProd, st.core.sent_position());
+                let r = self.publish_prod(&mut st);
                 drop(st);
-                return self.finish_write(buf.len(), buf.len(), Ok(()));
+                let n = if r.is_ok() { buf.len() } else { 0 };
+                return self.finish_write(buf.len(), n, r);
             }
             if let Err(e) = st.core.send_check() {
                 drop(st);
@@ -73,15 +66,10 @@ impl<T: Transport> SmcConn<T> {
                     last: written == buf.len(),
                 };
                 if st.core.sent_fast(plan.len, f) {
-                    // Only the producer cursor moved: one word for the peer.
-                    if let Err(e) = self.link.send_cdc(st.core.cdc_out(), false) {
-                        let err = io::Error::new(e.kind(), e.to_string());
-                        self.link_failed(&mut st, "CDC send", e);
+                    if let Err(e) = self.publish_prod(&mut st) {
                         drop(st);
-                        return self.finish_write(buf.len(), written, Err(err));
+                        return self.finish_write(buf.len(), written, Err(e));
                     }
-                    self.slot
-                        .set_cursor(crate::layout::status::Curs::TxProd, st.core.sent_position());
                     continue;
                 }
                 let eff = st.core.sent(plan.len, f);
@@ -113,6 +101,19 @@ impl<T: Transport> SmcConn<T> {
                 return self.finish_write(buf.len(), written, r);
             }
         }
+    }
+
+    /// After a fast-path send ([`smc_core::conn::Connection::commit_fast`]): the CDC in which
+    /// only the producer cursor moved goes to the peer (SMC-D: one word) and smcss's txprod
+    /// follows. A failed link aborts the connection; the error is the caller's to return.
+    fn publish_prod(&self, st: &mut State) -> io::Result<()> {
+        if let Err(e) = self.link.send_cdc(st.core.cdc_out(), false) {
+            self.link_failed(st, "CDC send", &e);
+            return Err(e);
+        }
+        self.slot
+            .set_cursor(crate::layout::status::Curs::TxProd, st.core.sent_position());
+        Ok(())
     }
 
     /// Counts a send and turns a late error into the partial count, as `sendmsg` does.
