@@ -208,19 +208,42 @@ pub(crate) mod conformance {
         assert!(attached.is_armed(Dir::Rx));
         assert_eq!(attached.take_waiter(Dir::Rx), WAIT_BELL | WAIT_FUTEX);
         assert_eq!(attached.take_waiter(Dir::Rx), 0, "taken once");
-        // A sleeper on the owner's side is woken through the peer's mapping (a shared futex).
+        // A sleeper on the owner's side is woken through the peer's mapping (a shared futex):
+        // the peer takes the announcement only once the sleeper is blocked in futex_wait
+        // (its /proc syscall file says 202), so without the wake it would sleep for ever.
         owned.arm(Dir::Tx, WAIT_FUTEX);
         std::thread::scope(|s| {
-            let sleeper = s.spawn(|| {
-                while owned.is_armed(Dir::Tx) {
-                    owned.sleep(Dir::Tx, None).unwrap();
-                }
+            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let sleeper = &owned;
+            s.spawn(move || {
+                tid_tx
+                    .send(rustix::thread::gettid().as_raw_nonzero())
+                    .unwrap();
+                sleeper.sleep(Dir::Tx, None).unwrap();
+                done_tx.send(()).unwrap();
             });
-            while attached.take_waiter(Dir::Tx) == 0 {
+            let tid = tid_rx.recv().unwrap();
+            let in_futex = || {
+                std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+                    .is_ok_and(|s| s.starts_with("202 "))
+            };
+            while !in_futex() {
                 std::thread::yield_now();
             }
+            assert_ne!(attached.take_waiter(Dir::Tx), 0);
             attached.wake_sleepers(Dir::Tx);
-            sleeper.join().unwrap();
+            let woken = done_rx
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .is_ok();
+            if !woken {
+                // Let the scope end, then fail.
+                owned.wake_sleepers(Dir::Tx);
+            }
+            assert!(
+                woken,
+                "the peer's futex wake did not reach the owner's sleeper"
+            );
         });
         let zero = rustix::time::Timespec {
             tv_sec: 0,
