@@ -155,6 +155,17 @@ impl<K: Copy + PartialEq> LgrBook<K> {
         }
     }
 
+    /// Every group whose peer `f` picks takes no more connections; returns how many there
+    /// were (the peer ended, `smc_smcd_terminate`).
+    pub fn kill_matching(&mut self, f: impl Fn(&K) -> bool) -> usize {
+        let mut n = 0;
+        for g in self.groups.iter_mut().filter(|g| f(&g.key)) {
+            g.state = GroupState::Dead;
+            n += 1;
+        }
+        n
+    }
+
     /// Every group takes no more connections (the device went away).
     pub fn kill_all(&mut self) {
         for g in &mut self.groups {
@@ -299,5 +310,42 @@ mod tests {
             1,
             "dead and empty: at once"
         );
+    }
+
+    #[test]
+    fn a_gone_peer_frees_its_groups_at_once() {
+        let mut b = LgrBook::new();
+        let key = |peer: u128, local: u128| (peer, local);
+        b.create(1, key(7, 1), Role::Server);
+        b.create(2, key(7, 2), Role::Client);
+        b.create(3, key(8, 1), Role::Server);
+        for id in 1..=3 {
+            b.ready(id);
+        }
+        b.release(1, Instant::ZERO);
+        b.release(3, Instant::ZERO);
+        assert_eq!(
+            b.kill_matching(|k| k.0 == 7),
+            2,
+            "both roles, every local GID"
+        );
+        let gone = b.expire(Instant::ZERO, 600 * S);
+        assert_eq!(
+            gone.iter().map(|g| g.id).collect::<Vec<_>>(),
+            [1],
+            "empty: at once"
+        );
+        assert_eq!(
+            b.join(key(7, 2), Role::Client, 255),
+            Join::New,
+            "dead takes no one"
+        );
+        b.release(2, Instant::ZERO + S);
+        assert_eq!(
+            b.expire(Instant::ZERO + S, 600 * S)[0].id,
+            2,
+            "freed at its last close"
+        );
+        assert_eq!(b.groups().len(), 1, "another peer's idle group stays");
     }
 }

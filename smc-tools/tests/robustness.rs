@@ -230,3 +230,59 @@ fn stopped_smcd_does_not_hang_connections() {
         "with smcd stopped nothing can be SMC-D: {modes:?}"
     );
 }
+
+/// Issue 10, item 1: every client process is a new engine and so a new link group on the
+/// server; a group whose peer engine has ended is freed at once (smcd tells the server's
+/// engine, as an ISM device reports a GID that went away), not kept with its DMB and
+/// descriptors for `lgr_idle_time` (600 s), which let a few thousand short-lived clients
+/// exhaust the host's DMBs.
+#[test]
+fn link_groups_of_exited_client_processes_are_freed_at_once() {
+    let smcd = Smcd::start(BINS);
+    let engine = smcd.engine();
+    let l = listen(&engine);
+    let port = l.local_addr().unwrap().port();
+    const CLIENTS: usize = 24;
+    let server = std::thread::spawn(move || {
+        for _ in 0..CLIENTS {
+            let (s, _) = l.accept().unwrap();
+            assert!(s.is_smc(), "SMC-D");
+            let mut got = Vec::new();
+            (&s).read_to_end(&mut got).unwrap();
+            (&s).write_all(&got).unwrap();
+        }
+    });
+    for _ in 0..CLIENTS {
+        let mut c = Peer::spawn(&smcd.socket, "hello-client", &[port.to_string()]);
+        assert_eq!(c.expect("MODE"), "smcd");
+        assert!(c.wait(Duration::from_secs(30)).success());
+    }
+    server.join().unwrap();
+    // The idle time is 600 s: only the peers' ends can free the groups within the test.
+    assert_eq!(engine.settings().lgr_idle, Duration::from_secs(600));
+    assert!(
+        eventually(Duration::from_secs(20), || engine.lgrs.list().is_empty()),
+        "{} link groups of exited clients still held",
+        engine.lgrs.list().len()
+    );
+    // smcd holds a memfd for every registered DMB: none is left (this process's own mappings
+    // are not checked, other tests' engines share it).
+    assert!(
+        eventually(Duration::from_secs(10), || dmb_resources(smcd.pid())
+            == (0, 0)),
+        "smcd still holds DMB memfds and mappings {:?}",
+        dmb_resources(smcd.pid())
+    );
+    assert_eq!(engine.lgrs.idle_dmb_bytes(), 0);
+    // The listener's engine is not wedged: a new client still gets SMC-D.
+    let l = listen(&engine);
+    let port = l.local_addr().unwrap().port();
+    let mut c = Peer::spawn(&smcd.socket, "hello-client", &[port.to_string()]);
+    let (s, _) = l.accept().unwrap();
+    let mut got = Vec::new();
+    (&s).read_to_end(&mut got).unwrap();
+    (&s).write_all(&got).unwrap();
+    drop(s);
+    assert_eq!(c.expect("MODE"), "smcd");
+    assert!(c.wait(Duration::from_secs(30)).success());
+}

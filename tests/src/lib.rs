@@ -849,6 +849,18 @@ pub fn child_main() {
             drop(s);
             report_leaks();
         }
+        // Connect to 127.0.0.1:ARG0, send a line, read the answer to its end, report, exit: a
+        // short-lived client process (a new engine, so a new link group on the server).
+        "hello-client" => {
+            let s = SmcStream::connect(("127.0.0.1", arg(0) as u16)).unwrap();
+            let mut w = &s;
+            w.write_all(b"hello\n").unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut got = Vec::new();
+            (&s).read_to_end(&mut got).unwrap();
+            assert_eq!(got, b"hello\n", "echoed");
+            say("MODE", mode_name(&s));
+        }
         // Connect to 127.0.0.1:ARG0 and write the pattern until that fails.
         "source-client" => {
             let s = SmcStream::connect(("127.0.0.1", arg(0) as u16)).unwrap();

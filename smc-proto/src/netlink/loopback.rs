@@ -73,6 +73,15 @@ pub enum LoopbackCmd {
     /// client can see without asking whether that listener takes SMC handshakes now. Reply:
     /// `ListenerId`; one fd, the page (read-only for the receiver).
     ListenerPage,
+    /// Engine → smcd, do, on a channel dedicated to device events. Reply: `Events`.
+    /// Afterwards smcd sends `PeerGone` notifications on this channel; the subscription ends
+    /// when the channel closes.
+    Events,
+    /// smcd → events channel, notification: the engine with `Gid` has ended (its last
+    /// channel closed), so no connection to it will continue. The ISM device's
+    /// `ISM_EVENT_GID`, on which the kernel terminates every link group to that GID
+    /// (`smc_smcd_terminate`).
+    PeerGone,
     /// A command this version does not know.
     Unknown(u8),
 }
@@ -91,6 +100,8 @@ impl LoopbackCmd {
             Self::DmbAttach => 8,
             Self::DmbUnregister => 9,
             Self::ListenerPage => 10,
+            Self::Events => 11,
+            Self::PeerGone => 12,
             Self::Unknown(n) => n,
         }
     }
@@ -109,6 +120,8 @@ impl From<u8> for LoopbackCmd {
             8 => Self::DmbAttach,
             9 => Self::DmbUnregister,
             10 => Self::ListenerPage,
+            11 => Self::Events,
+            12 => Self::PeerGone,
             n => Self::Unknown(n),
         }
     }

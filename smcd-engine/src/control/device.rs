@@ -46,6 +46,8 @@ pub struct Session {
     /// Its status area, if it sent one.
     pub status: Option<StatusView>,
     channels: HashSet<ClientId>,
+    /// The channel it takes device events on (`EVENTS`), if it subscribed.
+    events: Option<ClientId>,
     dmbs: HashSet<u64>,
     intents: VecDeque<u64>,
 }
@@ -408,6 +410,11 @@ impl DeviceState {
                 };
                 match self.register(session, size as usize, peer) {
                     Ok(token) => {
+                        // A DMB for an engine that has ended already (it went away while
+                        // this request was on its way): its group is to be freed too.
+                        if !self.sessions.values().any(|s| s.gid == peer) {
+                            out.notes.extend(self.peer_gone(peer));
+                        }
                         out.fds = vec![FdRef::DmbMem(token), FdRef::DmbChan(token, true)];
                         out.reply = reply(
                             LoopbackCmd::DmbRegister,
@@ -455,7 +462,20 @@ impl DeviceState {
                     }
                 }
             }
-            LoopbackCmd::Intent | LoopbackCmd::IntentCancel | LoopbackCmd::Unknown(_) => {
+            LoopbackCmd::Events => match self.sessions.get_mut(&session) {
+                Some(s) => {
+                    s.events = Some(client);
+                    out.reply = reply(LoopbackCmd::Events, vec![]);
+                    // Peers that ended before the engine subscribed: said now, after the
+                    // reply, so nothing is missed in between.
+                    out.notes.extend(self.gone_peers_of(session));
+                }
+                None => out.reply = Some(Err(errno(rustix::io::Errno::PROTO))),
+            },
+            LoopbackCmd::Intent
+            | LoopbackCmd::IntentCancel
+            | LoopbackCmd::PeerGone
+            | LoopbackCmd::Unknown(_) => {
                 out.reply = Some(Err(errno(rustix::io::Errno::OPNOTSUPP)));
             }
         }
@@ -499,6 +519,7 @@ impl DeviceState {
                 netns,
                 status: None,
                 channels: HashSet::new(),
+                events: None,
                 dmbs: HashSet::new(),
                 intents: VecDeque::new(),
             }
@@ -637,6 +658,9 @@ impl DeviceState {
         let last = match self.sessions.get_mut(&key) {
             Some(s) => {
                 s.channels.remove(&client);
+                if s.events == Some(client) {
+                    s.events = None;
+                }
                 s.channels.is_empty()
             }
             None => false,
@@ -648,12 +672,60 @@ impl DeviceState {
         for t in s.dmbs.drain() {
             self.dmbs.remove(&t);
         }
+        notes.extend(self.peer_gone(s.gid));
         for id in std::mem::take(&mut s.intents) {
             if let Some(n) = self.finish_intent(id, false) {
                 notes.push(n);
             }
         }
         (notes, Some(s))
+    }
+}
+
+impl DeviceState {
+    /// The engine with `gid` ended: every engine that still holds a DMB for it (a link group
+    /// with it, in either role: each side receives into its own DMBs) hears so on its events
+    /// channel, once, and frees that group's buffers at once instead of keeping them for
+    /// `lgr_idle_time` (the kernel's `ISM_EVENT_GID` → `smc_smcd_terminate`).
+    fn peer_gone(&self, gid: Gid) -> Vec<Notification> {
+        let owners: HashSet<SessionKey> = self
+            .dmbs
+            .values()
+            .filter(|e| e.peer == gid)
+            .map(|e| e.owner)
+            .collect();
+        owners
+            .iter()
+            .filter_map(|k| self.sessions.get(k)?.events)
+            .map(|to| Notification {
+                to,
+                msg: LoopbackMessage::new(LoopbackCmd::PeerGone, vec![LoopbackAttr::Gid(gid)]),
+            })
+            .collect()
+    }
+
+    /// `PeerGone` for every peer of `session`'s DMBs that is no longer a live engine.
+    fn gone_peers_of(&self, session: SessionKey) -> Vec<Notification> {
+        let Some(s) = self.sessions.get(&session) else {
+            return Vec::new();
+        };
+        let Some(to) = s.events else {
+            return Vec::new();
+        };
+        let live: HashSet<Gid> = self.sessions.values().map(|x| x.gid).collect();
+        let gone: HashSet<Gid> = s
+            .dmbs
+            .iter()
+            .filter_map(|t| self.dmbs.get(t))
+            .map(|e| e.peer)
+            .filter(|p| !live.contains(p))
+            .collect();
+        gone.into_iter()
+            .map(|gid| Notification {
+                to,
+                msg: LoopbackMessage::new(LoopbackCmd::PeerGone, vec![LoopbackAttr::Gid(gid)]),
+            })
+            .collect()
     }
 }
 

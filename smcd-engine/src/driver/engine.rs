@@ -278,31 +278,116 @@ impl Engine {
         Ok(src)
     }
 
-    /// Starts the thread that frees idle link groups (once). It sleeps until the next group
-    /// can expire (at most a minute, so a changed `lgr_idle_time` takes effect), not in
-    /// fixed small steps.
+    /// Starts the thread that frees link groups (once). It sleeps until the next group can
+    /// expire (at most a minute, so a changed `lgr_idle_time` takes effect), until a group
+    /// becomes dead and empty, or until `smcd` says on the engine's events channel that a
+    /// peer engine has ended (`PeerGone`, the ISM device's `ISM_EVENT_GID`): that peer's
+    /// groups are freed at once instead of pinning their buffers for `lgr_idle_time`. Nothing
+    /// wakes it in fixed small steps; it ends with the engine.
     pub fn start_housekeeping(self: &Arc<Self>) {
         self.housekeeping.get_or_init(|| {
+            use rustix::pipe::{PipeFlags, pipe_with};
+            let Ok((rx, tx)) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK) else {
+                return;
+            };
+            self.lgrs.set_kick(tx);
             let weak: Weak<Engine> = Arc::downgrade(self);
             let _ = std::thread::Builder::new()
                 .name("smc-lgr-sweep".into())
-                .spawn(move || {
-                    let mut nap = Duration::from_secs(1);
-                    loop {
-                        std::thread::sleep(nap);
-                        let Some(e) = weak.upgrade() else { return };
-                        let idle = e.settings().lgr_idle;
-                        if let Some(a) = e.attached_now() {
-                            e.lgrs.sweep(a.ism.as_ref(), idle);
-                        }
-                        nap = e
-                            .lgrs
-                            .next_expiry(idle)
-                            .map_or(Duration::from_secs(60), |t| {
-                                std_until(t).clamp(Duration::from_secs(1), Duration::from_secs(60))
-                            });
-                    }
-                });
+                .spawn(move || housekeeping(&weak, &rx));
         });
+    }
+}
+
+/// The housekeeping thread (see [`Engine::start_housekeeping`]). `kick` is the read end of
+/// the table's doorbell; its hang-up means the engine is gone.
+fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let mut events: Option<(Arc<SmcdSession>, crate::ipc::channel::Channel)> = None;
+    let mut subscribed_at: Option<Instant> = None;
+    loop {
+        let nap = {
+            let Some(e) = weak.upgrade() else { return };
+            let idle = e.settings().lgr_idle;
+            if let Some(a) = e.attached_now() {
+                let current = events
+                    .as_ref()
+                    .is_some_and(|(s, _)| Arc::ptr_eq(s, &a.session));
+                if !current && subscribed_at.is_none_or(|t| t.elapsed() >= RECONNECT_INTERVAL) {
+                    subscribed_at = Some(Instant::now());
+                    events = match a.session.events() {
+                        Ok((ch, gone)) => {
+                            for g in gone {
+                                e.lgrs.peer_gone(a.ism.as_ref(), g, idle);
+                            }
+                            Some((Arc::clone(&a.session), ch))
+                        }
+                        Err(err) => {
+                            tracing::debug!("no device events from smcd: {err}");
+                            None
+                        }
+                    };
+                }
+                e.lgrs.sweep(a.ism.as_ref(), idle);
+            }
+            e.lgrs
+                .next_expiry(idle)
+                .map_or(Duration::from_secs(60), |t| {
+                    std_until(t).clamp(Duration::from_millis(10), Duration::from_secs(60))
+                })
+        };
+        let ts = rustix::time::Timespec {
+            tv_sec: nap.as_secs() as i64,
+            tv_nsec: i64::from(nap.subsec_nanos()),
+        };
+        let mut fds = vec![PollFd::new(kick, PollFlags::IN)];
+        if let Some((_, ch)) = &events {
+            fds.push(PollFd::new(ch, PollFlags::IN));
+        }
+        match poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => std::thread::sleep(nap),
+        }
+        let (kicked, heard) = (
+            fds[0].revents(),
+            fds.get(1).map_or(PollFlags::empty(), |f| f.revents()),
+        );
+        if !kicked.is_empty() {
+            let mut b = [0u8; 64];
+            if let Ok(0) = rustix::io::read(kick, &mut b) {
+                return;
+            }
+        }
+        if !heard.is_empty() {
+            let mut gone = Vec::new();
+            if let Some((_, ch)) = &mut events {
+                loop {
+                    match ch.try_receive() {
+                        Ok(Some((Ok(m), _, _))) => {
+                            if m.cmd == smc_proto::netlink::loopback::LoopbackCmd::PeerGone
+                                && let Some(g) = m.gid()
+                            {
+                                gone.push(g);
+                            }
+                        }
+                        Ok(Some((Err(_), _, _))) => {}
+                        Ok(None) => break,
+                        Err(_) => {
+                            // smcd went away: subscribe again once it is back.
+                            events = None;
+                            break;
+                        }
+                    }
+                }
+            }
+            let Some(e) = weak.upgrade() else { return };
+            if let Some(a) = e.attached_now() {
+                let idle = e.settings().lgr_idle;
+                for g in gone {
+                    let n = e.lgrs.peer_gone(a.ism.as_ref(), g, idle);
+                    tracing::debug!("peer engine {g:#x} ended: {n} link groups freed or dying");
+                }
+            }
+        }
     }
 }

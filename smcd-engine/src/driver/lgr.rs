@@ -15,7 +15,7 @@ pub use smc_core::lgr::Role;
 use smc_core::lgr::{Join, LgrBook};
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -58,7 +58,15 @@ pub struct LinkGroup {
     peer: Mutex<PeerV2>,
     pool: Mutex<Pool>,
     slot: LgrSlot,
+    /// Bytes of free (idle, reusable) DMBs in all groups of the engine.
+    idle: Arc<AtomicUsize>,
 }
+
+/// At most this many bytes of idle DMBs an engine keeps for reuse, over all its link groups;
+/// a DMB closed beyond it is given back to the device (the kernel keeps every group's buffers
+/// until the group is freed; with one group per peer process that pinned memory without
+/// bound).
+pub const IDLE_DMB_BYTES_MAX: usize = 32 << 20;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -105,22 +113,37 @@ impl LinkGroup {
     /// peer has closed, or a new registration. The header is reset. The flag says it was
     /// reused.
     pub fn get_dmb(&self, dev: &dyn BufferProvider, len: usize) -> io::Result<(Arc<Dmb>, bool)> {
-        {
+        let mut evict = Vec::new();
+        let reused = {
             let mut p = lock(&self.pool);
             let mut i = 0;
             while i < p.draining.len() {
                 if p.draining[i].peer_done() {
                     let d = p.draining.swap_remove(i);
+                    let n = d.map.dmb_len();
+                    if self.idle.load(Ordering::Relaxed) + n > IDLE_DMB_BYTES_MAX {
+                        p.dmb_bytes = p.dmb_bytes.saturating_sub(n);
+                        evict.push(d.token);
+                        continue;
+                    }
+                    self.idle.fetch_add(n, Ordering::Relaxed);
                     p.free.push(d);
                 } else {
                     i += 1;
                 }
             }
-            if let Some(pos) = p.free.iter().position(|d| d.map.dmb_len() == len) {
-                let d = p.free.swap_remove(pos);
-                d.map.reset();
-                return Ok((d, true));
-            }
+            p.free
+                .iter()
+                .position(|d| d.map.dmb_len() == len)
+                .map(|pos| p.free.swap_remove(pos))
+        };
+        for t in evict {
+            dev.unregister_dmb(t);
+        }
+        if let Some(d) = reused {
+            self.idle.fetch_sub(len, Ordering::Relaxed);
+            d.map.reset();
+            return Ok((d, true));
         }
         let d = Arc::new(dev.register_dmb(len, self.peer_gid)?);
         lock(&self.pool).dmb_bytes += len;
@@ -144,13 +167,16 @@ impl LinkGroup {
     /// the draining list; a DMB of an aborted connection is dropped (and unregistered).
     pub fn put_dmb(&self, dev: &dyn BufferProvider, dmb: Arc<Dmb>, reusable: bool, aborted: bool) {
         let mut p = lock(&self.pool);
-        if aborted {
-            p.dmb_bytes = p.dmb_bytes.saturating_sub(dmb.map.dmb_len());
+        let len = dmb.map.dmb_len();
+        let over = reusable && self.idle.load(Ordering::Relaxed) + len > IDLE_DMB_BYTES_MAX;
+        if aborted || over {
+            p.dmb_bytes = p.dmb_bytes.saturating_sub(len);
             drop(p);
             dev.unregister_dmb(dmb.token);
             return;
         }
         if reusable {
+            self.idle.fetch_add(len, Ordering::Relaxed);
             p.free.push(dmb);
         } else {
             p.draining.push(dmb);
@@ -167,6 +193,8 @@ impl LinkGroup {
     /// Frees the group's buffers (it expired).
     fn free_all(&self, dev: &dyn BufferProvider) {
         let mut p = lock(&self.pool);
+        let free: usize = p.free.iter().map(|d| d.map.dmb_len()).sum();
+        self.idle.fetch_sub(free, Ordering::Relaxed);
         let mut all: Vec<_> = p.free.drain(..).collect();
         all.append(&mut p.draining);
         for d in all {
@@ -189,6 +217,11 @@ pub struct LgrTable {
     settled: Condvar,
     groups: Mutex<HashMap<u32, Arc<LinkGroup>>>,
     next: AtomicU32,
+    idle: Arc<AtomicUsize>,
+    /// The housekeeping thread's doorbell (the write end of its pipe): rung when a group
+    /// becomes dead and empty, so it is freed now rather than at the next expiry. Dropping
+    /// the table closes it, which ends the thread.
+    kick: std::sync::OnceLock<rustix::fd::OwnedFd>,
 }
 
 impl LgrTable {
@@ -266,6 +299,7 @@ impl LgrTable {
             peer: Mutex::new(v2),
             pool: Mutex::new(Pool::default()),
             slot: status.lgr_slot(),
+            idle: Arc::clone(&self.idle),
         });
         lock(&self.groups).insert(id, Arc::clone(&g));
         lock(&self.book).create(id, (peer, local), role);
@@ -295,6 +329,30 @@ impl LgrTable {
         self.settled.notify_all();
     }
 
+    /// The engine with GID `peer` has ended (`smcd` said so): every group with it takes no
+    /// more connections, and those without connections are freed at once; the others when
+    /// their last connection ends. Returns how many groups it had.
+    pub fn peer_gone(&self, dev: &dyn BufferProvider, peer: Gid, idle: Duration) -> usize {
+        let n = lock(&self.book).kill_matching(|k| k.0 == peer);
+        if n > 0 {
+            self.settled.notify_all();
+            self.sweep(dev, idle);
+        }
+        n
+    }
+
+    /// Gives the housekeeping thread the write end of its doorbell (once).
+    pub fn set_kick(&self, fd: rustix::fd::OwnedFd) {
+        let _ = self.kick.set(fd);
+    }
+
+    fn ring_kick(&self) {
+        if let Some(fd) = self.kick.get() {
+            // Non-blocking: a full pipe has a wake-up pending already.
+            let _ = rustix::io::write(fd, &[1]);
+        }
+    }
+
     /// Every group takes no more connections (the device went away).
     pub fn kill_all(&self) {
         lock(&self.book).kill_all();
@@ -303,8 +361,21 @@ impl LgrTable {
 
     /// A connection of `g` ended (or its handshake failed).
     pub fn release(&self, g: &LinkGroup) {
-        lock(&self.book).release(g.id, crate::sys::core_now());
+        let dead_and_empty = {
+            let mut book = lock(&self.book);
+            book.release(g.id, crate::sys::core_now());
+            book.get(g.id)
+                .is_some_and(|x| x.conns == 0 && x.state == smc_core::lgr::GroupState::Dead)
+        };
         self.publish(g);
+        if dead_and_empty {
+            self.ring_kick();
+        }
+    }
+
+    /// Bytes of idle DMBs kept for reuse (at most [`IDLE_DMB_BYTES_MAX`]).
+    pub fn idle_dmb_bytes(&self) -> usize {
+        self.idle.load(Ordering::Relaxed)
     }
 
     /// A snapshot of the groups.
@@ -330,5 +401,68 @@ impl LgrTable {
                 lg.free_all(dev);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::local::LocalFabric;
+
+    /// Closed DMBs are kept for reuse only up to the engine-wide bound, over all groups;
+    /// the rest go back to the device.
+    #[test]
+    fn idle_buffers_are_bounded_per_engine() {
+        let fabric = LocalFabric::new();
+        let dev = fabric.device();
+        let status = StatusArea::private().unwrap();
+        let table = LgrTable::new(1);
+        const LEN: usize = 1024 * 1024;
+        let per_group = 24;
+        let groups: Vec<_> = (0..3u128)
+            .map(|i| {
+                let id = table.next_id(1);
+                table.create(
+                    id,
+                    100 + i,
+                    dev.gid(),
+                    Role::Server,
+                    PeerV2::default(),
+                    &status,
+                )
+            })
+            .collect();
+        let mut held = Vec::new();
+        for g in &groups {
+            for _ in 0..per_group {
+                let (d, reused) = g.get_dmb(&dev, LEN).unwrap();
+                assert!(!reused);
+                held.push((Arc::clone(g), d));
+            }
+        }
+        assert_eq!(fabric.registered(), 3 * per_group);
+        for (g, d) in held {
+            g.put_dmb(&dev, d, true, false);
+            assert!(table.idle_dmb_bytes() <= IDLE_DMB_BYTES_MAX);
+        }
+        assert_eq!(table.idle_dmb_bytes(), IDLE_DMB_BYTES_MAX);
+        assert_eq!(
+            fabric.registered(),
+            IDLE_DMB_BYTES_MAX / LEN,
+            "the rest unregistered"
+        );
+        // Reuse takes from the pool and gives the bytes back to the bound.
+        let (d, reused) = groups[0].get_dmb(&dev, LEN).unwrap();
+        assert!(reused);
+        assert_eq!(table.idle_dmb_bytes(), IDLE_DMB_BYTES_MAX - LEN);
+        groups[0].put_dmb(&dev, d, true, false);
+        // A freed group's idle buffers leave the count.
+        for g in &groups {
+            table.kill(g);
+            table.release(g);
+        }
+        table.sweep(&dev, Duration::from_secs(600));
+        assert_eq!(table.idle_dmb_bytes(), 0);
+        assert_eq!(fabric.registered(), 0);
     }
 }

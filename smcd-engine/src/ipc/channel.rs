@@ -150,13 +150,26 @@ impl Channel {
     /// Sends a request and waits for its reply; an `NLMSG_ERROR` with an errno becomes that
     /// `io::Error`.
     pub fn request(&mut self, msg: LoopbackMessage, fds: &[BorrowedFd<'_>]) -> io::Result<Reply> {
+        self.request_seeing(msg, fds, |_| {})
+    }
+
+    /// As [`Channel::request`]; notifications that arrive before the reply go to `seen`.
+    pub fn request_seeing(
+        &mut self,
+        msg: LoopbackMessage,
+        fds: &[BorrowedFd<'_>],
+        mut seen: impl FnMut(LoopbackMessage),
+    ) -> io::Result<Reply> {
         let nl = self.message(msg, NLM_F_REQUEST | NLM_F_ACK);
         let seq = self.seq;
         send_record(self.sock.as_fd(), &encode(nl), fds)?;
         loop {
             let (msg, fds, got_seq) = self.receive()?;
             if got_seq != seq {
-                // A stale reply (a previous request that timed out) or a notification: skip.
+                // A stale reply (a previous request that timed out) or a notification.
+                if let Ok(m) = msg {
+                    seen(m);
+                }
                 continue;
             }
             return msg.map(|m| (m, fds));

@@ -12,6 +12,7 @@ use crate::layout::status::StatusArea;
 use crate::layout::{ListenerPage, ListenerTable, SysctlPage};
 use crate::sys::random_u64;
 use rustix::fd::{AsFd, OwnedFd};
+use smc_core::gid::Gid;
 use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage, Verdict};
 use std::collections::HashMap;
 use std::io;
@@ -251,6 +252,25 @@ impl SmcdSession {
         )?;
         let id = r.listener_id().ok_or_else(|| missing(&r, "listener id"))?;
         Ok((ch, id))
+    }
+
+    /// Opens a dedicated channel on which `smcd` sends this engine's device events
+    /// (`PeerGone`), and returns it with the GIDs of peers that had ended already (smcd says
+    /// them at subscription, so none is missed before it). The caller polls the channel.
+    pub fn events(&self) -> io::Result<(Channel, Vec<Gid>)> {
+        let mut ch = Channel::connect(&self.path)?;
+        Self::hello(&mut ch, self.session_key, self.netns, None)?;
+        let mut gone = Vec::new();
+        ch.request_seeing(
+            LoopbackMessage::new(LoopbackCmd::Events, vec![]),
+            &[],
+            |m| {
+                if m.cmd == LoopbackCmd::PeerGone {
+                    gone.extend(m.gid());
+                }
+            },
+        )?;
+        Ok((ch, gone))
     }
 
     /// The congestion page of listener `id` (asked for once, then kept).

@@ -64,7 +64,8 @@ fn nlctrl() -> FamilyInfo {
 }
 
 /// `SMCD_LOOPBACK`: the engine-to-smcd device channel. Its operations are the requests an
-/// engine sends; `INTENT` and `INTENT_CANCEL` travel the other way and are not operations.
+/// engine sends; `INTENT`, `INTENT_CANCEL` and `PEER_GONE` travel the other way and are not
+/// operations.
 fn loopback() -> FamilyInfo {
     let ops = [
         LoopbackCmd::Hello,
@@ -75,6 +76,7 @@ fn loopback() -> FamilyInfo {
         LoopbackCmd::DmbAttach,
         LoopbackCmd::DmbUnregister,
         LoopbackCmd::ListenerPage,
+        LoopbackCmd::Events,
     ];
     FamilyInfo {
         id: LOOPBACK_FAMILY_ID,
