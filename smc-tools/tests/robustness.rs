@@ -286,3 +286,55 @@ fn link_groups_of_exited_client_processes_are_freed_at_once() {
     assert_eq!(c.expect("MODE"), "smcd");
     assert!(c.wait(Duration::from_secs(30)).success());
 }
+
+/// Issue 10, item 6: link-group ids repeated after 256 groups of one engine (an 8-bit
+/// counter); smcd now hands out blocks of ids, so a server with more peers than that still
+/// names every group uniquely, as the kernel's one host-wide counter does.
+#[test]
+fn link_group_ids_do_not_repeat_after_256_groups() {
+    common::raise_nofile();
+    let smcd = Smcd::start(BINS);
+    let server = smcd.engine();
+    let l = listen(&server);
+    let port = l.local_addr().unwrap().port();
+    const PEERS: usize = 300;
+    let acceptor = std::thread::spawn(move || {
+        (0..PEERS)
+            .map(|_| l.accept().unwrap().0)
+            .collect::<Vec<_>>()
+    });
+    // Each client engine is a new peer, so a new group on the server; all stay open.
+    let clients: Vec<_> = (0..PEERS)
+        .map(|_| {
+            let e = smcd.engine();
+            let s = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+            assert!(s.is_smc(), "SMC-D");
+            (e, s)
+        })
+        .collect();
+    let accepted = acceptor.join().unwrap();
+    let ids: Vec<u32> = server.lgrs.list().iter().map(|g| g.id).collect();
+    assert_eq!(ids.len(), PEERS, "one group per peer");
+    let unique: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(
+        unique.len(),
+        PEERS,
+        "ids repeated: {} distinct",
+        unique.len()
+    );
+    assert!(
+        ids.iter().all(|id| id & 0xff == 0),
+        "the low byte is the link id's"
+    );
+    // The client side names its groups from its own blocks: none collides with the server's.
+    for (e, _) in &clients {
+        for g in e.lgrs.list() {
+            assert!(
+                !unique.contains(&g.id),
+                "client group {:#x} reuses a server id",
+                g.id
+            );
+        }
+    }
+    drop(accepted);
+}

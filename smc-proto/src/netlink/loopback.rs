@@ -82,6 +82,12 @@ pub enum LoopbackCmd {
     /// `ISM_EVENT_GID`, on which the kernel terminates every link group to that GID
     /// (`smc_smcd_terminate`).
     PeerGone,
+    /// Engine → smcd, do: another block of link-group ids. Reply: `EngineId`, a block number
+    /// (1..=65535) no live engine holds; the engine names groups `block << 16 | n << 8`
+    /// (n = 0..=255). The block HELLO returns as `EngineId` is the engine's first. Blocks
+    /// are the engine's until its session ends, so ids are unique on the host as the
+    /// kernel's (one counter there) and repeat only after 65,535 blocks.
+    LgrIds,
     /// A command this version does not know.
     Unknown(u8),
 }
@@ -102,6 +108,7 @@ impl LoopbackCmd {
             Self::ListenerPage => 10,
             Self::Events => 11,
             Self::PeerGone => 12,
+            Self::LgrIds => 13,
             Self::Unknown(n) => n,
         }
     }
@@ -122,6 +129,7 @@ impl From<u8> for LoopbackCmd {
             10 => Self::ListenerPage,
             11 => Self::Events,
             12 => Self::PeerGone,
+            13 => Self::LgrIds,
             n => Self::Unknown(n),
         }
     }

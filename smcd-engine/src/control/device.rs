@@ -35,8 +35,10 @@ pub const DEFAULT_MAX_DMBS: usize = 5000;
 pub struct Session {
     /// The engine's GID.
     pub gid: Gid,
-    /// smcd's small id for it.
+    /// smcd's small id for it: its first block of link-group ids (see `LgrIds`).
     pub engine_id: u32,
+    /// Every block of link-group ids it holds (the first is `engine_id`).
+    blocks: Vec<u16>,
     /// The engine's process.
     pub pid: u32,
     /// Its user.
@@ -156,6 +158,8 @@ pub struct Outcome {
 pub struct DeviceState {
     sessions: HashMap<SessionKey, Session>,
     next_engine_id: u32,
+    /// Link-group id blocks held by live sessions.
+    held_blocks: HashSet<u16>,
     dmbs: HashMap<u64, DmbEntry>,
     listeners: HashMap<u32, Listener>,
     next_listener_id: u32,
@@ -190,6 +194,7 @@ impl DeviceState {
         Ok(Self {
             sessions: HashMap::new(),
             next_engine_id: 1,
+            held_blocks: HashSet::new(),
             dmbs: HashMap::new(),
             listeners: HashMap::new(),
             next_listener_id: 1,
@@ -472,6 +477,32 @@ impl DeviceState {
                 }
                 None => out.reply = Some(Err(errno(rustix::io::Errno::PROTO))),
             },
+            LoopbackCmd::LgrIds => {
+                if !self.sessions.contains_key(&session) {
+                    out.reply = Some(Err(errno(rustix::io::Errno::PROTO)));
+                    return out;
+                }
+                // A session holding more than this has made 4 M groups: it recycles its own.
+                const MAX_BLOCKS_PER_SESSION: usize = 64;
+                let held = self.sessions.get(&session).map_or(0, |s| s.blocks.len());
+                let block = if held < MAX_BLOCKS_PER_SESSION {
+                    self.alloc_block()
+                } else {
+                    None
+                };
+                match block {
+                    Some(b) => {
+                        if let Some(s) = self.sessions.get_mut(&session) {
+                            s.blocks.push(b);
+                        }
+                        out.reply = reply(
+                            LoopbackCmd::LgrIds,
+                            vec![LoopbackAttr::EngineId(u32::from(b))],
+                        );
+                    }
+                    None => out.reply = Some(Err(errno(rustix::io::Errno::NOSPC))),
+                }
+            }
             LoopbackCmd::Intent
             | LoopbackCmd::IntentCancel
             | LoopbackCmd::PeerGone
@@ -507,23 +538,29 @@ impl DeviceState {
         }
         // The namespace as the kernel reports it for that process, not as it claims.
         let netns = netns_of_pid(pid).unwrap_or(0);
-        let next_id = &mut self.next_engine_id;
-        let s = self.sessions.entry((key, pid)).or_insert_with(|| {
-            let id = *next_id;
-            *next_id = next_id.wrapping_add(1).max(1);
-            Session {
-                gid: (u128::from(random_u64()) << 64) | u128::from(random_u64()),
-                engine_id: id,
-                pid,
-                uid: ctx.uid,
-                netns,
-                status: None,
-                channels: HashSet::new(),
-                events: None,
-                dmbs: HashSet::new(),
-                intents: VecDeque::new(),
-            }
-        });
+        if !self.sessions.contains_key(&(key, pid)) {
+            let Some(block) = self.alloc_block() else {
+                out.reply = Some(Err(errno(rustix::io::Errno::NOSPC)));
+                return out;
+            };
+            self.sessions.insert(
+                (key, pid),
+                Session {
+                    gid: (u128::from(random_u64()) << 64) | u128::from(random_u64()),
+                    engine_id: u32::from(block),
+                    blocks: vec![block],
+                    pid,
+                    uid: ctx.uid,
+                    netns,
+                    status: None,
+                    channels: HashSet::new(),
+                    events: None,
+                    dmbs: HashSet::new(),
+                    intents: VecDeque::new(),
+                },
+            );
+        }
+        let s = self.sessions.get_mut(&(key, pid)).expect("present");
         if s.status.is_none()
             && let Some(fd) = fds.into_iter().next()
         {
@@ -672,6 +709,9 @@ impl DeviceState {
         for t in s.dmbs.drain() {
             self.dmbs.remove(&t);
         }
+        for b in &s.blocks {
+            self.held_blocks.remove(b);
+        }
         notes.extend(self.peer_gone(s.gid));
         for id in std::mem::take(&mut s.intents) {
             if let Some(n) = self.finish_intent(id, false) {
@@ -702,6 +742,18 @@ impl DeviceState {
                 msg: LoopbackMessage::new(LoopbackCmd::PeerGone, vec![LoopbackAttr::Gid(gid)]),
             })
             .collect()
+    }
+
+    /// A block of link-group ids no live session holds (never 0), round robin.
+    fn alloc_block(&mut self) -> Option<u16> {
+        for _ in 0..=u16::MAX {
+            let b = (self.next_engine_id & 0xffff) as u16;
+            self.next_engine_id = (self.next_engine_id + 1) & 0xffff;
+            if b != 0 && self.held_blocks.insert(b) {
+                return Some(b);
+            }
+        }
+        None
     }
 
     /// `PeerGone` for every peer of `session`'s DMBs that is no longer a live engine.

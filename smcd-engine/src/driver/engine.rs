@@ -103,7 +103,7 @@ impl Engine {
             ueids: cfg
                 .ueids
                 .map(|v| v.iter().filter_map(|s| Eid::new(s)).collect()),
-            lgrs: LgrTable::new(1),
+            lgrs: LgrTable::new(),
             housekeeping: OnceLock::new(),
             private_status: OnceLock::new(),
             sources: Mutex::new(HashMap::new()),
@@ -224,7 +224,14 @@ impl Engine {
         )
     }
 
-    /// smcd's small id for this engine (0 without smcd).
+    /// An id for a new link group (see [`LgrTable::next_id`]).
+    pub fn next_lgr_id(&self) -> u32 {
+        self.lgrs.next_id(self.engine_id(), || {
+            self.attached_now()?.session.lgr_ids().ok()
+        })
+    }
+
+    /// smcd's id for this engine (its first block of link-group ids), 0 without smcd.
     pub fn engine_id(&self) -> u32 {
         self.attached_now()
             .map_or(0, |a| a.session.info().engine_id)

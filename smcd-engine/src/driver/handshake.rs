@@ -456,7 +456,7 @@ impl ClientRun {
         let local = self.hs.caps().gid;
         let lgr = if acc.first_contact {
             e.lgrs.create(
-                e.lgrs.next_id(e.engine_id()),
+                e.next_lgr_id(),
                 acc.peer_gid,
                 local,
                 Role::Client,
@@ -723,7 +723,7 @@ impl ServerRun {
         let (lgr, first_contact) = match e.lgrs.join_server(info.peer_gid, local, max_conns) {
             Some(g) => (g, false),
             None => {
-                let id = e.lgrs.next_id(e.engine_id());
+                let id = e.next_lgr_id();
                 let g = e.lgrs.create(
                     id,
                     info.peer_gid,

@@ -15,7 +15,7 @@ pub use smc_core::lgr::Role;
 use smc_core::lgr::{Join, LgrBook};
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -216,7 +216,7 @@ pub struct LgrTable {
     /// Signalled when a group's first contact ends (ready or dead).
     settled: Condvar,
     groups: Mutex<HashMap<u32, Arc<LinkGroup>>>,
-    next: AtomicU32,
+    ids: Mutex<IdBlock>,
     idle: Arc<AtomicUsize>,
     /// The housekeeping thread's doorbell (the write end of its pipe): rung when a group
     /// becomes dead and empty, so it is freed now rather than at the next expiry. Dropping
@@ -224,13 +224,21 @@ pub struct LgrTable {
     kick: std::sync::OnceLock<rustix::fd::OwnedFd>,
 }
 
+/// Where the next link-group id comes from: a block of 256 ids from smcd.
+#[derive(Debug, Default)]
+struct IdBlock {
+    /// The engine's first block (its engine id) these came with; a new one (smcd restarted)
+    /// starts over.
+    first: u32,
+    block: u32,
+    /// The next id's index in the block; past 255 the block is used up.
+    n: u32,
+}
+
 impl LgrTable {
-    /// An empty table whose ids start from `base`.
-    pub fn new(base: u32) -> Self {
-        Self {
-            next: AtomicU32::new(base),
-            ..Self::default()
-        }
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     fn group(&self, id: u32) -> Option<Arc<LinkGroup>> {
@@ -273,11 +281,28 @@ impl LgrTable {
     }
 
     /// A fresh id for a group this engine creates. Ids are unique on the host as the kernel's
-    /// (one counter there): smcd's engine id in the high half, a counter above the low byte,
-    /// which is left for link ids as the kernel's ids step by 256.
-    pub fn next_id(&self, engine_id: u32) -> u32 {
-        let n = self.next.fetch_add(1, Ordering::Relaxed) & 0xff;
-        ((engine_id & 0xffff) << 16 | n << 8).max(0x100)
+    /// (one counter there, stepping by 256: the low byte is left for link ids): smcd hands
+    /// each engine blocks of 256 (`first_block`, its engine id, is the first), and `more`
+    /// asks for the next when one is used up (a round trip once per 256 groups; if smcd
+    /// cannot give one, the engine's current block is used again).
+    pub fn next_id(&self, first_block: u32, more: impl FnOnce() -> Option<u32>) -> u32 {
+        let mut b = lock(&self.ids);
+        if b.first != first_block || b.block == 0 {
+            *b = IdBlock {
+                first: first_block,
+                block: first_block,
+                n: 0,
+            };
+        }
+        if b.n > 0xff {
+            if let Some(next) = more() {
+                b.block = next;
+            }
+            b.n = 0;
+        }
+        let id = (b.block & 0xffff) << 16 | b.n << 8;
+        b.n += 1;
+        id.max(0x100)
     }
 
     /// Creates a group with one connection. A server's group takes no other connection until
@@ -416,12 +441,12 @@ mod tests {
         let fabric = LocalFabric::new();
         let dev = fabric.device();
         let status = StatusArea::private().unwrap();
-        let table = LgrTable::new(1);
+        let table = LgrTable::new();
         const LEN: usize = 1024 * 1024;
         let per_group = 24;
         let groups: Vec<_> = (0..3u128)
             .map(|i| {
-                let id = table.next_id(1);
+                let id = table.next_id(1, || None);
                 table.create(
                     id,
                     100 + i,
@@ -464,5 +489,29 @@ mod tests {
         table.sweep(&dev, Duration::from_secs(600));
         assert_eq!(table.idle_dmb_bytes(), 0);
         assert_eq!(fabric.registered(), 0);
+    }
+
+    /// Ids do not repeat within an engine while smcd hands out blocks, and never take the
+    /// low byte.
+    #[test]
+    fn group_ids_come_in_blocks_from_smcd() {
+        let table = LgrTable::new();
+        let mut next_block = 7u32;
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            let id = table.next_id(5, || {
+                next_block += 1;
+                Some(next_block)
+            });
+            assert_eq!(id & 0xff, 0);
+            assert!(seen.insert(id), "id {id:#x} repeated");
+        }
+        assert_eq!(next_block, 7 + 3, "a block per 256 groups after the first");
+        // smcd gave no block: the engine's current one is used again.
+        let t = LgrTable::new();
+        let first: Vec<u32> = (0..256).map(|_| t.next_id(9, || None)).collect();
+        assert_eq!(t.next_id(9, || None), first[0].max(0x100));
+        // A new registration (smcd restarted) starts from its own first block.
+        assert_eq!(t.next_id(11, || None), 11 << 16);
     }
 }

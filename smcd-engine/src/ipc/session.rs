@@ -273,6 +273,14 @@ impl SmcdSession {
         Ok((ch, gone))
     }
 
+    /// Another block of link-group ids (see `LoopbackCmd::LgrIds`).
+    pub fn lgr_ids(&self) -> io::Result<u32> {
+        self.with_channel(|ch| {
+            let (r, _) = ch.request(LoopbackMessage::new(LoopbackCmd::LgrIds, vec![]), &[])?;
+            r.engine_id().ok_or_else(|| missing(&r, "block"))
+        })
+    }
+
     /// The congestion page of listener `id` (asked for once, then kept).
     pub fn listener_page(&self, id: u32) -> io::Result<Arc<ListenerPage>> {
         if let Some(p) = self

@@ -77,6 +77,7 @@ fn loopback() -> FamilyInfo {
         LoopbackCmd::DmbUnregister,
         LoopbackCmd::ListenerPage,
         LoopbackCmd::Events,
+        LoopbackCmd::LgrIds,
     ];
     FamilyInfo {
         id: LOOPBACK_FAMILY_ID,
