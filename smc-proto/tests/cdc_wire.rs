@@ -249,6 +249,8 @@ proptest! {
         let d = SmcdCursorWord::decode(w);
         prop_assert_eq!(SmcdCursorWord::encode(d.cursor, d.prod_flags, d.conn_flags), w);
         prop_assert_eq!(d.to_word(), w);
+        // The shift forms agree with the slot's memory layout.
+        prop_assert_eq!(d, SmcdCursorWord::from_bytes(w.to_ne_bytes()));
     }
 
     #[test]

@@ -75,27 +75,46 @@ impl SmcdCursorWord {
     }
 
     /// The 64-bit word for `cursor` and flags, as an `AtomicU64` at the slot would hold it.
+    /// (Shifts rather than a byte array: this runs on every send of the data path.)
     #[inline]
     pub const fn encode(
         cursor: Cursor,
         prod_flags: ProducerFlags,
         conn_flags: ConnStateFlags,
     ) -> u64 {
-        u64::from_ne_bytes(
-            SmcdCursorWord {
-                cursor,
-                prod_flags,
-                conn_flags,
-            }
-            .to_bytes(),
-        )
+        let (w, c) = (cursor.wrap as u64, cursor.count as u64);
+        let (p, f) = (prod_flags.bits() as u64, conn_flags.bits() as u64);
+        if cfg!(target_endian = "little") {
+            w | c << 16 | p << 48 | f << 56
+        } else {
+            w << 48 | c << 16 | p << 8 | f
+        }
     }
 
     /// Splits a word loaded from a slot. Every word is valid (all 64 bits are fields); the
     /// cursor still has to be checked against the ring before use.
     #[inline]
     pub const fn decode(word: u64) -> SmcdCursorWord {
-        Self::from_bytes(word.to_ne_bytes())
+        let (w, c, p, f) = if cfg!(target_endian = "little") {
+            (
+                word as u16,
+                (word >> 16) as u32,
+                (word >> 48) as u8,
+                (word >> 56) as u8,
+            )
+        } else {
+            (
+                (word >> 48) as u16,
+                (word >> 16) as u32,
+                (word >> 8) as u8,
+                word as u8,
+            )
+        };
+        SmcdCursorWord {
+            cursor: Cursor::new(w, c),
+            prod_flags: ProducerFlags::from_bits_retain(p),
+            conn_flags: ConnStateFlags::from_bits_retain(f),
+        }
     }
 
     /// This slot as a word.

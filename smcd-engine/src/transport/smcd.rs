@@ -167,39 +167,9 @@ impl SmcdLink {
         let how = self.peer.take_waiter(dir);
         self.wake_peer(dir, how);
     }
-}
-
-impl Transport for SmcdLink {
-    const CDC_IS_STATE: bool = true;
-
-    fn write_tx(&self, offset: usize, data: &[u8]) {
-        self.peer.map.write_ring(offset, data);
-    }
-
-    fn read_rx(&self, offset: usize, out: &mut [u8]) {
-        self.own.map.read_ring(offset, out);
-    }
-
-    fn write_remote(&self, _w: &RemoteWrite) -> io::Result<()> {
-        // No-copy: the bytes are in the peer's ring already; the core never asks.
-        Ok(())
-    }
-
-    fn send_cdc(&self, cdc: &HostCdc, cons_changed: bool) -> io::Result<()> {
-        let pw = SmcdCursorWord::encode(cdc.prod, ProducerFlags::EMPTY, ConnStateFlags::EMPTY);
-        if !cons_changed {
-            // The data path: one word, and the reader woken if it sleeps.
-            if pw != self.out_prod.load(Ordering::Relaxed) {
-                self.out_prod.store(pw, Ordering::Relaxed);
-                // Release: the bytes copied into the ring become visible with the cursor.
-                self.peer.map.prod_word().store(pw, Ordering::Release);
-                let how = self.peer.take_waiters(true, false).0;
-                if how != 0 {
-                    self.wake_peer(Dir::Rx, how);
-                }
-            }
-            return Ok(());
-        }
+    /// [`Transport::send_cdc`] when the consumer word (or the flags) may have changed too.
+    #[inline(never)]
+    fn send_cdc_words(&self, cdc: &HostCdc, pw: u64) -> io::Result<()> {
         let cw = SmcdCursorWord::encode(cdc.cons, cdc.pflags, cdc.cflags);
         // The connection calls this under its lock: plain loads and stores suffice for our own
         // record of what we stored (no read-modify-write on the data path).
@@ -240,6 +210,44 @@ impl Transport for SmcdLink {
             }
         }
         Ok(())
+    }
+}
+
+impl Transport for SmcdLink {
+    const CDC_IS_STATE: bool = true;
+
+    #[inline]
+    fn write_tx(&self, offset: usize, data: &[u8]) {
+        self.peer.map.write_ring(offset, data);
+    }
+
+    #[inline]
+    fn read_rx(&self, offset: usize, out: &mut [u8]) {
+        self.own.map.read_ring(offset, out);
+    }
+
+    fn write_remote(&self, _w: &RemoteWrite) -> io::Result<()> {
+        // No-copy: the bytes are in the peer's ring already; the core never asks.
+        Ok(())
+    }
+
+    #[inline]
+    fn send_cdc(&self, cdc: &HostCdc, cons_changed: bool) -> io::Result<()> {
+        let pw = SmcdCursorWord::encode(cdc.prod, ProducerFlags::EMPTY, ConnStateFlags::EMPTY);
+        if !cons_changed {
+            // The data path: one word, and the reader woken if it sleeps.
+            if pw != self.out_prod.load(Ordering::Relaxed) {
+                self.out_prod.store(pw, Ordering::Relaxed);
+                // Release: the bytes copied into the ring become visible with the cursor.
+                self.peer.map.prod_word().store(pw, Ordering::Release);
+                let how = self.peer.take_waiters(true, false).0;
+                if how != 0 {
+                    self.wake_peer(Dir::Rx, how);
+                }
+            }
+            return Ok(());
+        }
+        self.send_cdc_words(cdc, pw)
     }
 
     fn recv_cdc(&self) -> Option<HostCdc> {
