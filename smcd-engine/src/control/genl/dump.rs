@@ -169,7 +169,14 @@ impl Job {
         let mut page = Page { bytes: Vec::new() };
         let done = self.fill(daemon, &mut page);
         if !done {
-            return (vec![page.bytes], Some(self));
+            // A step may spend its budget on slots no longer in use and fill nothing; an
+            // empty record would read as end of file to a seqpacket client.
+            let records = if page.bytes.is_empty() {
+                Vec::new()
+            } else {
+                vec![page.bytes]
+            };
+            return (records, Some(self));
         }
         let mut out = Out::default();
         if !page.bytes.is_empty() {

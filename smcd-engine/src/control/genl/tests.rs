@@ -49,6 +49,7 @@ fn messages(records: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut v = Vec::new();
     for r in records {
         assert!(r.len() <= MAX_RECORD, "record of {} bytes", r.len());
+        assert!(!r.is_empty(), "an empty record reads as end of file");
         for m in split_messages(&r).expect("replies frame") {
             v.push(m.to_bytes());
         }
@@ -900,6 +901,36 @@ fn dumps_go_in_pages_and_keep_their_place() {
         .unwrap();
     assert_eq!(dev.use_cnt, Some(3000));
     drop((slots, groups));
+}
+
+/// Thousands of slots that were used and are free again: steps that find nothing send
+/// nothing (no empty record), and the one live socket is listed.
+#[test]
+fn steps_over_freed_slots_send_no_empty_page() {
+    let mut d = daemon();
+    let area = engine(&mut d);
+    let many: Vec<_> = (0..3 * dump::STEP_SLOTS)
+        .map(|_| {
+            let c = area.conn_slot();
+            c.publish(&ConnIdentity::default());
+            c
+        })
+        .collect();
+    let live = area.conn_slot();
+    live.publish(&ConnIdentity {
+        inode: 5,
+        ..ConnIdentity::default()
+    });
+    drop(many);
+    let b = dump(
+        &mut d,
+        &nobody(),
+        ENGINE_FAMILY_ID,
+        EngineMessage::sock_dump(None, None),
+    );
+    assert_eq!(b.end, DONE);
+    assert_eq!(b.payloads.len(), 1);
+    assert_eq!(b.payloads[0].sock().unwrap().inode, 5);
 }
 
 /// An engine that registers while a dump is in progress and sorts after its cursor is
