@@ -9,10 +9,10 @@
 //!
 //! Dumps that read the engines' status areas (`ss`, `stats`, `linkgroup show`, ...) run as
 //! [`Job`]s, one page per step, as the kernel's netlink dumps do: a step runs only when the
-//! client's socket has room for its page, at most one step per dump per turn of the loop,
-//! and every turn first serves whatever requests arrived (`epoll_wait` without waiting while
-//! a dump is runnable). So connection setup (intents, DMB registration and attach) waits at
-//! most one step of each dump in progress, and a dump whose client stops reading costs one
+//! client's socket has room for its page, at most one step per dump and `STEPS_PER_TURN`
+//! in all per turn of the loop, and every turn first serves whatever requests arrived
+//! (`epoll_wait` without waiting while a dump is runnable). So connection setup (intents, DMB
+//! registration and attach) waits at most a few bounded steps, however many dumps run, and a dump whose client stops reading costs one
 //! queued page until it reads again. While its dump runs, a client's further requests stay
 //! in its socket (netlink answers a socket's requests in order too).
 
@@ -33,6 +33,9 @@ use std::path::{Path, PathBuf};
 
 /// Replies queued for a slow client before it is dropped.
 const MAX_QUEUED: usize = 256;
+/// Dump steps per turn of the loop: however many dumps run, a request waits at most this
+/// many steps (each bounded, see `genl::dump`).
+const STEPS_PER_TURN: usize = 8;
 /// Token of the listening socket in the epoll set.
 const LISTEN_TOKEN: u64 = u64::MAX;
 /// Token of the wake-up descriptor (signals, shutdown).
@@ -184,9 +187,10 @@ impl Server {
         }
     }
 
-    /// One step of every runnable dump, in turn.
+    /// One step of each runnable dump, in turn, at most `STEPS_PER_TURN` of them before
+    /// the loop looks for requests again (the rest go first next turn).
     fn run_jobs(&mut self) {
-        for _ in 0..self.runnable.len() {
+        for _ in 0..self.runnable.len().min(STEPS_PER_TURN) {
             let Some(id) = self.runnable.pop_front() else {
                 return;
             };
