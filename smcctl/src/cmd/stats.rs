@@ -242,15 +242,21 @@ fn reasons(slots: &[&FbackStats]) -> Vec<Reason> {
     v
 }
 
+/// Counters added up; a sum past `u64::MAX` (counters come from engines smcd does not
+/// trust) stays there instead of wrapping to a small number.
+fn sum(v: &[u64]) -> u64 {
+    v.iter().fold(0u64, |a, &b| a.saturating_add(b))
+}
+
 impl Stats {
     /// Builds the view of one technology from the replies.
     pub fn build(reply: &StatsReply, fback: &[FbackStats], smcr: bool) -> Self {
         let t: &StatsTech = if smcr { &reply.smcr } else { &reply.smcd };
-        let client = t.clnt_v1_succ + t.clnt_v2_succ;
-        let server = t.srv_v1_succ + t.srv_v2_succ;
-        let smc = client + server;
+        let client = sum(&[t.clnt_v1_succ, t.clnt_v2_succ]);
+        let server = sum(&[t.srv_v1_succ, t.srv_v2_succ]);
+        let smc = client.saturating_add(server);
         let hs = Split {
-            total: reply.clnt_hs_err_cnt + reply.srv_hs_err_cnt,
+            total: reply.clnt_hs_err_cnt.saturating_add(reply.srv_hs_err_cnt),
             client: reply.clnt_hs_err_cnt,
             server: reply.srv_hs_err_cnt,
         };
@@ -261,25 +267,25 @@ impl Stats {
         let client_slots: Vec<&FbackStats> = fback.iter().filter(|f| !f.is_server).collect();
         let fallback = Fallback {
             counts: Split {
-                total: srv_fb + clnt_fb,
+                total: srv_fb.saturating_add(clnt_fb),
                 client: clnt_fb,
                 server: srv_fb,
             },
             server_reasons: reasons(&server_slots),
             client_reasons: reasons(&client_slots),
         };
-        let requests = t.rx_cnt + t.tx_cnt;
+        let requests = t.rx_cnt.saturating_add(t.tx_cnt);
         Stats {
             technology: if smcr { "smcr" } else { "smcd" },
             connections: Connections {
-                total_handled: smc + hs.total + fallback.counts.total,
+                total_handled: sum(&[smc, hs.total, fallback.counts.total]),
                 smc: Split {
                     total: smc,
                     client,
                     server,
                 },
-                v1: t.clnt_v1_succ + t.srv_v1_succ,
-                v2: t.clnt_v2_succ + t.srv_v2_succ,
+                v1: t.clnt_v1_succ.saturating_add(t.srv_v1_succ),
+                v2: t.clnt_v2_succ.saturating_add(t.srv_v2_succ),
             },
             handshake_errors: hs,
             avg_requests_per_conn: if smc == 0 {
@@ -305,11 +311,13 @@ impl Stats {
                 &t.tx_pload,
             ),
             extras: Extras {
-                special_socket_calls: t.cork_cnt
-                    + t.ndly_cnt
-                    + t.sendpage_cnt
-                    + t.splice_cnt
-                    + t.urg_data_cnt,
+                special_socket_calls: sum(&[
+                    t.cork_cnt,
+                    t.ndly_cnt,
+                    t.sendpage_cnt,
+                    t.splice_cnt,
+                    t.urg_data_cnt,
+                ]),
                 cork: t.cork_cnt,
                 nodelay: t.ndly_cnt,
                 sendpage: t.sendpage_cnt,

@@ -148,16 +148,26 @@ impl Daemon {
     /// The counters of namespace `inode`: departed engines plus live ones, minus the reset
     /// baseline.
     pub fn totals(&mut self, inode: u64) -> Totals {
+        let mut live = vec![0; N_TOTALS];
+        for s in self.device.sessions().filter(|s| s.netns == inode) {
+            if let Some(v) = &s.status {
+                for (a, b) in live.iter_mut().zip(v.totals()) {
+                    *a = u64::wrapping_add(*a, b);
+                }
+            }
+        }
+        self.totals_from_live(inode, &live)
+    }
+
+    /// The counters of namespace `inode`, given the sum of its live engines' (a dump adds
+    /// them up in pages): plus departed engines, minus the reset baseline.
+    pub fn totals_from_live(&self, inode: u64, live: &[u64]) -> Totals {
         let mut t = self
             .namespaces
             .get(&inode)
             .map_or_else(|| vec![0; N_TOTALS], |ns| ns.departed.clone());
-        for s in self.device.sessions().filter(|s| s.netns == inode) {
-            if let Some(v) = &s.status {
-                for (a, b) in t.iter_mut().zip(v.totals()) {
-                    *a = a.wrapping_add(b);
-                }
-            }
+        for (a, b) in t.iter_mut().zip(live) {
+            *a = a.wrapping_add(*b);
         }
         if let Some(ns) = self.namespaces.get(&inode) {
             for (a, b) in t.iter_mut().zip(&ns.baseline) {

@@ -564,7 +564,7 @@ impl DeviceState {
         if s.status.is_none()
             && let Some(fd) = fds.into_iter().next()
         {
-            match StatusView::open(&fd) {
+            match StatusView::open(fd) {
                 Ok(v) => s.status = Some(v),
                 Err(e) => tracing::debug!(pid, "status area refused: {e}"),
             }

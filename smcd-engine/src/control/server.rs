@@ -6,9 +6,19 @@
 //! added by the control-plane modules. A client that sends garbage gets an `NLMSG_ERROR`; a
 //! client that does not read its replies is dropped once its queue is full, so no client can
 //! stall the others.
+//!
+//! Dumps that read the engines' status areas (`ss`, `stats`, `linkgroup show`, ...) run as
+//! [`Job`]s, one page per step, as the kernel's netlink dumps do: a step runs only when the
+//! client's socket has room for its page, at most one step per dump and `STEPS_PER_TURN`
+//! in all per turn of the loop, and every turn first serves whatever requests arrived
+//! (`epoll_wait` without waiting while a dump is runnable). So connection setup (intents, DMB
+//! registration and attach) waits at most a few bounded steps, however many dumps run, and a dump whose client stops reading costs one
+//! queued page until it reads again. While its dump runs, a client's further requests stay
+//! in its socket (netlink answers a socket's requests in order too).
 
 use super::daemon::Daemon;
 use super::device::{ClientCtx, ClientId, FdRef};
+use super::genl::Job;
 use crate::ipc::channel::{self, MAX_RECORD};
 use netlink_packet_core::{ErrorMessage, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_generic::GenlMessage;
@@ -23,6 +33,9 @@ use std::path::{Path, PathBuf};
 
 /// Replies queued for a slow client before it is dropped.
 const MAX_QUEUED: usize = 256;
+/// Dump steps per turn of the loop: however many dumps run, a request waits at most this
+/// many steps (each bounded, see `genl::dump`).
+const STEPS_PER_TURN: usize = 8;
 /// Token of the listening socket in the epoll set.
 const LISTEN_TOKEN: u64 = u64::MAX;
 /// Token of the wake-up descriptor (signals, shutdown).
@@ -35,6 +48,10 @@ struct Client {
     /// Replies that could not be sent yet (without descriptors: those are only sent in
     /// direct replies, which are never queued behind others).
     queue: VecDeque<Vec<u8>>,
+    /// A dump in progress.
+    job: Option<Job>,
+    /// Whether the client is in the run queue.
+    runnable: bool,
 }
 
 /// The server: socket, clients and the daemon state.
@@ -49,6 +66,8 @@ pub struct Server {
     /// The listening socket is out of the epoll set because we ran out of descriptors; it
     /// goes back when a client leaves.
     accept_paused: bool,
+    /// Clients whose dump may take its next step (their socket has room).
+    runnable: VecDeque<ClientId>,
     /// The daemon state.
     pub daemon: Daemon,
 }
@@ -112,6 +131,7 @@ impl Server {
             next_id: 1,
             buf: vec![0u8; MAX_RECORD],
             accept_paused: false,
+            runnable: VecDeque::new(),
             daemon,
         })
     }
@@ -124,12 +144,18 @@ impl Server {
     /// Serves until the wake descriptor becomes readable.
     pub fn run(&mut self) -> io::Result<()> {
         let mut events = Vec::with_capacity(256);
+        let now = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         loop {
             events.clear();
+            // A dump with its next page to make: look for requests, but do not wait.
+            let timeout = (!self.runnable.is_empty()).then_some(&now);
             match epoll::wait(
                 &self.epoll,
                 rustix::buffer::spare_capacity(&mut events),
-                None,
+                timeout,
             ) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
@@ -141,18 +167,68 @@ impl Server {
                     LISTEN_TOKEN => self.accept_all(),
                     WAKE_TOKEN => return Ok(()),
                     id => {
+                        let gone = epoll::EventFlags::HUP | epoll::EventFlags::ERR;
+                        let dumping = self.clients.get(&id).is_some_and(|c| c.job.is_some());
+                        if dumping && flags.intersects(gone) {
+                            // Its requests are not read while it dumps; nobody reads the rest.
+                            self.drop_client(id);
+                            continue;
+                        }
                         if flags.contains(epoll::EventFlags::OUT) {
                             self.flush(id);
                         }
-                        if flags.intersects(
-                            epoll::EventFlags::IN | epoll::EventFlags::HUP | epoll::EventFlags::ERR,
-                        ) {
+                        if !dumping && flags.intersects(epoll::EventFlags::IN | gone) {
                             self.read_client(id);
                         }
                     }
                 }
             }
+            self.run_jobs();
         }
+    }
+
+    /// One step of each runnable dump, in turn, at most `STEPS_PER_TURN` of them before
+    /// the loop looks for requests again (the rest go first next turn).
+    fn run_jobs(&mut self) {
+        for _ in 0..self.runnable.len().min(STEPS_PER_TURN) {
+            let Some(id) = self.runnable.pop_front() else {
+                return;
+            };
+            let Some(c) = self.clients.get_mut(&id) else {
+                continue;
+            };
+            c.runnable = false;
+            let Some(job) = c.job.take() else {
+                continue;
+            };
+            let ctx = c.ctx;
+            let (records, next) = job.step(&mut self.daemon, &ctx);
+            c_job(&mut self.clients, id, next);
+            for r in records {
+                self.send(id, r, &[]);
+            }
+            self.schedule(id);
+        }
+    }
+
+    /// After a client's state changed: its dump goes on if its socket has room, and epoll
+    /// watches what matters now (requests only without a dump, room only with a queue).
+    fn schedule(&mut self, id: ClientId) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        if c.job.is_some() && c.queue.is_empty() && !c.runnable {
+            c.runnable = true;
+            self.runnable.push_back(id);
+        }
+        let mut flags = epoll::EventFlags::empty();
+        if c.job.is_none() {
+            flags |= epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
+        }
+        if !c.queue.is_empty() {
+            flags |= epoll::EventFlags::OUT;
+        }
+        let _ = epoll::modify(&self.epoll, &c.sock, epoll::EventData::new_u64(id), flags);
     }
 
     fn accept_all(&mut self) {
@@ -215,6 +291,8 @@ impl Server {
                         },
                     },
                     queue: VecDeque::new(),
+                    job: None,
+                    runnable: false,
                 },
             );
         }
@@ -226,6 +304,9 @@ impl Server {
             let Some(c) = self.clients.get(&id) else {
                 return;
             };
+            if c.job.is_some() {
+                return; // the rest waits for the dump (see `schedule`)
+            }
             match channel::recv_record(c.sock.as_fd(), &mut self.buf, RecvFlags::DONTWAIT) {
                 Ok((0, _)) => return self.drop_client(id),
                 Ok((n, fds)) => {
@@ -279,9 +360,13 @@ impl Server {
         let Some(ctx) = self.clients.get(&id).map(|c| c.ctx) else {
             return;
         };
-        let records = super::genl::handle(&mut self.daemon, &ctx, record);
-        for r in records {
+        let reply = super::genl::start(&mut self.daemon, &ctx, record);
+        for r in reply.records {
             self.send(id, r, &[]);
+        }
+        if reply.job.is_some() {
+            c_job(&mut self.clients, id, reply.job);
+            self.schedule(id);
         }
     }
 
@@ -409,12 +494,9 @@ impl Server {
             return self.drop_client(id);
         }
         c.queue.push_back(bytes);
-        let _ = epoll::modify(
-            &self.epoll,
-            &c.sock,
-            epoll::EventData::new_u64(id),
-            epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::OUT,
-        );
+        if c.queue.len() == 1 {
+            self.schedule(id);
+        }
     }
 
     fn flush(&mut self, id: ClientId) {
@@ -430,12 +512,15 @@ impl Server {
                 Err(_) => return self.drop_client(id),
             }
         }
-        let _ = epoll::modify(
-            &self.epoll,
-            &c.sock,
-            epoll::EventData::new_u64(id),
-            epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
-        );
+        // Room again: requests are read, and a dump in progress makes its next page.
+        self.schedule(id);
+    }
+}
+
+/// Gives client `id` its dump (or takes it away).
+fn c_job(clients: &mut HashMap<ClientId, Client>, id: ClientId, job: Option<Job>) {
+    if let Some(c) = clients.get_mut(&id) {
+        c.job = job;
     }
 }
 

@@ -9,6 +9,7 @@
 //! only). A missing sysctl name or value is `EINVAL`, an unknown sysctl `ENOENT`, a value out
 //! of range or of the wrong type `EINVAL` (the old value is kept).
 
+use super::dump::Walk;
 use super::{Ctx, ENGINE_FAMILY_ID, Errno, Op, Out, Request, netns};
 use crate::layout::status::{ConnRecord, Curs, LstRecord, N_TOTALS, T_CLNT_FBACK};
 use crate::settings::{KNOBS, Kind, Knob, knob_index};
@@ -21,6 +22,7 @@ use smc_proto::netlink::engine::{
     NetnsSelAttr, NetnsSelector, SmcdSockInfo, SockInfo, SysctlAttr, SysctlInfo, SysctlType,
     SysctlValue,
 };
+use std::collections::BTreeMap;
 
 /// `SMC_LISTEN` in `enum smc_state`.
 pub const SMC_LISTEN: u8 = 10;
@@ -104,21 +106,14 @@ pub(crate) fn handle(ctx: &mut Ctx<'_>, req: &Request<'_>, out: &mut Out) -> Res
                 Some(s) => Some(netns::resolve(ctx, Some(s))?),
                 None => None,
             };
-            let items: Vec<_> = netns_list(ctx, only)
-                .iter()
-                .map(EngineMessage::netns_reply)
-                .collect();
-            out.dump(ENGINE_FAMILY_ID, h, items);
+            // The counts come from the status areas, in pages (see `dump`).
+            let list = netns_list(ctx, only);
+            out.walk(ENGINE_FAMILY_ID, req, Walk::Netns { list });
         }
         EngineCmd::SockDump => {
             let ns = netns::resolve(ctx, sel.as_ref())?;
             let states = msg.sock_states().unwrap_or(0);
-            let items: Vec<_> = sockets(ctx, ns)
-                .into_iter()
-                .filter(|s| states == 0 || (s.state < 32 && states & (1 << s.state) != 0))
-                .map(|s| EngineMessage::sock_reply(&s))
-                .collect();
-            out.dump(ENGINE_FAMILY_ID, h, items);
+            out.walk(ENGINE_FAMILY_ID, req, Walk::Socks { ns, states });
         }
         EngineCmd::StatsReset => {
             let ns = netns::resolve(ctx, sel.as_ref())?;
@@ -218,8 +213,8 @@ fn sysctl_info(ctx: &Ctx<'_>, ns: u64, k: &Knob) -> SysctlInfo {
     }
 }
 
-/// Every namespace smcd knows and the caller's (or only `only`), with what lives in it.
-fn netns_list(ctx: &Ctx<'_>, only: Option<u64>) -> Vec<NetnsInfo> {
+/// Every namespace smcd knows and the caller's (or only `only`), with nothing counted yet.
+fn netns_list(ctx: &Ctx<'_>, only: Option<u64>) -> BTreeMap<u64, NetnsInfo> {
     let names = netns::names();
     let mut set = netns::known(ctx.daemon);
     // The caller's own namespace, even before smcd has state for it.
@@ -230,24 +225,15 @@ fn netns_list(ctx: &Ctx<'_>, only: Option<u64>) -> Vec<NetnsInfo> {
     }
     set.into_iter()
         .map(|inode| {
-            let (mut socks, mut lgrs, mut lsts) = (0usize, 0usize, 0usize);
-            for s in ctx.daemon.device.sessions().filter(|s| s.netns == inode) {
-                if let Some(v) = &s.status {
-                    let l = v.listeners().len();
-                    socks += v.conns().len() + l;
-                    lsts += l;
-                    lgrs += v.lgrs().len();
-                }
-            }
-            let n = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
-            NetnsInfo {
+            let info = NetnsInfo {
                 inode,
                 name: names.get(&inode).cloned(),
-                sock_cnt: n(socks),
-                lgr_cnt: n(lgrs),
-                listen_cnt: n(lsts),
+                sock_cnt: 0,
+                lgr_cnt: 0,
+                listen_cnt: 0,
                 other: Vec::new(),
-            }
+            };
+            (inode, info)
         })
         .collect()
 }
@@ -280,7 +266,7 @@ fn clamp32(v: u64) -> u32 {
 }
 
 /// What `smcss` shows of one connection (smc_diag's `__smc_diag_dump`).
-fn conn_sock(c: &ConnRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
+pub(crate) fn conn_sock(c: &ConnRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
     let id = &c.id;
     let mode = DiagMode::from(id.mode);
     let smc = matches!(mode, DiagMode::Smcd | DiagMode::Smcr);
@@ -338,7 +324,7 @@ fn conn_sock(c: &ConnRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
 }
 
 /// A listening socket (no connection yet, so smc_diag's default mode).
-fn listen_sock(l: &LstRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
+pub(crate) fn listen_sock(l: &LstRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
     SockInfo {
         state: SMC_LISTEN,
         uid,
@@ -349,28 +335,6 @@ fn listen_sock(l: &LstRecord, uid: u32, pid: u32, ns: u64) -> SockInfo {
         pid: Some(pid),
         ..SockInfo::default()
     }
-}
-
-/// Every connection and listener of namespace `ns`, from the engines' status areas.
-fn sockets(ctx: &Ctx<'_>, ns: u64) -> Vec<SockInfo> {
-    let mut sessions: Vec<_> = ctx
-        .daemon
-        .device
-        .sessions()
-        .filter(|s| s.netns == ns)
-        .collect();
-    sessions.sort_by_key(|s| (s.pid, s.engine_id));
-    let mut v = Vec::new();
-    for s in sessions {
-        let Some(view) = &s.status else { continue };
-        v.extend(
-            view.listeners()
-                .iter()
-                .map(|l| listen_sock(l, s.uid, s.pid, ns)),
-        );
-        v.extend(view.conns().iter().map(|c| conn_sock(c, s.uid, s.pid, ns)));
-    }
-    v
 }
 
 /// `STATS_RESET`: the counters in `scope` read zero from now on.

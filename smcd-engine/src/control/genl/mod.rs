@@ -25,6 +25,7 @@
 //! `smc_netlink.c` and the `smc_nl_*` handlers it calls), [`engine`] (`SMCD_ENGINE`: sysctls,
 //! namespaces, sockets, statistics reset) and [`netns`] (which namespace a request is about).
 
+pub mod dump;
 pub mod engine;
 pub mod netns;
 pub mod nlctrl;
@@ -33,6 +34,7 @@ pub mod smc;
 use super::daemon::Daemon;
 use super::device::ClientCtx;
 use crate::ipc::channel::MAX_RECORD;
+pub use dump::Job;
 use netlink_packet_core::NetlinkHeader;
 use smc_proto::netlink::attr::align4;
 use smc_proto::netlink::framing::{
@@ -51,12 +53,47 @@ pub const NLCTRL_ID: u16 = 0x10;
 /// A positive errno, as the handlers return it (negated on the wire).
 pub type Errno = i32;
 
-/// Handles one request record of a control family; returns the records to send back (each
-/// record may hold several netlink messages).
+/// What a request record gets: the records to send now, and a dump still in progress
+/// (whose [`Job::step`]s send the rest, then answer the messages that followed it).
+#[derive(Debug, Default)]
+pub struct Reply {
+    /// Records to send, in order.
+    pub records: Vec<Vec<u8>>,
+    /// A dump that continues in pages.
+    pub job: Option<Job>,
+}
+
+/// Handles one request record of a control family: the replies it gets now, and the dump
+/// it started, if it did (the messages after a dump request are answered after the dump).
+pub fn start(daemon: &mut Daemon, client: &ClientCtx, record: &[u8]) -> Reply {
+    start_at(daemon, client, record, 0)
+}
+
+/// Handles one request record and runs any dump it starts to the end, in one go: every
+/// reply record (tests, and callers that do not page).
 pub fn handle(daemon: &mut Daemon, client: &ClientCtx, record: &[u8]) -> Vec<Vec<u8>> {
+    let Reply {
+        mut records,
+        mut job,
+    } = start(daemon, client, record);
+    while let Some(j) = job {
+        let (more, next) = j.step(daemon, client);
+        records.extend(more);
+        job = next;
+    }
+    records
+}
+
+/// [`start`] from byte `from` of the record (the messages after a finished dump).
+pub(crate) fn start_at(
+    daemon: &mut Daemon,
+    client: &ClientCtx,
+    record: &[u8],
+    from: usize,
+) -> Reply {
     let mut out = Out::default();
     let mut ctx = Ctx { daemon, client };
-    let mut pos = 0usize;
+    let mut pos = from;
     while pos < record.len() {
         let rest = &record[pos..];
         if rest.len() < NLMSG_HDRLEN && pos > 0 && rest.iter().all(|&b| b == 0) {
@@ -78,8 +115,17 @@ pub fn handle(daemon: &mut Daemon, client: &ClientCtx, record: &[u8]) -> Vec<Vec
         };
         handle_message(&mut ctx, &raw, &mut out);
         pos = pos.saturating_add(align4(len));
+        if let Some(job) = out.job.take() {
+            return Reply {
+                records: out.finish(),
+                job: Some(job.then(record, pos)),
+            };
+        }
     }
-    out.finish()
+    Reply {
+        records: out.finish(),
+        job: None,
+    }
 }
 
 /// The header of a message that does not frame, from whatever bytes there are.
@@ -255,12 +301,14 @@ fn supplementary_groups(pid: u32) -> Option<Vec<u32>> {
 pub(crate) struct Out {
     records: Vec<Vec<u8>>,
     cur: Vec<u8>,
+    /// A dump the current request started, to be continued in pages.
+    job: Option<Job>,
 }
 
 impl Out {
     /// Appends one encoded message, starting a new record when this one would grow past
     /// [`MAX_RECORD`].
-    fn bytes(&mut self, b: &[u8]) {
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
         let start = align4(self.cur.len());
         if !self.cur.is_empty() && start + b.len() > MAX_RECORD {
             self.records.push(std::mem::take(&mut self.cur));
@@ -316,7 +364,7 @@ impl Out {
         self.msg(&framing::error_reply_capped::<SmcGenlMessage>(h, errno));
     }
 
-    fn finish(mut self) -> Vec<Vec<u8>> {
+    pub(crate) fn finish(mut self) -> Vec<Vec<u8>> {
         if !self.cur.is_empty() {
             self.records.push(self.cur);
         }

@@ -24,6 +24,7 @@
 //! * fallback reasons are listed in `ReasonCode::ALL` order rather than first-seen order, and
 //!   reasons the table has no slot for count in the totals only (as the kernel's 31st code).
 
+use super::dump::Walk;
 use super::{Ctx, Errno, Op, Out, Request, SMC_FAMILY_ID};
 use crate::device::LOOPBACK_CHID;
 use crate::layout::UEID_MAX;
@@ -80,43 +81,23 @@ pub(crate) fn handle(ctx: &mut Ctx<'_>, req: &Request<'_>, out: &mut Out) -> Res
             let info = sys_info(ctx);
             out.dump(SMC_FAMILY_ID, h, [SmcGenlMessage::sys_info_reply(&info)]);
         }
+        // The dumps that read the engines' status areas go in pages (see `dump`).
         SmcCmd::GetLgrSmcd => {
             let ns = ctx.caller_netns()?;
-            let lgrs = lgrs_of(ctx, Some(ns));
-            out.dump(
-                SMC_FAMILY_ID,
-                h,
-                lgrs.iter()
-                    .map(|g| SmcGenlMessage::lgr_smcd_reply(&lgr_smcd(g))),
-            );
+            out.walk(SMC_FAMILY_ID, req, Walk::Lgrs { ns });
         }
-        SmcCmd::GetDevSmcd => {
-            let dev = loopback_dev(lgrs_of(ctx, None).len());
-            out.dump(SMC_FAMILY_ID, h, [SmcGenlMessage::dev_smcd_reply(&dev)]);
-        }
+        SmcCmd::GetDevSmcd => out.walk(SMC_FAMILY_ID, req, Walk::Dev { lgrs: 0 }),
         // No SMC-R: no link groups, links or RDMA devices.
         SmcCmd::GetLgrSmcr | SmcCmd::GetLinkSmcr | SmcCmd::GetDevSmcr => {
             out.dump(SMC_FAMILY_ID, h, Vec::<SmcGenlMessage>::new());
         }
         SmcCmd::GetStats => {
             let ns = ctx.caller_netns()?;
-            let t = ctx.daemon.totals(ns);
-            out.dump(
-                SMC_FAMILY_ID,
-                h,
-                [SmcGenlMessage::stats_reply(&stats_reply(&t))],
-            );
+            out.walk(SMC_FAMILY_ID, req, Walk::totals(ns, false));
         }
         SmcCmd::GetFbackStats => {
             let ns = ctx.caller_netns()?;
-            let t = ctx.daemon.totals(ns);
-            out.dump(
-                SMC_FAMILY_ID,
-                h,
-                fback_stats(&t)
-                    .iter()
-                    .map(SmcGenlMessage::fback_stats_reply),
-            );
+            out.walk(SMC_FAMILY_ID, req, Walk::totals(ns, true));
         }
         SmcCmd::DumpUeid => {
             let items: Vec<_> = ctx
@@ -280,19 +261,8 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_owned()
 }
 
-/// Link groups from the status areas of live engines, of one namespace or all.
-pub(crate) fn lgrs_of(ctx: &Ctx<'_>, ns: Option<u64>) -> Vec<LgrRecord> {
-    ctx.daemon
-        .device
-        .sessions()
-        .filter(|s| ns.is_none_or(|n| s.netns == n))
-        .filter_map(|s| s.status.as_ref().map(|v| v.lgrs()))
-        .flatten()
-        .collect()
-}
-
 /// smc_nl_fill_smcd_lgr: a 128-bit loopback GID is GID (first 64 bits) + EXT_GID.
-fn lgr_smcd(g: &LgrRecord) -> LgrSmcd {
+pub(crate) fn lgr_smcd(g: &LgrRecord) -> LgrSmcd {
     LgrSmcd {
         id: g.id,
         gid: (g.gid >> 64) as u64,
@@ -319,7 +289,7 @@ fn lgr_smcd(g: &LgrRecord) -> LgrSmcd {
 
 /// smc_nl_handle_smcd_dev for loopback-ism: no PCI device behind it, so FID, vendor and
 /// device are 0, the CHID is the reserved 0xffff and the PCI id its device name.
-fn loopback_dev(lgr_cnt: usize) -> DevInfo {
+pub(crate) fn loopback_dev(lgr_cnt: usize) -> DevInfo {
     let use_cnt = u32::try_from(lgr_cnt).unwrap_or(u32::MAX);
     DevInfo {
         use_cnt: Some(use_cnt),

@@ -49,6 +49,7 @@ fn messages(records: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut v = Vec::new();
     for r in records {
         assert!(r.len() <= MAX_RECORD, "record of {} bytes", r.len());
+        assert!(!r.is_empty(), "an empty record reads as end of file");
         for m in split_messages(&r).expect("replies frame") {
             v.push(m.to_bytes());
         }
@@ -809,6 +810,194 @@ fn big_dumps_are_split_into_records() {
     assert_eq!((b.payloads.len(), b.end), (2000, DONE));
     drop(slots);
     let _ = EngineCmd::SockDump;
+}
+
+/// Issue 10, item 2: a dump that walks status areas answers in pages, one per step, each
+/// step bounded; every object once; the messages after the dump request in its record are
+/// answered after its `NLMSG_DONE`.
+#[test]
+fn dumps_go_in_pages_and_keep_their_place() {
+    let mut d = daemon();
+    let area = engine(&mut d);
+    let slots: Vec<_> = (0..3000)
+        .map(|i| {
+            let c = area.conn_slot();
+            c.publish(&ConnIdentity {
+                state: 1,
+                mode: 2,
+                inode: i,
+                local: Some("127.0.0.1:1".parse().unwrap()),
+                peer: Some("127.0.0.1:2".parse().unwrap()),
+                ..ConnIdentity::default()
+            });
+            c
+        })
+        .collect();
+    let groups: Vec<_> = (0..3000u32)
+        .map(|i| {
+            let g = area.lgr_slot();
+            g.publish(&LgrRecord {
+                id: i,
+                ..LgrRecord::default()
+            });
+            g
+        })
+        .collect();
+    let mut record = framing::to_bytes(&framing::message(
+        ENGINE_FAMILY_ID,
+        EngineMessage::sock_dump(None, None),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        1,
+        0,
+    ))
+    .unwrap();
+    // A second request in the same record: answered once the dump is done.
+    record.extend(raw_request(
+        SMC_FAMILY_ID,
+        16,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        &[],
+    ));
+    let c = nobody();
+    let first = start(&mut d, &c, &record);
+    assert!(
+        first.records.is_empty(),
+        "nothing is read before the first step"
+    );
+    let mut job = first.job.expect("a paged dump");
+    let mut pages = Vec::new();
+    loop {
+        let (records, next) = job.step(&mut d, &c);
+        pages.extend(records);
+        match next {
+            Some(j) => job = j,
+            None => break,
+        }
+    }
+    assert!(pages.len() > 10, "{} pages", pages.len());
+    for p in &pages[..pages.len() - 2] {
+        assert!(p.len() <= dump::PAGE, "page of {} bytes", p.len());
+    }
+    let msgs = messages(pages);
+    let done = msgs
+        .iter()
+        .position(|m| u16::from_ne_bytes([m[4], m[5]]) == 3)
+        .expect("NLMSG_DONE");
+    let b = parse::<EngineMessage>(&msgs[..=done]);
+    let mut inodes: Vec<u64> = b.payloads.iter().map(|m| m.sock().unwrap().inode).collect();
+    inodes.sort_unstable();
+    assert_eq!(inodes, (0..3000).collect::<Vec<_>>(), "each socket once");
+    let hs = parse::<SmcGenlMessage>(&msgs[done + 1..]);
+    assert_eq!(
+        (hs.payloads.len(), hs.end),
+        (1, DONE),
+        "then the second request"
+    );
+    // Link groups too, every one of the 3000 (more than the 1024 slots areas had).
+    let lg = smc_dump(&mut d, &c, SmcCmd::GetLgrSmcd);
+    assert_eq!((lg.payloads.len(), lg.end), (3000, DONE));
+    let dev = smc_dump(&mut d, &c, SmcCmd::GetDevSmcd).payloads[0]
+        .dev_smcd()
+        .unwrap();
+    assert_eq!(dev.use_cnt, Some(3000));
+    drop((slots, groups));
+}
+
+/// Thousands of slots that were used and are free again: steps that find nothing send
+/// nothing (no empty record), and the one live socket is listed.
+#[test]
+fn steps_over_freed_slots_send_no_empty_page() {
+    let mut d = daemon();
+    let area = engine(&mut d);
+    let many: Vec<_> = (0..3 * dump::STEP_SLOTS)
+        .map(|_| {
+            let c = area.conn_slot();
+            c.publish(&ConnIdentity::default());
+            c
+        })
+        .collect();
+    let live = area.conn_slot();
+    live.publish(&ConnIdentity {
+        inode: 5,
+        ..ConnIdentity::default()
+    });
+    drop(many);
+    let b = dump(
+        &mut d,
+        &nobody(),
+        ENGINE_FAMILY_ID,
+        EngineMessage::sock_dump(None, None),
+    );
+    assert_eq!(b.end, DONE);
+    assert_eq!(b.payloads.len(), 1);
+    assert_eq!(b.payloads[0].sock().unwrap().inode, 5);
+}
+
+/// An engine that registers while a dump is in progress and sorts after its cursor is
+/// listed; the dump is not a snapshot taken at the request.
+#[test]
+fn engines_that_come_during_a_dump_are_listed() {
+    let mut d = daemon();
+    let area = engine(&mut d);
+    let slots: Vec<_> = (0..2000)
+        .map(|i| {
+            let c = area.conn_slot();
+            c.publish(&ConnIdentity {
+                state: 1,
+                mode: 2,
+                inode: i,
+                ..ConnIdentity::default()
+            });
+            c
+        })
+        .collect();
+    let req = framing::to_bytes(&framing::message(
+        ENGINE_FAMILY_ID,
+        EngineMessage::sock_dump(None, None),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        1,
+        0,
+    ))
+    .unwrap();
+    let c = nobody();
+    let job = start(&mut d, &c, &req).job.unwrap();
+    let (mut records, next) = job.step(&mut d, &c);
+    // A later engine (same pid, a higher engine id).
+    let (late, fd) = StatusArea::shared().unwrap();
+    let mut ctx = root();
+    let out = d.device.handle(
+        2,
+        &mut ctx,
+        LoopbackMessage::new(
+            LoopbackCmd::Hello,
+            vec![
+                LoopbackAttr::Version(1),
+                LoopbackAttr::Pid(std::process::id()),
+                LoopbackAttr::SessionKey(43),
+                LoopbackAttr::Netns(own_netns()),
+            ],
+        ),
+        vec![fd],
+    );
+    assert!(matches!(out.reply, Some(Ok(_))));
+    let s = late.conn_slot();
+    s.publish(&ConnIdentity {
+        state: 1,
+        mode: 2,
+        inode: 99_999,
+        ..ConnIdentity::default()
+    });
+    let mut job = next;
+    while let Some(j) = job {
+        let (r, n) = j.step(&mut d, &c);
+        records.extend(r);
+        job = n;
+    }
+    let b = parse::<EngineMessage>(&messages(records));
+    assert_eq!(b.end, DONE);
+    assert_eq!(b.payloads.len(), 2001);
+    assert_eq!(b.payloads.last().unwrap().sock().unwrap().inode, 99_999);
+    drop((slots, s));
 }
 
 #[test]
