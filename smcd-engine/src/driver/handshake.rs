@@ -311,6 +311,18 @@ enum Done {
 // Client.
 
 /// The client's handshake on a connected TCP socket whose listener is known to expect SMC.
+///
+/// **When the server's answer does not come.** The client waits `CLC_WAIT_TIME` for the whole
+/// Accept (or Decline) and then fails the connect with `TimedOut`, as the kernel's client does
+/// (`ETIMEDOUT`). It does not fall back to TCP there: its Proposal is on the wire, and a server
+/// that is slow but alive reads it and answers later, so the two ends would disagree on where
+/// the application's stream starts (an Accept read as application bytes, application bytes
+/// read as a Confirm). A Decline from the client would not settle it either: the client could
+/// not know whether an answer is still coming without waiting for it, which is the timeout
+/// again. A fallback is lossless only when both ends agree, so it is the server's to give in
+/// time: it declines a Proposal it cannot serve within `SERVE_WITHIN` of the accept, and with
+/// handshake limitation refuses clients at admission (`driver::listener`); handshakes that wait
+/// for other clients' bytes never hold its workers, so a legitimate client is answered.
 #[derive(Debug)]
 pub struct ClientRun {
     engine: Arc<Engine>,

@@ -551,7 +551,18 @@ impl ListenerCore {
             st.in_progress += 1;
             self.publish_load(&st);
         }
-        self.to_reactor(Hs { run, peer });
+        // The Proposal is usually there already (the client sends it as soon as it is
+        // connected): a step here, which never blocks, spares it the trip through the reactor.
+        let mut hs = Hs { run, peer };
+        match hs.step() {
+            Ok(ServerStep::Wait) => self.to_reactor(hs),
+            Ok(ServerStep::Work) => self.submit(hs),
+            Ok(ServerStep::Done(o)) => self.finish(peer, Ok(o)),
+            Err(e) => {
+                drop(hs);
+                self.finish(peer, Err(e));
+            }
+        }
     }
 
     /// Hands a handshake to the reactor (starting it with the first one).
