@@ -322,23 +322,24 @@ fn proposal_from_an_impostor_gid() {
     assert_eq!(s.mode(), Mode::Tcp(Fallback::local(ReasonCode::NOSMCD2DEV)));
 }
 
-/// Handshake limitation: while a listener's handshake workers are all taken and handshakes
-/// queue, a new client goes plain TCP at once with PEERNOSMC and no CLC byte on the wire, and
+/// Handshake limitation: while a listener's handshake work is queued with every worker busy,
+/// a new client goes plain TCP at once with PEERNOSMC and no CLC byte on the wire, and
 /// `accept` hands it over without waiting for the handshakes in progress. Once they are gone,
 /// clients get SMC-D again.
 #[test]
 fn congested_listener_with_handshake_limitation() {
     let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
-    // The stalled handshakes last CLC_WAIT_TIME; on a loaded machine the set-up can take
-    // longer, and then the listener is no longer congested when the client comes. Such an
-    // attempt proves nothing and is made again (with a fresh listener).
+    // The stalled handshakes' work ends SERVE_WITHIN after their accept at the latest; on a
+    // loaded machine the set-up can take longer, and then the listener is no longer congested
+    // when the client comes. Such an attempt proves nothing and is made again (with a fresh
+    // listener).
     let mut attempts = 0;
     let (l, stalled, c, stalled_n) = loop {
         attempts += 1;
         assert!(
             attempts <= 5,
-            "the set-up never finished within CLC_WAIT_TIME"
+            "the set-up never finished within SERVE_WITHIN"
         );
         if let Some(x) = congest(&smcd, &se, &ce) {
             break x;
@@ -383,7 +384,13 @@ fn congested_listener_with_handshake_limitation() {
 
 /// Makes `se`'s new listener congested with stalled handshakes and connects a client of `ce`:
 /// the listener, the stalled clients, the client and their number; `None` when the set-up
-/// outlasted the stalled handshakes' CLC_WAIT_TIME (the congestion may have ended).
+/// outlasted the stalled handshakes' work (the congestion may have ended).
+///
+/// Handshakes that merely wait for bytes are no congestion (they cost no worker), so the stall
+/// is real work: one client of a fake engine proposes properly and never confirms, so its link
+/// group stays in its first contact until the Confirm's deadline; every further Proposal from
+/// the same engine waits for that first contact on a worker, and once all workers wait, the
+/// next one queues.
 #[allow(clippy::type_complexity)]
 fn congest(
     smcd: &Smcd,
@@ -400,14 +407,20 @@ fn congest(
     )
     .unwrap();
     let to = l.local_addr().unwrap();
-    // Clients that announce themselves and connect but never propose: each holds a handshake
-    // until it gives up waiting. Add them until smcd, which sees the listener's congestion
-    // too, refuses the next one; more than there can be workers on any machine is a bug.
-    let dev = Arc::new(LoopbackDevice::open(&smcd.socket).unwrap());
+    // The fake engine: registered with smcd (a GID, intents) but its CLC is written here.
+    let fake = smcd.engine();
+    let a = fake.attached().expect("smcd is up");
+    let proposal = ClcMessage::from(smc_core::handshake::decide::client_proposal(
+        &fake.caps(a.ism.as_ref()),
+    ))
+    .to_vec();
     let mut stalled = Vec::new();
     let mut first: Option<std::time::Instant> = None;
     let refused = loop {
-        assert!(stalled.len() <= 32, "never congested");
+        assert!(
+            stalled.len() <= 2 * smcd_engine::driver::listener::max_workers() + 4,
+            "never congested"
+        );
         let s = rustix::net::socket_with(
             AddressFamily::INET,
             SocketType::STREAM,
@@ -417,14 +430,22 @@ fn congest(
         .unwrap();
         rustix::net::bind(&s, &SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
         let local = SocketAddr::try_from(rustix::net::getsockname(&s).unwrap()).unwrap();
-        let v = dev.connect_intent(local, to).unwrap();
+        let v = a.session.connect_intent(local, to).unwrap();
         if !v.smc {
             break v;
         }
-        rustix::net::connect(&s, &to).unwrap();
-        dev.intent_done(v.intent, true);
-        stalled.push(TcpStream::from(s));
         first.get_or_insert_with(std::time::Instant::now);
+        rustix::net::connect(&s, &to).unwrap();
+        a.session.intent_done(v.intent, true);
+        let mut s = TcpStream::from(s);
+        s.write_all(&proposal).unwrap();
+        if stalled.is_empty() {
+            // The first contact: its Accept comes, its Confirm never does.
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let answer = read_clc(&s).unwrap().unwrap();
+            assert!(matches!(answer, ClcMessage::Accept(_)), "{answer:?}");
+        }
+        stalled.push(s);
         // Let the listener take it before the next (the acceptor takes announced ones).
         let n = stalled.len();
         assert!(
@@ -437,7 +458,7 @@ fn congest(
     let stalled_n = stalled.len();
     assert!(stalled_n >= 2, "congested after {stalled_n} handshakes");
     let c = SmcStream::connect_with(ce, to).unwrap();
-    if first.is_some_and(|t| t.elapsed() >= smcd_engine::driver::handshake::CLC_WAIT_TIME) {
+    if first.is_some_and(|t| t.elapsed() >= smcd_engine::driver::handshake::SERVE_WITHIN) {
         return None;
     }
     Some((l, stalled, c, stalled_n))

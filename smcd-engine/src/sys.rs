@@ -56,6 +56,12 @@ pub fn core_now() -> smc_core::Instant {
     smc_core::Instant::from_nanos(Instant::now().duration_since(epoch()).as_nanos() as u64)
 }
 
+/// The core instant a process-clock instant stands for (an instant before the first
+/// [`core_now`] maps to its start).
+pub fn core_instant(t: Instant) -> smc_core::Instant {
+    smc_core::Instant::from_nanos(t.saturating_duration_since(epoch()).as_nanos() as u64)
+}
+
 /// The wall-clock instant a core instant stands for.
 pub fn std_instant(t: smc_core::Instant) -> Instant {
     epoch() + Duration::from_nanos(t.as_nanos())

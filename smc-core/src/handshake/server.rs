@@ -59,7 +59,9 @@ pub struct ServerHandshake {
 
 impl ServerHandshake {
     /// Starts a handshake on an accepted TCP connection known to carry a Proposal from the
-    /// client with GID `client` (the driver checks [`super::starts_with_clc`] first).
+    /// client with GID `client` (the driver checks [`super::starts_with_clc`] first). The
+    /// whole Proposal is due [`CLC_WAIT_TIME`] after `now`: a driver that peeked before it made
+    /// the machine passes the accept's instant, so the peek does not extend the deadline.
     pub fn new(caps: LocalCaps, client: Gid, now: Instant) -> Self {
         Self {
             caps,

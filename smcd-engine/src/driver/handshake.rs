@@ -21,7 +21,7 @@ use super::lgr::{LinkGroup, PeerV2, Role};
 use crate::device::{BufferProvider, Dmb, Gid};
 use crate::layout::status::{self as st, ConnIdentity};
 use crate::settings::Settings;
-use crate::sys::{core_now, std_instant};
+use crate::sys::{core_instant, core_now, std_instant};
 use crate::transport::smcd::SmcdLink;
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd};
@@ -311,6 +311,18 @@ enum Done {
 // Client.
 
 /// The client's handshake on a connected TCP socket whose listener is known to expect SMC.
+///
+/// **When the server's answer does not come.** The client waits `CLC_WAIT_TIME` for the whole
+/// Accept (or Decline) and then fails the connect with `TimedOut`, as the kernel's client does
+/// (`ETIMEDOUT`). It does not fall back to TCP there: its Proposal is on the wire, and a server
+/// that is slow but alive reads it and answers later, so the two ends would disagree on where
+/// the application's stream starts (an Accept read as application bytes, application bytes
+/// read as a Confirm). A Decline from the client would not settle it either: the client could
+/// not know whether an answer is still coming without waiting for it, which is the timeout
+/// again. A fallback is lossless only when both ends agree, so it is the server's to give in
+/// time: it declines a Proposal it cannot serve within `SERVE_WITHIN` of the accept, and with
+/// handshake limitation refuses clients at admission (`driver::listener`); handshakes that wait
+/// for other clients' bytes never hold its workers, so a legitimate client is answered.
 #[derive(Debug)]
 pub struct ClientRun {
     engine: Arc<Engine>,
@@ -529,8 +541,32 @@ impl ClientRun {
 // -------------------------------------------------------------------------------------------
 // Server.
 
+/// How long after the connection was accepted a server still starts the buffers for a
+/// Proposal. Later, it declines instead (both ends go TCP): the client started its own
+/// `CLC_WAIT_TIME` no later than the accept, and an answer it cannot get in time would end
+/// its connect in an error, which a fallback never does.
+pub const SERVE_WITHIN: Duration = Duration::from_secs(CLC_WAIT_TIME.as_secs() / 2);
+
+/// What a server handshake needs next (see [`ServerRun::step`]).
+#[derive(Debug)]
+pub enum ServerStep {
+    /// Wait until the socket has news (new bytes; room to write when [`ServerRun::interest`]
+    /// says so) or [`ServerRun::deadline`] passes, then step again.
+    Wait,
+    /// Bounded work is due (link group and DMB, or attaching the client's DMB): call
+    /// [`ServerRun::work`] on a thread that may block for it, then step again.
+    Work,
+    /// The handshake ended.
+    Done(Outcome),
+}
+
 /// The server's handshake on an accepted TCP connection whose client was announced with GID
 /// `client`.
+///
+/// It is driven by [`Self::step`], which never waits, and [`Self::work`], which does what may
+/// block (requests to smcd, which time out; the first contact of a link group with the same
+/// peer). A listener keeps handshakes that wait for bytes in its reactor, where they cost no
+/// thread, and runs only the work on threads (`driver::listener`).
 #[derive(Debug)]
 pub struct ServerRun {
     engine: Arc<Engine>,
@@ -539,22 +575,26 @@ pub struct ServerRun {
     client: Gid,
     /// Until the first bytes show a CLC message, there is no machine yet.
     hs: Option<ServerHandshake>,
+    /// When the connection was accepted: the Proposal's deadline runs from here.
     started: Instant,
     out: Out,
     settings: Settings,
     held: Option<Held>,
+    /// A request of the machine that waits for [`Self::work`].
+    work: Option<ServerEvent>,
     done: Option<Done>,
     eid: Option<smc_proto::clc::Eid>,
 }
 
 impl ServerRun {
-    /// Starts on an accepted connection.
+    /// Starts on a connection accepted at `accepted`.
     pub fn new(
         engine: &Arc<Engine>,
         dev: &Arc<dyn BufferProvider>,
         sock: TcpStream,
         client: Gid,
         settings: &Settings,
+        accepted: Instant,
     ) -> Self {
         Self {
             engine: Arc::clone(engine),
@@ -562,18 +602,20 @@ impl ServerRun {
             sock: Some(sock),
             client,
             hs: None,
-            started: Instant::now(),
+            started: accepted,
             out: Out::default(),
             settings: settings.clone(),
             held: None,
+            work: None,
             done: None,
             eid: None,
         }
     }
 
-    /// The socket to wait on.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.sock.as_ref().expect("until the end").as_fd()
+    /// The socket to wait on; `None` once the handshake has ended (the socket went with the
+    /// outcome, or closed with a failure).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.sock.as_ref().map(AsFd::as_fd)
     }
 
     /// What to wait for before the next [`Self::step`].
@@ -585,7 +627,9 @@ impl ServerRun {
         }
     }
 
-    /// When the handshake gives up.
+    /// When the handshake gives up: `CLC_WAIT_TIME` after the accept for the whole Proposal
+    /// (the first bytes included), `CLC_WAIT_TIME` after the Accept for the whole Confirm.
+    /// Bytes that trickle in move neither.
     pub fn deadline(&self) -> Option<Instant> {
         match &self.hs {
             Some(hs) => hs.poll_timeout().map(std_instant),
@@ -593,21 +637,26 @@ impl ServerRun {
         }
     }
 
-    /// Runs to the end, waiting on the socket.
-    pub fn run(mut self) -> io::Result<Outcome> {
-        loop {
-            if let Some(o) = self.step()? {
-                return Ok(o);
-            }
-            let deadline = self.deadline();
-            wait_for(self.fd(), self.interest(), deadline)?;
-        }
+    /// When the connection was accepted.
+    pub fn accepted(&self) -> Instant {
+        self.started
     }
 
-    /// Makes what progress the socket allows without waiting; `Ok(None)`: wait and call again.
-    pub fn step(&mut self) -> io::Result<Option<Outcome>> {
+    /// Makes what progress the socket allows without waiting or blocking.
+    ///
+    /// Until four bytes have come, the stream is only peeked (a connection that does not
+    /// start with CLC stays plain TCP with every byte intact): with one to three bytes there,
+    /// the socket stays readable, so a driver waits for the *next* bytes (edge-triggered) or
+    /// the deadline, not for readability.
+    pub fn step(&mut self) -> io::Result<ServerStep> {
+        if self.work.is_some() {
+            return Ok(ServerStep::Work);
+        }
         let mut buf = [0u8; 1024];
         if self.hs.is_none() {
+            if Instant::now() >= self.started + CLC_WAIT_TIME {
+                return Err(handshake_error(HandshakeError::TimedOut));
+            }
             // Whether the stream starts with CLC, without consuming it: a connection taken
             // for an announced SMC client but not carrying CLC (which only a stale
             // announcement could cause) stays plain TCP with every byte intact.
@@ -617,22 +666,25 @@ impl ServerRun {
             {
                 Ok((n, _)) => n,
                 Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {
-                    if Instant::now() >= self.started + CLC_WAIT_TIME {
-                        return Err(handshake_error(HandshakeError::TimedOut));
-                    }
-                    return Ok(None);
+                    return Ok(ServerStep::Wait);
                 }
                 Err(e) => return Err(e.into()),
             };
             match starts_with_clc(&peek[..n]) {
                 Some(true) => {
                     let caps = self.engine.caps(self.dev.as_ref());
-                    self.hs = Some(ServerHandshake::new(caps, self.client, core_now()));
+                    // The machine's deadline for the Proposal runs from the accept, not from
+                    // the first four bytes.
+                    self.hs = Some(ServerHandshake::new(
+                        caps,
+                        self.client,
+                        core_instant(self.started),
+                    ));
                 }
-                None if n > 0 => return Ok(None),
+                None if n > 0 => return Ok(ServerStep::Wait),
                 _ => {
                     let sock = self.sock.take().expect("until the end");
-                    return Ok(Some(Outcome::Tcp(
+                    return Ok(ServerStep::Done(Outcome::Tcp(
                         sock,
                         Fallback::local(ReasonCode::PEERNOSMC),
                     )));
@@ -641,23 +693,26 @@ impl ServerRun {
         }
         loop {
             let hs = self.hs.as_mut().expect("made above");
+            if let Some(ev) = hs.handle_timeout(core_now()) {
+                self.on_event(ev);
+            }
+            let hs = self.hs.as_mut().expect("made above");
             if let Some(b) = hs.poll_transmit() {
                 self.out.buf.extend_from_slice(&b);
             }
             let sock = self.sock.as_ref().expect("until the end");
             if !self.out.flush(sock)? {
-                return Ok(None);
+                return Ok(ServerStep::Wait);
             }
             if let Some(done) = self.done.take() {
-                return self.finish(done).map(Some);
+                return self.finish(done).map(ServerStep::Done);
             }
-            if let Some(ev) = hs.handle_timeout(core_now()) {
-                self.on_event(ev);
-                continue;
+            if self.work.is_some() {
+                return Ok(ServerStep::Work);
             }
             let want = hs.wants();
             match read_some(sock, &mut buf, want)? {
-                None => return Ok(None),
+                None => return Ok(ServerStep::Wait),
                 Some(0) => {
                     let ev = hs.on_eof();
                     self.on_event(ev);
@@ -671,19 +726,40 @@ impl ServerRun {
         }
     }
 
-    fn on_event(&mut self, ev: ServerEvent) {
-        match ev {
-            ServerEvent::NeedBuffers(info) => {
-                let r = self.prepare(&info);
+    /// Does the work [`ServerStep::Work`] asked for; it may block (a request to smcd, which
+    /// times out; a first contact of the same peer, which ends by its own deadline). A
+    /// Proposal that waited for it past [`SERVE_WITHIN`] is declined instead: the client goes
+    /// TCP in time rather than time out. `waiting(true)` is called before the thread blocks for
+    /// another connection's first contact, `waiting(false)` once it stops: that wait ends only
+    /// when other work is done, which must find a thread meanwhile.
+    pub fn work(&mut self, waiting: &dyn Fn(bool)) {
+        match self.work.take() {
+            Some(ServerEvent::NeedBuffers(info)) => {
+                let r = if Instant::now() >= self.started + SERVE_WITHIN {
+                    // The kernel has no code for a server that cannot start in time.
+                    Err(ReasonCode::INTERR)
+                } else {
+                    self.prepare(&info, waiting)
+                };
                 let hs = self.hs.as_mut().expect("running");
                 if let Some(ev) = hs.buffers(r, core_now()) {
                     self.on_event(ev);
                 }
             }
-            ServerEvent::NeedAttach(ci) => {
+            Some(ServerEvent::NeedAttach(ci)) => {
                 let ok = self.attach(&ci);
                 let ev = self.hs.as_mut().expect("running").attached(ok);
                 self.on_event(ev);
+            }
+            Some(other) => self.on_event(other),
+            None => {}
+        }
+    }
+
+    fn on_event(&mut self, ev: ServerEvent) {
+        match ev {
+            ServerEvent::NeedBuffers(_) | ServerEvent::NeedAttach(_) => {
+                self.work = Some(ev);
             }
             ServerEvent::Established { confirm, .. } => {
                 let held = self.held.take().expect("buffers were given");
@@ -715,12 +791,25 @@ impl ServerRun {
         }
     }
 
-    fn prepare(&mut self, info: &ProposalInfo) -> Result<(LocalBuffer, bool), ReasonCode> {
+    fn prepare(
+        &mut self,
+        info: &ProposalInfo,
+        waiting: &dyn Fn(bool),
+    ) -> Result<(LocalBuffer, bool), ReasonCode> {
         let e = &self.engine;
         let local = self.dev.gid();
         self.eid = Some(info.eid);
         let max_conns = self.settings.max_conns_per_lgr.clamp(16, 255);
-        let (lgr, first_contact) = match e.lgrs.join_server(info.peer_gid, local, max_conns) {
+        let joined = e.lgrs.join_server(info.peer_gid, local, max_conns, waiting);
+        // The join may have waited for another connection's first contact with the same peer:
+        // if that took too long, this one goes TCP rather than leave its client to time out.
+        if Instant::now() >= self.started + SERVE_WITHIN {
+            if let Some(g) = joined {
+                e.lgrs.release(&g);
+            }
+            return Err(ReasonCode::INTERR);
+        }
+        let (lgr, first_contact) = match joined {
             Some(g) => (g, false),
             None => {
                 let id = e.next_lgr_id();
@@ -796,5 +885,70 @@ impl ServerRun {
             Done::Tcp(fb) => Ok(Outcome::Tcp(sock, fb)),
             Done::Failed(e) => Err(e),
         }
+    }
+}
+
+/// A server handshake without a device (smcd went away between the announcement and the
+/// accept): the Decline goes out at once, the client's Proposal is read away so no byte of it
+/// reaches the application, and the connection continues as TCP (NOSMCDEV). Driven like
+/// [`ServerRun`], without work.
+#[derive(Debug)]
+pub struct DeclineRun {
+    sock: Option<TcpStream>,
+    out: Out,
+    reader: smc_core::handshake::ClcReader,
+    started: Instant,
+}
+
+impl DeclineRun {
+    /// Starts on a connection accepted at `accepted`.
+    pub fn new(sock: TcpStream, accepted: Instant) -> Self {
+        use smc_proto::clc::{ClcMessage, Decline};
+        let d = ClcMessage::Decline(Decline::new(ReasonCode::NOSMCDEV, SMC_V2)).to_vec();
+        Self {
+            sock: Some(sock),
+            out: Out { buf: d, sent: 0 },
+            reader: smc_core::handshake::ClcReader::new(),
+            started: accepted,
+        }
+    }
+
+    /// The socket to wait on; `None` once the handshake has ended (the socket went with the
+    /// outcome, or closed with a failure).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.sock.as_ref().map(AsFd::as_fd)
+    }
+
+    /// `CLC_WAIT_TIME` after the accept for the whole Proposal.
+    pub fn deadline(&self) -> Instant {
+        self.started + CLC_WAIT_TIME
+    }
+
+    /// Makes what progress the socket allows without waiting (never [`ServerStep::Work`]).
+    pub fn step(&mut self) -> io::Result<ServerStep> {
+        if Instant::now() >= self.deadline() {
+            return Err(handshake_error(HandshakeError::TimedOut));
+        }
+        let sock = self.sock.as_ref().expect("until the end");
+        if !self.out.flush(sock)? {
+            return Ok(ServerStep::Wait);
+        }
+        let mut buf = [0u8; 1024];
+        loop {
+            match read_some(sock, &mut buf, self.reader.wants())? {
+                None => return Ok(ServerStep::Wait),
+                Some(0) => break,
+                Some(n) => {
+                    if self.reader.push(&buf[..n]).is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        let sock = self.sock.take().expect("until the end");
+        Ok(ServerStep::Done(Outcome::Tcp(
+            sock,
+            Fallback::local(ReasonCode::NOSMCDEV),
+        )))
     }
 }

@@ -252,8 +252,24 @@ impl LgrTable {
 
     /// A server connection from `peer` (`smc_conn_create` on the listen side): a slot in a
     /// ready group below `max_conns`, waiting if the one that fits is still in its first
-    /// contact; `None` means make a new group ([`Self::create`]).
-    pub fn join_server(&self, peer: Gid, local: Gid, max_conns: u32) -> Option<Arc<LinkGroup>> {
+    /// contact; `None` means make a new group ([`Self::create`]). `waiting(true)` is called
+    /// before the thread blocks for a first contact, `waiting(false)` once it stops.
+    pub fn join_server(
+        &self,
+        peer: Gid,
+        local: Gid,
+        max_conns: u32,
+        waiting: &dyn Fn(bool),
+    ) -> Option<Arc<LinkGroup>> {
+        struct Waiting<'a>(&'a dyn Fn(bool), bool);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    (self.0)(false);
+                }
+            }
+        }
+        let mut w = Waiting(waiting, false);
         let mut book = lock(&self.book);
         loop {
             match book.join((peer, local), Role::Server, max_conns) {
@@ -264,6 +280,13 @@ impl LgrTable {
                     return Some(g);
                 }
                 Join::Wait(_) => {
+                    if !w.1 {
+                        w.1 = true;
+                        drop(book);
+                        waiting(true);
+                        book = lock(&self.book);
+                        continue;
+                    }
                     book = self.settled.wait(book).unwrap_or_else(|e| e.into_inner());
                 }
                 Join::New => return None,

@@ -1,25 +1,39 @@
 //! The listening side (`smc_listen`, `smc_tcp_listen_work`, `smc_listen_work`).
 //!
 //! `accept()` takes TCP connections itself and sorts them without reading from them: a
-//! connection `smcd` announced (its client registered an intent before it connected) goes to a
-//! handshake worker, any other is returned at once as a plain TCP connection. Handshakes run
-//! on workers in parallel and their results queue for the next `accept()`; a plain connection
-//! never waits behind them and costs no thread hand-off.
+//! connection `smcd` announced (its client registered an intent before it connected) starts a
+//! handshake, any other is returned at once as a plain TCP connection. Handshakes run in
+//! parallel and their results queue for the next `accept()`; a plain connection never waits
+//! behind them and costs no thread hand-off.
 //!
 //! As in the kernel, an SMC client's `connect()` must complete even while the application is
 //! not in `accept()` (the kernel's listen work runs the handshake): while intents are pending,
 //! an acceptor thread takes connections from the kernel's queue too. It sleeps on the intent
 //! channel otherwise, so a listener that sees only plain clients has no thread in the way.
 //!
+//! **Where a handshake waits.** A handshake spends nearly all its life waiting for the peer's
+//! next CLC message; that costs no thread. The listener's reactor (one thread and one epoll
+//! instance, started with the first handshake) holds every handshake that waits for bytes,
+//! each a small record with its deadline: the whole Proposal within `CLC_WAIT_TIME` of the
+//! accept, the whole Confirm within `CLC_WAIT_TIME` of the Accept, however the bytes trickle
+//! in. At the deadline the connection is closed (the kernel's `smc_listen_out_err`). Threads
+//! (at most [`max_workers`]) do only the bounded work between messages: the link group and DMB
+//! (requests to smcd, which time out; a first contact of the same peer, which ends by its own
+//! deadline) and attaching the client's DMB. A client that holds N connections half-way costs
+//! N records, not N threads.
+//!
 //! In-progress handshakes plus ready connections are bounded by the backlog: at the bound no
 //! further connection is taken from the kernel's queue (the kernel drops the child instead;
 //! for the client the effect is the same, its SYN waits). With handshake limitation on, the
-//! listener publishes on its page whether its handshake work is congested (a job waits and no
-//! worker is free); while it is, clients connect plain TCP without any CLC (the kernel's
-//! `smc_hs_congested` making the SYN-ACK go out without the SMC option).
+//! listener publishes on its page whether its handshake work is congested: work is queued and
+//! no worker is free to take it (the kernel's `workqueue_congested` on `smc_hs_wq`: work not
+//! yet served, not handshakes merely waiting for bytes). While it is, clients connect plain
+//! TCP without any CLC (the kernel's `smc_hs_congested` making the SYN-ACK go out without the
+//! SMC option). A Proposal whose work cannot start within `SERVE_WITHIN` of the accept is
+//! declined (both ends go TCP), so a client is never left to time out.
 
 use super::engine::Engine;
-use super::handshake::{CLC_WAIT_TIME, Fallback, Outcome, ServerRun};
+use super::handshake::{CLC_WAIT_TIME, DeclineRun, Fallback, Outcome, ServerRun, ServerStep};
 use crate::device::Gid;
 use crate::ipc::Channel;
 use crate::layout::ListenerPage;
@@ -29,7 +43,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use smc_proto::clc::ReasonCode;
 use smc_proto::netlink::loopback::LoopbackCmd;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -43,10 +57,10 @@ const INTENT_ATTENTION: Duration = Duration::from_secs(2);
 /// Most intents remembered (a bound against clients that registered and never connected).
 const MAX_INTENTS: usize = 65536;
 
-/// Handshake workers per listener: enough to overlap the waits of a handshake (each waits
-/// for its peer's next CLC message), few enough that handshake CPU does not starve the
-/// connections already running.
-fn max_workers() -> usize {
+/// Handshake workers per listener: threads for the bounded work of handshakes (requests to
+/// smcd, a first contact's wait), never for waiting on the peer's bytes. Enough to overlap
+/// those waits, few enough that handshake CPU does not starve the connections already running.
+pub fn max_workers() -> usize {
     std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(2, 8)
@@ -62,49 +76,85 @@ pub struct Accepted {
     pub peer: SocketAddr,
 }
 
-/// Declines an announced client when this engine has no device any more (smcd went away
-/// between the intent and the accept): both go TCP. The client's Proposal is still unread; it
-/// is read so no byte of it reaches the application.
-fn decline_without_device(sock: TcpStream) -> Outcome {
-    use smc_proto::clc::{ClcMessage, Decline, SMC_V2};
-    use std::io::{Read, Write};
-    let d = ClcMessage::Decline(Decline::new(ReasonCode::NOSMCDEV, SMC_V2)).to_vec();
-    let _ = (&sock).write_all(&d);
-    let _ = sock.set_read_timeout(Some(CLC_WAIT_TIME));
-    let mut r = smc_core::handshake::ClcReader::new();
-    let mut buf = [0u8; 1024];
-    loop {
-        let want = r.wants().min(buf.len());
-        match (&sock).read(&mut buf[..want]) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if r.push(&buf[..n]).is_some() {
-                    break;
-                }
-            }
-        }
-    }
-    let _ = sock.set_read_timeout(None);
-    Outcome::Tcp(sock, Fallback::local(ReasonCode::NOSMCDEV))
-}
-
 /// An announced client: its GID, smcd's intent id, and when the announcement arrived.
 type Announced = (Gid, u64, Instant);
 
+/// A handshake in progress and its client's address.
 #[derive(Debug)]
-struct Job {
-    sock: TcpStream,
+struct Hs {
+    run: Run,
     peer: SocketAddr,
-    gid: Gid,
+}
+
+#[derive(Debug)]
+enum Run {
+    Smc(Box<ServerRun>),
+    /// No device: decline and read the Proposal away.
+    Decline(DeclineRun),
+}
+
+impl Hs {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.run {
+            Run::Smc(r) => r.fd(),
+            Run::Decline(r) => r.fd(),
+        }
+    }
+
+    fn step(&mut self) -> io::Result<ServerStep> {
+        match &mut self.run {
+            Run::Smc(r) => r.step(),
+            Run::Decline(r) => r.step(),
+        }
+    }
+
+    /// When the reactor gives up on it: the handshake's deadline; while it has none (a
+    /// Decline the peer does not read), a cap from the accept past any deadline it can have.
+    fn deadline(&self) -> Instant {
+        match &self.run {
+            Run::Smc(r) => r
+                .deadline()
+                .unwrap_or_else(|| r.accepted() + 3 * CLC_WAIT_TIME),
+            Run::Decline(r) => r.deadline(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
     ready: VecDeque<Accepted>,
-    jobs: VecDeque<Job>,
+    /// Handshakes whose bounded work waits for a worker.
+    jobs: VecDeque<Hs>,
     in_progress: usize,
     workers: usize,
     idle_workers: usize,
+    /// Workers blocked for another connection's first contact with the same peer. They do
+    /// not count against [`max_workers`]: the work that ends their wait (that connection's
+    /// attach) needs a thread too.
+    waiting_workers: usize,
+}
+
+impl State {
+    /// Workers free to take new work now or soon (not blocked for a first contact).
+    fn active_workers(&self) -> usize {
+        self.workers - self.waiting_workers
+    }
+
+    /// Whether a worker should be started for the queued work.
+    fn needs_worker(&self) -> bool {
+        self.idle_workers < self.jobs.len() && self.active_workers() < max_workers()
+    }
+}
+
+/// The hand-over into the reactor (which owns the handshakes waiting for bytes).
+#[derive(Debug)]
+struct ReactorInbox {
+    /// Handshakes to wait on (new ones, and ones a worker is done with for now).
+    queue: Mutex<Vec<Hs>>,
+    /// Rung when `queue` has something or the listener closes.
+    bell: Doorbell,
+    /// The reactor thread is running.
+    started: AtomicBool,
 }
 
 /// Listen-time options (`setsockopt(SOL_SMC, SMC_LIMIT_HS)` before `listen()`).
@@ -127,6 +177,7 @@ pub struct ListenerCore {
     state: Mutex<State>,
     /// Signalled when a job arrives for the workers or a handshake finishes.
     cond: Condvar,
+    reactor: ReactorInbox,
     /// Readable while `ready` is not empty.
     bell: Doorbell,
     chan: Mutex<Option<Channel>>,
@@ -199,6 +250,11 @@ impl ListenerCore {
             hs_limit,
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
+            reactor: ReactorInbox {
+                queue: Mutex::new(Vec::new()),
+                bell: Doorbell::new()?,
+                started: AtomicBool::new(false),
+            },
             bell: Doorbell::new()?,
             chan: Mutex::new(None),
             page_fd,
@@ -369,15 +425,20 @@ impl ListenerCore {
         self.hs_limit
     }
 
-    /// Handshakes queued or running.
+    /// Handshakes in progress: waiting for bytes, queued for a worker, or being worked on.
     pub fn handshakes_in_progress(&self) -> usize {
         lock(&self.state).in_progress
     }
 
-    /// Publishes the congestion state (a job waits and no worker is free).
+    /// Publishes the congestion state: work is queued and no worker is free for it.
+    /// Handshakes that wait for their peer's bytes are not congestion, however many.
     fn publish_load(&self, st: &State) {
         if let Some(p) = &self.page {
-            let congested = st.jobs.len() > st.idle_workers && st.workers >= max_workers();
+            // Work queued with every worker busy, or more handshakes held up behind first
+            // contacts than there are workers: handshakes not yet served.
+            let congested = (st.jobs.len() > st.idle_workers
+                && st.active_workers() >= max_workers())
+                || st.waiting_workers > max_workers();
             p.set(congested, st.in_progress as u32);
         }
     }
@@ -453,7 +514,7 @@ impl ListenerCore {
         let _ = sock.set_nonblocking(false);
         match gid {
             Some(gid) => {
-                self.submit(Job { sock, peer, gid });
+                self.start_handshake(sock, peer, gid);
                 None
             }
             None => {
@@ -467,11 +528,250 @@ impl ListenerCore {
         }
     }
 
-    fn submit(self: &Arc<Self>, job: Job) {
+    /// Starts the handshake of an announced client: into the reactor, which waits for its
+    /// Proposal. Nothing here blocks (the accept path runs it).
+    fn start_handshake(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, gid: Gid) {
+        let accepted = Instant::now();
+        // The socket stays blocking (as the outcome's must be): the handshake's reads and
+        // writes pass MSG_DONTWAIT.
+        let run = match self.engine.attached_now() {
+            Some(a) => Run::Smc(Box::new(ServerRun::new(
+                &self.engine,
+                &a.ism,
+                sock,
+                gid,
+                &self.engine.settings(),
+                accepted,
+            ))),
+            // The device vanished between intent and accept: decline, both go TCP.
+            None => Run::Decline(DeclineRun::new(sock, accepted)),
+        };
+        {
+            let mut st = lock(&self.state);
+            st.in_progress += 1;
+            self.publish_load(&st);
+        }
+        // The Proposal is usually there already (the client sends it as soon as it is
+        // connected): a step here, which never blocks, spares it the trip through the reactor.
+        let mut hs = Hs { run, peer };
+        match hs.step() {
+            Ok(ServerStep::Wait) => self.to_reactor(hs),
+            Ok(ServerStep::Work) => self.submit(hs),
+            Ok(ServerStep::Done(o)) => self.finish(peer, Ok(o)),
+            Err(e) => {
+                drop(hs);
+                self.finish(peer, Err(e));
+            }
+        }
+    }
+
+    /// Hands a handshake to the reactor (starting it with the first one).
+    fn to_reactor(self: &Arc<Self>, hs: Hs) {
+        if self.closed.load(Ordering::Acquire) {
+            return self.finish(hs.peer, Err(io::Error::other("listener closed")));
+        }
+        lock(&self.reactor.queue).push(hs);
+        if !self.reactor.started.swap(true, Ordering::AcqRel) {
+            let c = Arc::clone(self);
+            if let Err(e) = std::thread::Builder::new()
+                .name("smc-hs-reactor".into())
+                .spawn(move || c.reactor())
+            {
+                // Without a reactor no handshake can wait: they end here (their clients
+                // see the connection close).
+                tracing::warn!("no handshake reactor: {e}");
+                self.reactor.started.store(false, Ordering::Release);
+                let lost: Vec<_> = lock(&self.reactor.queue).drain(..).collect();
+                for hs in lost {
+                    self.finish(hs.peer, Err(io::Error::other("no handshake reactor")));
+                }
+                return;
+            }
+        }
+        self.reactor.bell.ring();
+    }
+
+    /// The reactor: every handshake that waits for its peer's bytes (or room to write) is
+    /// registered edge-triggered on one epoll instance, with its deadline in a timer set. A
+    /// handshake whose step asks for work goes to a worker and comes back through the inbox.
+    fn reactor(self: Arc<Self>) {
+        use rustix::event::epoll;
+        let Ok(ep) = epoll::create(epoll::CreateFlags::CLOEXEC) else {
+            return self.reactor_failed();
+        };
+        const BELL: u64 = u64::MAX;
+        if epoll::add(
+            &ep,
+            &self.reactor.bell,
+            epoll::EventData::new_u64(BELL),
+            epoll::EventFlags::IN,
+        )
+        .is_err()
+        {
+            return self.reactor_failed();
+        }
+        let mut table: HashMap<u64, (Hs, Instant)> = HashMap::new();
+        let mut timers: BTreeSet<(Instant, u64)> = BTreeSet::new();
+        let mut next_id = 0u64;
+        let mut events = Vec::with_capacity(64);
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                break;
+            }
+            self.reactor.bell.drain();
+            let arrived: Vec<_> = lock(&self.reactor.queue).drain(..).collect();
+            for hs in arrived {
+                let id = next_id;
+                next_id += 1;
+                // Edge-triggered: a handshake with a few bytes that cannot be consumed yet
+                // (fewer than the four that show CLC) waits for the next bytes, not spins.
+                let flags = epoll::EventFlags::IN
+                    | epoll::EventFlags::OUT
+                    | epoll::EventFlags::RDHUP
+                    | epoll::EventFlags::ET;
+                let Some(fd) = hs.fd() else { continue };
+                if let Err(e) = epoll::add(&ep, fd, epoll::EventData::new_u64(id), flags) {
+                    self.finish(hs.peer, Err(e.into()));
+                    continue;
+                }
+                let at = hs.deadline();
+                timers.insert((at, id));
+                table.insert(id, (hs, at));
+                // Bytes that came before it was registered raise no edge: look now.
+                self.advance(&ep, &mut table, &mut timers, id, false);
+            }
+            let timeout = timers.first().map(|(at, _)| {
+                let left = at.saturating_duration_since(Instant::now());
+                // Rounded up: waking before the deadline would only loop.
+                let left = left + Duration::from_micros(999);
+                rustix::time::Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_millis()) * 1_000_000,
+                }
+            });
+            events.clear();
+            match epoll::wait(
+                &ep,
+                rustix::buffer::spare_capacity(&mut events),
+                timeout.as_ref(),
+            ) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    tracing::warn!("handshake reactor: {e}");
+                    break;
+                }
+            }
+            for ev in &events {
+                let id = ev.data.u64();
+                if id != BELL {
+                    self.advance(&ep, &mut table, &mut timers, id, false);
+                }
+            }
+            let now = Instant::now();
+            let expired: Vec<u64> = timers
+                .iter()
+                .take_while(|(at, _)| *at <= now)
+                .map(|(_, id)| *id)
+                .collect();
+            for id in expired {
+                self.advance(&ep, &mut table, &mut timers, id, true);
+            }
+        }
+        // Closed (or the epoll instance failed): the handshakes end here, their clients see
+        // the close. A later handshake starts a new reactor.
+        let lost: Vec<_> = table.into_values().map(|(hs, _)| hs).collect();
+        for hs in lost {
+            let peer = hs.peer;
+            drop(hs);
+            self.finish(peer, Err(io::Error::other("listener closed")));
+        }
+        self.reactor_failed();
+    }
+
+    fn reactor_failed(&self) {
+        self.reactor.started.store(false, Ordering::Release);
+        let lost: Vec<_> = lock(&self.reactor.queue).drain(..).collect();
+        for hs in lost {
+            self.finish(hs.peer, Err(io::Error::other("no handshake reactor")));
+        }
+    }
+
+    /// Steps one handshake of the reactor: it waits on (with its deadline renewed), goes to
+    /// a worker, or ends. `expired`: its deadline passed; if it still waits (for room to
+    /// write), it has timed out.
+    fn advance(
+        self: &Arc<Self>,
+        ep: &OwnedFd,
+        table: &mut HashMap<u64, (Hs, Instant)>,
+        timers: &mut BTreeSet<(Instant, u64)>,
+        id: u64,
+        expired: bool,
+    ) {
+        let Some((mut hs, at)) = table.remove(&id) else {
+            // An event of a handshake that has left (a worker has it, or it ended).
+            return;
+        };
+        timers.remove(&(at, id));
+        // An outcome takes the socket with it: it leaves the epoll instance by its number.
+        let Some(raw) = hs.fd().map(|f| rustix::fd::AsRawFd::as_raw_fd(&f)) else {
+            return;
+        };
+        let r = hs.step();
+        match r {
+            Ok(ServerStep::Wait) if !expired || Instant::now() < hs.deadline() => {
+                let at = hs.deadline();
+                timers.insert((at, id));
+                table.insert(id, (hs, at));
+            }
+            Ok(ServerStep::Wait) => {
+                // Its deadline passed while it could not even write: it ends as a timeout.
+                let peer = hs.peer;
+                if let Some(fd) = hs.fd() {
+                    let _ = rustix::event::epoll::delete(ep, fd);
+                }
+                drop(hs);
+                let e = io::Error::new(io::ErrorKind::TimedOut, "CLC handshake timed out");
+                self.finish(peer, Err(e));
+            }
+            Ok(ServerStep::Work) => {
+                if let Some(fd) = hs.fd() {
+                    let _ = rustix::event::epoll::delete(ep, fd);
+                }
+                self.submit(hs);
+            }
+            Ok(ServerStep::Done(o)) => {
+                // SAFETY: `raw` is open: the outcome in `o` owns it, and it is not closed
+                // before the call returns.
+                let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+                let _ = rustix::event::epoll::delete(ep, fd);
+                self.finish(hs.peer, Ok(o));
+            }
+            Err(e) => {
+                // Failed (the deadline passed, the peer closed): the socket closes with it (if
+                // it has not already, which took it out of the epoll instance).
+                let peer = hs.peer;
+                if let Some(fd) = hs.fd() {
+                    let _ = rustix::event::epoll::delete(ep, fd);
+                }
+                drop(hs);
+                self.finish(peer, Err(e));
+            }
+        }
+    }
+
+    /// Queues a handshake's bounded work for a worker (starting one if all are busy and
+    /// there are fewer than [`max_workers`]).
+    fn submit(self: &Arc<Self>, hs: Hs) {
         let mut st = lock(&self.state);
-        st.in_progress += 1;
-        st.jobs.push_back(job);
-        if st.idle_workers < st.jobs.len() && st.workers < max_workers() {
+        st.jobs.push_back(hs);
+        self.spawn_worker_if_needed(&mut st);
+        self.publish_load(&st);
+        drop(st);
+        self.cond.notify_all();
+    }
+
+    fn spawn_worker_if_needed(self: &Arc<Self>, st: &mut State) {
+        if st.needs_worker() {
             st.workers += 1;
             let c = Arc::clone(self);
             if std::thread::Builder::new()
@@ -482,9 +782,18 @@ impl ListenerCore {
                 st.workers -= 1;
             }
         }
+    }
+
+    /// A worker starts (`true`) or stops (`false`) waiting for a first contact.
+    fn first_contact_wait(self: &Arc<Self>, waiting: bool) {
+        let mut st = lock(&self.state);
+        if waiting {
+            st.waiting_workers += 1;
+            self.spawn_worker_if_needed(&mut st);
+        } else {
+            st.waiting_workers -= 1;
+        }
         self.publish_load(&st);
-        drop(st);
-        self.cond.notify_all();
     }
 
     fn worker(self: Arc<Self>) {
@@ -512,56 +821,71 @@ impl ListenerCore {
                     }
                 }
             };
-            let Some(job) = job else {
+            let Some(mut hs) = job else {
                 lock(&self.state).workers -= 1;
                 return;
             };
-            let result = self.handshake(job.sock, job.gid);
-            let status = self.engine.status();
-            let accepted = match result {
-                Ok(outcome) => {
-                    match &outcome {
-                        Outcome::Smc { .. } => status.add(st::T_SRV_V2_SUCC, 1),
-                        Outcome::Tcp(_, fb) => {
-                            status.add(st::T_SRV_FBACK + st::fback_index(fb.local), 1)
-                        }
+            // Work, then as far as the socket allows; what waits for bytes again goes back
+            // to the reactor.
+            loop {
+                if let Run::Smc(r) = &mut hs.run {
+                    r.work(&|w| self.first_contact_wait(w));
+                }
+                match hs.step() {
+                    Ok(ServerStep::Work) => continue,
+                    Ok(ServerStep::Wait) => {
+                        self.to_reactor(hs);
+                        break;
                     }
-                    Some(Accepted {
-                        outcome,
-                        peer: job.peer,
-                    })
+                    Ok(ServerStep::Done(o)) => {
+                        self.finish(hs.peer, Ok(o));
+                        break;
+                    }
+                    Err(e) => {
+                        let peer = hs.peer;
+                        drop(hs);
+                        self.finish(peer, Err(e));
+                        break;
+                    }
                 }
-                Err(e) => {
-                    // The client went away or broke the protocol after Confirm.
-                    tracing::debug!("handshake with {} failed: {e}", job.peer);
-                    status.add(st::T_SRV_HS_ERR, 1);
-                    None
-                }
-            };
-            let mut st = lock(&self.state);
-            st.in_progress -= 1;
-            if let Some(a) = accepted
-                && !self.closed.load(Ordering::Acquire)
-            {
-                st.ready.push_back(a);
-                self.bell.ring();
-            }
-            self.publish_load(&st);
-            drop(st);
-            self.cond.notify_all();
-            // Room in the backlog again: the acceptor may take connections, if it waits for that.
-            if self.wants_room.swap(false, Ordering::SeqCst) {
-                self.kick.ring();
             }
         }
     }
 
-    fn handshake(&self, sock: TcpStream, gid: Gid) -> io::Result<Outcome> {
-        let settings = self.engine.settings();
-        match self.engine.attached() {
-            Some(a) => ServerRun::new(&self.engine, &a.ism, sock, gid, &settings).run(),
-            // The device vanished between intent and accept: decline, both go TCP.
-            None => Ok(decline_without_device(sock)),
+    /// A handshake ended: counted, and its connection queued for `accept`.
+    fn finish(&self, peer: SocketAddr, result: io::Result<Outcome>) {
+        let status = self.engine.status();
+        let accepted = match result {
+            Ok(outcome) => {
+                match &outcome {
+                    Outcome::Smc { .. } => status.add(st::T_SRV_V2_SUCC, 1),
+                    Outcome::Tcp(_, fb) => {
+                        status.add(st::T_SRV_FBACK + st::fback_index(fb.local), 1)
+                    }
+                }
+                Some(Accepted { outcome, peer })
+            }
+            Err(e) => {
+                // The client went away, broke the protocol after Confirm, or ran out of time.
+                tracing::debug!("handshake with {peer} failed: {e}");
+                status.add(st::T_SRV_HS_ERR, 1);
+                None
+            }
+        };
+        let mut st = lock(&self.state);
+        st.in_progress -= 1;
+        if let Some(a) = accepted
+            && !self.closed.load(Ordering::Acquire)
+        {
+            st.ready.push_back(a);
+            self.bell.ring();
+        }
+        self.publish_load(&st);
+        drop(st);
+        self.cond.notify_all();
+        // Room in the backlog again: the acceptor may take connections, if it waits for that.
+        if self.wants_room.swap(false, Ordering::SeqCst) {
+            self.kick.ring();
         }
     }
 
@@ -667,7 +991,8 @@ impl ListenerCore {
     }
 
     /// Stops listening: the TCP listener stops taking connections, queued connections are
-    /// closed, workers finish what they started and exit.
+    /// closed, handshakes waiting for bytes are closed, workers finish what they started and
+    /// exit.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let _ = rustix::net::shutdown(&self.tcp, rustix::net::Shutdown::Read);
@@ -675,6 +1000,7 @@ impl ListenerCore {
         drop(ready);
         *lock(&self.chan) = None;
         self.stop.ring();
+        self.reactor.bell.ring();
         self.cond.notify_all();
     }
 }

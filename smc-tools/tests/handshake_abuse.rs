@@ -1,0 +1,202 @@
+//! Hostile local clients against a listener's handshakes (issue 10, item 3): processes that
+//! announce themselves through `smcd` as an SMC client must, connect, and then drip a CLC
+//! Proposal one byte at a time. Each byte comes well within `CLC_WAIT_TIME` of the last, so a
+//! timeout that restarted on every byte would never fire, and there are more of them than a
+//! listener has handshake workers.
+//!
+//! What must hold: every legitimate client beside them connects (SMC-D, or plain TCP with a
+//! reason when handshake limitation refuses it at admission) and none errors; and the listener
+//! closes every attacker's connection at the whole-message deadline: not before
+//! `CLC_WAIT_TIME`, and long before the drip would have finished.
+//!
+//! No timing threshold decides anything here: the lower bound is the protocol's (a deadline
+//! never fires early, however slow the machine), the upper bounds are many times what any
+//! step needs.
+
+mod common;
+
+use common::{BINS, Smcd, within};
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::{AddressFamily, SocketFlags, SocketType};
+use smc_proto::clc::{ClcMessage, ReasonCode};
+use smcd_engine::driver::handshake::CLC_WAIT_TIME;
+use smcd_engine::driver::listener::ListenOptions;
+use smcd_engine::ipc::SmcdSession;
+use smcd_engine::{Fallback, Mode, SmcListener, SmcStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[test]
+#[ignore = "entry point of child processes"]
+fn child_entry() {
+    common::child_main();
+}
+
+/// Attackers: more than the most handshake workers a listener has on any machine (16), and
+/// more than twice what it has on this one.
+fn attackers() -> usize {
+    (2 * smcd_engine::driver::listener::max_workers() + 2).max(17)
+}
+
+/// Legitimate clients connecting while the attackers drip.
+const CLIENTS: usize = 6;
+
+/// A Proposal-shaped byte string (it never completes, so its content does not matter).
+fn proposal() -> Vec<u8> {
+    let p = smc_proto::clc::ProposalBuilder::smcd_v2_loopback(0x1234, 0x5678)
+        .system_eid(smc_proto::clc::Eid::new("DRIP").unwrap())
+        .build()
+        .unwrap();
+    ClcMessage::Proposal(p).to_vec()
+}
+
+/// One attacker: announced through smcd (as the intent path requires), connected; the drip
+/// runs on a thread. Returns when the listener closed the connection, measured from before
+/// the connect, or `None` if the whole Proposal went out without the listener closing it.
+fn attacker(
+    dev: &SmcdSession,
+    to: SocketAddr,
+    drip: Duration,
+) -> std::thread::JoinHandle<Option<Duration>> {
+    let s = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::bind(&s, &SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let local = SocketAddr::try_from(rustix::net::getsockname(&s).unwrap()).unwrap();
+    let v = dev.connect_intent(local, to).unwrap();
+    assert!(v.smc, "smcd knows the listener: {v:?}");
+    let start = Instant::now();
+    rustix::net::connect(&s, &to).unwrap();
+    dev.intent_done(v.intent, true);
+    let mut s = TcpStream::from(s);
+    std::thread::spawn(move || {
+        for b in proposal() {
+            // A write into a connection the listener closed fails at the latest on the
+            // second try; the read below sees the close first.
+            if s.write_all(&[b]).is_err() {
+                return Some(start.elapsed());
+            }
+            let t = rustix::time::Timespec {
+                tv_sec: drip.as_secs() as i64,
+                tv_nsec: i64::from(drip.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&s, PollFlags::IN)];
+            if rustix::event::poll(&mut fds, Some(&t)).unwrap_or(0) > 0 {
+                // The listener closed (EOF or reset); anything before the end (it sends no
+                // Decline on a timeout, as the kernel's smc_listen_out_err) is read away.
+                let mut buf = [0u8; 256];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return Some(start.elapsed()),
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
+        None
+    })
+}
+
+/// Accepts forever; answers each connection's "ping" with "pong".
+fn serve(l: SmcListener) {
+    std::thread::spawn(move || {
+        loop {
+            let Ok((s, _)) = l.accept() else { return };
+            std::thread::spawn(move || {
+                let mut b = [0u8; 4];
+                if (&s).read_exact(&mut b).is_ok() && &b == b"ping" {
+                    let _ = (&s).write_all(b"pong");
+                }
+            });
+        }
+    });
+}
+
+/// Drip-feeding attackers beside legitimate clients; `limit_hs` is the listener's handshake
+/// limitation. Returns the legitimate clients' modes.
+fn drip_beside_clients(limit_hs: bool) -> Vec<Mode> {
+    let smcd = Smcd::start(BINS);
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = SmcListener::bind_with_options(
+        &se,
+        "127.0.0.1:0",
+        ListenOptions {
+            backlog: 128,
+            limit_hs: Some(limit_hs),
+        },
+    )
+    .unwrap();
+    let to = l.local_addr().unwrap();
+    let n = attackers();
+    let p = proposal().len();
+    // The whole Proposal would take five CLC_WAIT_TIMEs; each byte comes after a fraction of
+    // one.
+    let drip = CLC_WAIT_TIME * 5 / p as u32;
+    assert!(drip * 4 < CLC_WAIT_TIME, "{p}-byte Proposal");
+    let dev = SmcdSession::open(&smcd.socket).unwrap();
+    let drips: Vec<_> = (0..n).map(|_| attacker(&dev, to, drip)).collect();
+    // The listener takes them (its acceptor does, for announced clients) before the
+    // legitimate clients come.
+    assert!(
+        common::eventually(Duration::from_secs(30), || l.handshakes_in_progress() >= n),
+        "{} handshakes in progress, {n} attackers",
+        l.handshakes_in_progress()
+    );
+    serve(l);
+    let mut modes = Vec::new();
+    for i in 0..CLIENTS {
+        let ce = Arc::clone(&ce);
+        let r = within(Duration::from_secs(60), move || -> std::io::Result<Mode> {
+            let c = SmcStream::connect_with(&ce, to)?;
+            (&c).write_all(b"ping")?;
+            let mut b = [0u8; 4];
+            (&c).read_exact(&mut b)?;
+            assert_eq!(&b, b"pong");
+            Ok(c.mode())
+        })
+        .unwrap_or_else(|| panic!("legitimate client {i} hung"));
+        match r {
+            Ok(m) => modes.push(m),
+            Err(e) => panic!("legitimate client {i} failed beside {n} drip-feeding attackers: {e}"),
+        }
+    }
+    for (i, d) in drips.into_iter().enumerate() {
+        let closed = d.join().unwrap();
+        let Some(at) = closed else {
+            panic!("attacker {i}: its whole Proposal dripped in and the listener never closed it")
+        };
+        assert!(
+            at >= CLC_WAIT_TIME,
+            "attacker {i} closed after {at:?}, before CLC_WAIT_TIME"
+        );
+    }
+    modes
+}
+
+/// Without handshake limitation, every legitimate client gets SMC-D beside the attackers:
+/// their handshakes wait for bytes and cost the listener no worker.
+#[test]
+fn drip_fed_proposals_do_not_pin_the_listener() {
+    for (i, m) in drip_beside_clients(false).into_iter().enumerate() {
+        assert!(matches!(m, Mode::SmcD(_)), "legitimate client {i}: {m:?}");
+    }
+}
+
+/// With handshake limitation, a legitimate client is SMC-D or refused at admission (plain TCP,
+/// PEERNOSMC), never an error; attackers waiting for bytes are no congestion, so here they are
+/// all SMC-D too.
+#[test]
+fn drip_fed_proposals_with_handshake_limitation() {
+    for (i, m) in drip_beside_clients(true).into_iter().enumerate() {
+        assert!(
+            matches!(m, Mode::SmcD(_)) || m == Mode::Tcp(Fallback::local(ReasonCode::PEERNOSMC)),
+            "legitimate client {i}: {m:?}"
+        );
+    }
+}
