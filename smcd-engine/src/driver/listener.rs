@@ -57,14 +57,38 @@ const INTENT_ATTENTION: Duration = Duration::from_secs(2);
 /// Most intents remembered (a bound against clients that registered and never connected).
 const MAX_INTENTS: usize = 65536;
 
+/// How long a worker that has just answered waits for the client's next message before it
+/// hands the handshake to the reactor: bounded work (an attacker that never answers holds a
+/// worker this long per Proposal, not until the deadline).
+const WORKER_LINGER: Duration = Duration::from_millis(2);
+
+/// Whether the handshake's socket becomes readable within `t`.
+fn readable_within(hs: &Hs, t: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let Some(fd) = hs.fd() else {
+        return false;
+    };
+    let ts = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: t.as_nanos() as i64,
+    };
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+}
+
 /// Handshake workers per listener: threads for the bounded work of handshakes (requests to
 /// smcd, a first contact's wait), never for waiting on the peer's bytes. Enough to overlap
 /// those waits, few enough that handshake CPU does not starve the connections already running.
+/// Asked once: `available_parallelism` reads the cgroup's CPU quota files on every call
+/// (five system calls per file), and the data path of the accept asks often.
 pub fn max_workers() -> usize {
-    std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(2, 8)
-        * 2
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(2, 8)
+            * 2
+    })
 }
 
 /// An accepted connection: what its handshake made of it, and the client's address.
@@ -826,13 +850,20 @@ impl ListenerCore {
                 return;
             };
             // Work, then as far as the socket allows; what waits for bytes again goes back
-            // to the reactor.
+            // to the reactor, unless they come within a brief linger: a client answers the
+            // Accept in a round trip, and two hand-overs (to the reactor and back to a
+            // worker) would cost a connection more than that wait.
+            let mut lingered = false;
             loop {
                 if let Run::Smc(r) = &mut hs.run {
                     r.work(&|w| self.first_contact_wait(w));
                 }
                 match hs.step() {
                     Ok(ServerStep::Work) => continue,
+                    Ok(ServerStep::Wait) if !lingered && readable_within(&hs, WORKER_LINGER) => {
+                        lingered = true;
+                        continue;
+                    }
                     Ok(ServerStep::Wait) => {
                         self.to_reactor(hs);
                         break;
