@@ -68,7 +68,7 @@ impl<T: Transport> SmcConn<T> {
 
     /// Carries out the core's effects: the writes, then the CDC, then the TCP action, then the
     /// end of stream or of the connection on the readiness, then the wake-ups.
-    #[inline]
+    #[inline(always)]
     pub(super) fn apply(&self, st: &mut State, eff: Effects) {
         match eff.only_wakes() {
             // The data path: nothing, or a wake-up (a local waiter is rare: one load each).
@@ -84,6 +84,7 @@ impl<T: Transport> SmcConn<T> {
         }
     }
 
+    #[inline(never)]
     fn apply_some(&self, st: &mut State, eff: Effects) {
         if eff.writes() && !self.post_writes(st) {
             return;
