@@ -120,7 +120,7 @@ enum Cmd {
         /// Connections dripping at once.
         #[arg(long, default_value_t = 20)]
         attackers: usize,
-        /// Seconds to attack, then report.
+        /// Seconds to attack (or until stdin closes), then report.
         #[arg(long, default_value_t = 30.0)]
         time: f64,
     },
@@ -1031,7 +1031,18 @@ fn drip(to: SocketAddr, attackers: usize, time: Duration) -> anyhow::Result<Drip
     // one, so a timeout that restarted on every byte would never fire.
     let gap = CLC_WAIT_TIME * 5 / proposal.len() as u32;
     let end = Instant::now() + time;
+    // A harness stops the attack early by closing stdin; each loop notices between bytes.
+    let stopped = Arc::new(AtomicBool::new(false));
+    {
+        let stopped = stopped.clone();
+        std::thread::spawn(move || {
+            let _ = io::copy(&mut io::stdin(), &mut io::sink());
+            stopped.store(true, Ordering::Relaxed);
+        });
+    }
+    let over = move || stopped.load(Ordering::Relaxed) || Instant::now() >= end;
     let one = {
+        let over = over.clone();
         let (dev, proposal) = (dev.clone(), proposal.clone());
         move |r: &mut DripReport| -> io::Result<()> {
             let s = rustix::net::socket_with(
@@ -1071,7 +1082,7 @@ fn drip(to: SocketAddr, attackers: usize, time: Duration) -> anyhow::Result<Drip
                 r.closed_s_max = Some(r.closed_s_max.map_or(at, |m| m.max(at)));
             };
             for &b in proposal.iter() {
-                if Instant::now() >= end {
+                if over() {
                     return Ok(());
                 }
                 if s.write_all(&[b]).is_err() {
@@ -1102,10 +1113,10 @@ fn drip(to: SocketAddr, attackers: usize, time: Duration) -> anyhow::Result<Drip
     };
     let threads: Vec<_> = (0..attackers.max(1))
         .map(|_| {
-            let one = one.clone();
+            let (one, over) = (one.clone(), over.clone());
             std::thread::spawn(move || {
                 let mut r = DripReport::default();
-                while Instant::now() < end {
+                while !over() {
                     if let Err(e) = one(&mut r) {
                         r.errors += 1;
                         if r.errors <= 3 {
