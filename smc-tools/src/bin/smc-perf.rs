@@ -522,7 +522,17 @@ fn server(
                         Conn::Tcp(s)
                     }),
                 };
-                let Ok(c) = c else { continue };
+                let c = match c {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of descriptors (EMFILE/ENFILE) the listener stays readable:
+                        // retrying at once would spin every accepting thread.
+                        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        continue;
+                    }
+                };
                 let now_busy = busy.fetch_add(1, Ordering::SeqCst) + 1;
                 if now_busy >= total.load(Ordering::SeqCst) && total.load(Ordering::SeqCst) < 4096 {
                     spawn(Arc::clone(&l), Arc::clone(&busy), Arc::clone(&total), cpu);
