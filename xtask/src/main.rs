@@ -1,5 +1,6 @@
 //! `cargo xtask`: developer workflows. `cargo xtask bench` runs the kernel SMC team's
-//! benchmarks with SMC beside TCP (see docs/benchmarks.md).
+//! benchmarks with SMC beside TCP; `cargo xtask soak` is issue 10's soak and load run (see
+//! docs/benchmarks.md).
 
 mod bench;
 
@@ -17,6 +18,9 @@ struct Cli {
 enum Cmd {
     /// SMC beside TCP: bw, lat, pp, crr and ablation suites (docs/benchmarks.md).
     Bench(bench::BenchArgs),
+    /// Soak and load, SMC beside TCP: short-lived client processes, idle connections, dumps
+    /// every second and a drip-feeding attacker; fails on growth, errors or slow dumps.
+    Soak(bench::soak::SoakArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +33,7 @@ fn main() -> ExitCode {
     let _guard = bench::Guard;
     let r = match cli.cmd {
         Cmd::Bench(args) => bench::run(args),
+        Cmd::Soak(args) => bench::soak::run(args),
     };
     if bench::interrupted() {
         // The signal thread is stopping the children and exits the process with 128 + the
@@ -41,7 +46,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("bench: error: {e:#}");
+            eprintln!("xtask: error: {e:#}");
             ExitCode::FAILURE
         }
     }

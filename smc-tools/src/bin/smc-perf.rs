@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! smc-perf server [--port P] [--bind ADDR] [--tcp] [--pin CPU] [--limit-hs BOOL] [--no-stats]
-//! smc-perf client HOST:PORT --test bw|lat|crr --msg-size N --time SECONDS [--tcp]
-//!                 [--concurrency C] [--pin CPU] [--warmup SECONDS] [--no-stats]
+//! smc-perf client HOST:PORT --test bw|lat|crr|idle --msg-size N --time SECONDS [--tcp]
+//!                 [--concurrency C] [--count N] [--pin CPU] [--warmup SECONDS] [--no-stats]
+//! smc-perf drip HOST:PORT [--attackers N] [--time SECONDS]
 //! ```
 //!
 //! The client prints one JSON object per run. Every byte received is checked against the
@@ -17,7 +18,16 @@
 //! * `crr`: connect, one request/response of `msg-size`, close, in `concurrency` parallel
 //!   loops; `conns_per_s`. The server closes first, as an HTTP server does after a
 //!   `Connection: close` response (wrk's benchmark), so TIME_WAIT stays on the server and
-//!   the client's ephemeral ports are free again at once.
+//!   the client's ephemeral ports are free again at once. With `--count N` it makes exactly
+//!   N connections (over the `concurrency` loops) and exits, reporting each one's connect
+//!   time (`connect_us`) and what each became: the short-lived client process of a soak.
+//! * `idle`: opens `--count` connections, checks each with one echo, holds them open and
+//!   silent for `--time` seconds, checks each with a second echo and closes them. The server
+//!   keeps idle connections in one epoll loop, not a thread each.
+//! * `drip`: an attacker, not a test (issue 10): announces itself through smcd as an SMC
+//!   client must, connects, and sends a CLC Proposal one byte at a time, each byte well
+//!   within `CLC_WAIT_TIME` of the last, on `--attackers` connections at once, reconnecting
+//!   whenever the listener closes one. It reports how long the listener let each one live.
 //!
 //! The server prints `smc-perf: serving smc|tcp on ADDR:PORT` on stderr once it listens, with
 //! the port actually bound, so `--port 0` picks a free one and a harness learns which.
@@ -88,9 +98,13 @@ enum Cmd {
         /// Plain TCP.
         #[arg(long)]
         tcp: bool,
-        /// Parallel connection loops (crr).
+        /// Parallel connection loops (crr, idle).
         #[arg(long, default_value_t = 1)]
         concurrency: usize,
+        /// crr: make exactly N connections, then exit (instead of --time); idle: the
+        /// connections to hold open (default 1).
+        #[arg(long)]
+        count: Option<u64>,
         /// Pin the client's threads to this CPU.
         #[arg(long)]
         pin: Option<usize>,
@@ -98,6 +112,17 @@ enum Cmd {
         /// it too).
         #[arg(long)]
         no_stats: bool,
+    },
+    /// Drip-feed CLC Proposals at an SMC listener (an attacker for soak tests; needs smcd).
+    Drip {
+        /// HOST:PORT of the SMC listener.
+        target: String,
+        /// Connections dripping at once.
+        #[arg(long, default_value_t = 20)]
+        attackers: usize,
+        /// Seconds to attack (or until stdin closes), then report.
+        #[arg(long, default_value_t = 30.0)]
+        time: f64,
     },
 }
 
@@ -107,6 +132,7 @@ enum Test {
     Bw,
     Lat,
     Crr,
+    Idle,
 }
 
 impl Test {
@@ -115,6 +141,7 @@ impl Test {
             Test::Bw => 1,
             Test::Lat => 2,
             Test::Crr => 3,
+            Test::Idle => 4,
         }
     }
     fn from_code(c: u8) -> Option<Test> {
@@ -122,6 +149,7 @@ impl Test {
             1 => Some(Test::Bw),
             2 => Some(Test::Lat),
             3 => Some(Test::Crr),
+            4 => Some(Test::Idle),
             _ => None,
         }
     }
@@ -197,6 +225,26 @@ impl Conn {
                 Mode::Tcp(fb) => format!("tcp-fallback {:#010x}", fb.local.0),
             },
             Conn::Tcp(_) => "tcp".into(),
+        }
+    }
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Conn::Smc(s) => s.set_nonblocking(on),
+            Conn::Tcp(s) => s.set_nonblocking(on),
+        }
+    }
+    fn readiness_fd(&self) -> io::Result<rustix::fd::BorrowedFd<'_>> {
+        use rustix::fd::AsFd;
+        match self {
+            Conn::Smc(s) => s.readiness_fd(),
+            Conn::Tcp(s) => Ok(s.as_fd()),
+        }
+    }
+    /// `Some(mode)` when an SMC stream fell back to TCP.
+    fn fallback(&self) -> Option<String> {
+        match self {
+            Conn::Smc(s) if !s.is_smc() => Some(self.mode()),
+            _ => None,
         }
     }
     fn shutdown_write(&self) -> io::Result<()> {
@@ -298,8 +346,106 @@ fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
                 c.write_all(&buf)?;
             }
         }
+        Test::Idle => IdleHolder::get().hold(c)?,
     }
     Ok(())
+}
+
+/// The server's idle connections: one epoll loop echoes what they send and closes them at
+/// their end of stream, so ten thousand of them cost no thread each (edge-triggered, as
+/// `smcd-engine`'s `epoll_echo` example drives streams).
+struct IdleHolder {
+    ep: rustix::fd::OwnedFd,
+    conns: std::sync::Mutex<std::collections::HashMap<u64, (Conn, Vec<u8>)>>,
+    next: AtomicU64,
+}
+
+impl IdleHolder {
+    fn get() -> &'static IdleHolder {
+        static H: OnceLock<IdleHolder> = OnceLock::new();
+        let mut first = false;
+        let h = H.get_or_init(|| {
+            first = true;
+            IdleHolder {
+                ep: rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)
+                    .expect("epoll_create"),
+                conns: std::sync::Mutex::new(std::collections::HashMap::new()),
+                next: AtomicU64::new(0),
+            }
+        });
+        if first {
+            std::thread::spawn(move || h.run());
+        }
+        h
+    }
+
+    fn hold(&self, c: Conn) -> io::Result<()> {
+        c.set_nonblocking(true)?;
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        use rustix::event::epoll;
+        epoll::add(
+            &self.ep,
+            c.readiness_fd()?,
+            epoll::EventData::new_u64(token),
+            epoll::EventFlags::IN | epoll::EventFlags::OUT | epoll::EventFlags::ET,
+        )?;
+        conns.insert(token, (c, Vec::new()));
+        Ok(())
+    }
+
+    fn run(&self) {
+        use rustix::event::epoll;
+        let mut events = Vec::with_capacity(256);
+        loop {
+            events.clear();
+            if epoll::wait(&self.ep, rustix::buffer::spare_capacity(&mut events), None).is_err() {
+                continue;
+            }
+            let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+            for ev in &events {
+                let token = ev.data.u64();
+                let Some((c, pending)) = conns.get_mut(&token) else {
+                    continue;
+                };
+                if !echo_nonblocking(c, pending) {
+                    let (c, _) = conns.remove(&token).expect("present");
+                    if let Ok(fd) = c.readiness_fd() {
+                        let _ = epoll::delete(&self.ep, fd);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads what is there and writes it back; false when the connection is done.
+fn echo_nonblocking(c: &mut Conn, pending: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 4096];
+    let mut open = true;
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => {
+                open = false;
+                break;
+            }
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+    while !pending.is_empty() {
+        match c.write(pending) {
+            Ok(n) => {
+                pending.drain(..n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+    open
 }
 
 /// Listen backlog of both servers. The same for TCP and SMC so crr compares transports, not
@@ -376,7 +522,17 @@ fn server(
                         Conn::Tcp(s)
                     }),
                 };
-                let Ok(c) = c else { continue };
+                let c = match c {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of descriptors (EMFILE/ENFILE) the listener stays readable:
+                        // retrying at once would spin every accepting thread.
+                        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        continue;
+                    }
+                };
                 let now_busy = busy.fetch_add(1, Ordering::SeqCst) + 1;
                 if now_busy >= total.load(Ordering::SeqCst) && total.load(Ordering::SeqCst) < 4096 {
                     spawn(Arc::clone(&l), Arc::clone(&busy), Arc::clone(&total), cpu);
@@ -429,6 +585,19 @@ struct Report {
     conns_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     concurrency: Option<usize>,
+    /// With `--count`: the connections that completed, and how many were SMC-D.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connections: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    smc_connections: Option<u64>,
+    /// With `--count`: SMC streams that fell back to TCP, by mode (with the reason code).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fallbacks: Option<std::collections::BTreeMap<String, u64>>,
+    /// With `--count`: each connection's connect time (handshake included), microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connect_us: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connect_us_p99: Option<f64>,
     errors: u64,
 }
 
@@ -447,8 +616,88 @@ impl Report {
             lat_us_p99: None,
             conns_per_s: None,
             concurrency: None,
+            connections: None,
+            smc_connections: None,
+            fallbacks: None,
+            connect_us: None,
+            connect_us_p99: None,
             errors: 0,
         }
+    }
+}
+
+/// The 99th percentile of `v` (nearest rank), `None` when empty.
+fn p99(v: &[u64]) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    let i = (s.len() * 99).div_ceil(100).checked_sub(1)?;
+    Some(s[i] as f64)
+}
+
+/// What the connection loops of one run saw, merged.
+#[derive(Default)]
+struct Tally {
+    done: u64,
+    smc: u64,
+    errors: u64,
+    connect_us: Vec<u64>,
+    fallbacks: std::collections::BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn merge(&mut self, o: Tally) {
+        self.done += o.done;
+        self.smc += o.smc;
+        self.errors += o.errors;
+        self.connect_us.extend(o.connect_us);
+        for (k, v) in o.fallbacks {
+            *self.fallbacks.entry(k).or_default() += v;
+        }
+    }
+
+    /// A connection that opened: its connect time and what it became.
+    fn opened(&mut self, c: &Conn, took: Duration) {
+        self.connect_us.push(took.as_micros() as u64);
+        if c.transport() == "smcd" {
+            self.smc += 1;
+        }
+        if let Some(m) = c.fallback() {
+            *self.fallbacks.entry(m).or_default() += 1;
+        }
+    }
+
+    fn error(&mut self, what: &str, e: &dyn std::fmt::Display) {
+        self.errors += 1;
+        if self.errors <= 3 {
+            eprintln!("smc-perf: {what}: {e}");
+        }
+    }
+
+    fn into_report(self, test: Test, tcp: bool, msg: usize, secs: f64) -> Report {
+        let mut r = Report {
+            test,
+            transport: if tcp { "tcp".into() } else { "smcd".into() },
+            mode: format!("{} of {} connections SMC-D", self.smc, self.done),
+            msg_size: msg,
+            seconds: secs,
+            mbps: None,
+            msgs_per_s: None,
+            lat_us_mean: None,
+            lat_us_p50: None,
+            lat_us_p99: None,
+            conns_per_s: Some(self.done as f64 / secs.max(1e-9)),
+            concurrency: None,
+            connections: Some(self.done),
+            smc_connections: Some(self.smc),
+            fallbacks: Some(self.fallbacks),
+            connect_us_p99: p99(&self.connect_us),
+            connect_us: Some(self.connect_us),
+            errors: self.errors,
+        };
+        if tcp {
+            r.smc_connections = None;
+        }
+        r
     }
 }
 
@@ -568,26 +817,10 @@ fn client_crr(
                 pin(cpu);
                 let mut buf = vec![0u8; msg];
                 while !stop.load(Ordering::Relaxed) {
-                    let r = (|| -> io::Result<bool> {
-                        let mut c = Conn::connect(addr, tcp, true)?;
-                        let is_smc = c.transport() == "smcd";
-                        write_header(&mut c, Test::Crr, msg)?;
-                        c.write_all(expected(0, msg))?;
-                        c.read_exact(&mut buf)?;
-                        if check(0, &buf) != 0 {
-                            return Err(io::Error::other("bad response"));
-                        }
-                        // Wait for the server's close before closing (it closes first).
-                        let mut end = [0u8; 1];
-                        if c.read(&mut end)? != 0 {
-                            return Err(io::Error::other("data after the response"));
-                        }
-                        Ok(is_smc)
-                    })();
-                    match r {
-                        Ok(is_smc) => {
+                    match crr_once(addr, tcp, msg, &mut buf) {
+                        Ok((c, _)) => {
                             done.fetch_add(1, Ordering::Relaxed);
-                            if is_smc {
+                            if c.transport() == "smcd" {
                                 smc.fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -617,21 +850,316 @@ fn client_crr(
     let secs = start.elapsed().as_secs_f64();
     let n = done.load(Ordering::Relaxed) - n0;
     let n_smc = smc.load(Ordering::Relaxed) - smc0;
-    Ok(Report {
-        test: Test::Crr,
-        transport: if tcp { "tcp".into() } else { "smcd".into() },
-        mode: format!("{n_smc} of {n} connections SMC-D"),
-        msg_size: msg,
-        seconds: secs,
-        mbps: None,
-        msgs_per_s: None,
-        lat_us_mean: None,
-        lat_us_p50: None,
-        lat_us_p99: None,
-        conns_per_s: Some(n as f64 / secs),
-        concurrency: Some(concurrency),
-        errors: errors.load(Ordering::Relaxed),
-    })
+    let mut r = Tally::default().into_report(Test::Crr, tcp, msg, secs);
+    r.mode = format!("{n_smc} of {n} connections SMC-D");
+    r.conns_per_s = Some(n as f64 / secs);
+    r.concurrency = Some(concurrency);
+    r.errors = errors.load(Ordering::Relaxed);
+    (r.connections, r.smc_connections, r.fallbacks, r.connect_us) = (None, None, None, None);
+    Ok(r)
+}
+
+/// One crr exchange: connect, request, response, the server's close. Returns the connection
+/// (closed by the peer) and how long the connect took.
+fn crr_once(
+    addr: SocketAddr,
+    tcp: bool,
+    msg: usize,
+    buf: &mut [u8],
+) -> io::Result<(Conn, Duration)> {
+    let t0 = Instant::now();
+    let mut c = Conn::connect(addr, tcp, true)?;
+    let took = t0.elapsed();
+    write_header(&mut c, Test::Crr, msg)?;
+    c.write_all(expected(0, msg))?;
+    c.read_exact(buf)?;
+    if check(0, buf) != 0 {
+        return Err(io::Error::other("bad response"));
+    }
+    // Wait for the server's close before closing (it closes first).
+    let mut end = [0u8; 1];
+    if c.read(&mut end)? != 0 {
+        return Err(io::Error::other("data after the response"));
+    }
+    Ok((c, took))
+}
+
+/// crr with `--count`: exactly `count` connections over the loops, then the report with each
+/// connection's connect time.
+fn client_crr_count(
+    addr: SocketAddr,
+    tcp: bool,
+    msg: usize,
+    count: u64,
+    concurrency: usize,
+    cpu: Option<usize>,
+) -> anyhow::Result<Report> {
+    let tickets = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..concurrency.clamp(1, count.max(1) as usize))
+        .map(|_| {
+            let tickets = tickets.clone();
+            std::thread::spawn(move || {
+                pin(cpu);
+                let mut t = Tally::default();
+                let mut buf = vec![0u8; msg];
+                while tickets.fetch_add(1, Ordering::Relaxed) < count {
+                    match crr_once(addr, tcp, msg, &mut buf) {
+                        Ok((c, took)) => {
+                            t.done += 1;
+                            t.opened(&c, took);
+                        }
+                        Err(e) => t.error("crr", &e),
+                    }
+                }
+                t
+            })
+        })
+        .collect();
+    let mut all = Tally::default();
+    for th in threads {
+        all.merge(th.join().unwrap_or_default());
+    }
+    let mut r = all.into_report(Test::Crr, tcp, msg, start.elapsed().as_secs_f64());
+    r.concurrency = Some(concurrency);
+    Ok(r)
+}
+
+/// idle: `count` connections checked with one echo each, held silent for `hold`, checked with
+/// a second echo, closed.
+fn client_idle(
+    addr: SocketAddr,
+    tcp: bool,
+    msg: usize,
+    hold: Duration,
+    count: u64,
+    concurrency: usize,
+) -> anyhow::Result<Report> {
+    let tickets = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let open = move |c: &mut Conn| -> io::Result<()> {
+        write_header(c, Test::Idle, msg)?;
+        echo_check(c, 0, msg)
+    };
+    let threads: Vec<_> = (0..concurrency.clamp(1, count.max(1) as usize))
+        .map(|_| {
+            let tickets = tickets.clone();
+            std::thread::spawn(move || {
+                let mut t = Tally::default();
+                let mut held = Vec::new();
+                while tickets.fetch_add(1, Ordering::Relaxed) < count {
+                    let t0 = Instant::now();
+                    match Conn::connect(addr, tcp, true) {
+                        Ok(mut c) => {
+                            let took = t0.elapsed();
+                            match open(&mut c) {
+                                Ok(()) => {
+                                    t.opened(&c, took);
+                                    held.push(c);
+                                }
+                                Err(e) => t.error("idle: first echo", &e),
+                            }
+                        }
+                        Err(e) => t.error("idle: connect", &e),
+                    }
+                }
+                (t, held)
+            })
+        })
+        .collect();
+    let mut all = Tally::default();
+    let mut held = Vec::new();
+    for th in threads {
+        let (t, h) = th.join().unwrap_or_default();
+        all.merge(t);
+        held.extend(h);
+    }
+    eprintln!("smc-perf: idle: {} connections open", held.len());
+    std::thread::sleep(hold);
+    for mut c in held {
+        match echo_check(&mut c, msg as u64, msg) {
+            Ok(()) => all.done += 1,
+            Err(e) => all.error("idle: echo after holding", &e),
+        }
+    }
+    let mut r = all.into_report(Test::Idle, tcp, msg, start.elapsed().as_secs_f64());
+    r.concurrency = Some(concurrency);
+    Ok(r)
+}
+
+/// Writes `msg` bytes of the pattern at `off` and checks the echo.
+fn echo_check(c: &mut Conn, off: u64, msg: usize) -> io::Result<()> {
+    c.write_all(expected(off, msg))?;
+    c.flush()?;
+    let mut buf = vec![0u8; msg];
+    c.read_exact(&mut buf)?;
+    if check(off, &buf) != 0 {
+        return Err(io::Error::other("bad echo"));
+    }
+    Ok(())
+}
+
+/// What the drip-feeding attackers saw.
+#[derive(Debug, Default, Serialize)]
+struct DripReport {
+    test: &'static str,
+    /// Connections the attackers opened (each announced through smcd first).
+    attempts: u64,
+    /// Closed by the listener mid-Proposal.
+    closed: u64,
+    /// Of those, closed before `CLC_WAIT_TIME` had passed (the deadline fired early).
+    closed_early: u64,
+    /// Shortest and longest life of a closed one, seconds.
+    closed_s_min: Option<f64>,
+    closed_s_max: Option<f64>,
+    /// Whole Proposals dripped in without the listener closing the connection.
+    never_closed: u64,
+    /// Announcements smcd did not answer with SMC (no SMC listener there).
+    not_smc: u64,
+    /// Sockets or announcements that failed.
+    errors: u64,
+    clc_wait_time_s: f64,
+}
+
+/// The attacker of `smc-perf drip` (see the module doc); as `smc-tools/tests/handshake_abuse.rs`
+/// does it, with reconnects, for `time`.
+fn drip(to: SocketAddr, attackers: usize, time: Duration) -> anyhow::Result<DripReport> {
+    use rustix::event::{PollFd, PollFlags};
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    use smcd_engine::driver::handshake::CLC_WAIT_TIME;
+    let socket = smcd_engine::EngineConfig::default().socket;
+    let dev = Arc::new(
+        smcd_engine::ipc::SmcdSession::open(&socket)
+            .with_context(|| format!("cannot register with smcd at {}", socket.display()))?,
+    );
+    let p = smc_proto::clc::ProposalBuilder::smcd_v2_loopback(0x1234, 0x5678)
+        .system_eid(smc_proto::clc::Eid::new("DRIP").context("EID")?)
+        .build()
+        .map_err(|e| anyhow::anyhow!("proposal: {e:?}"))?;
+    let proposal = Arc::new(smc_proto::clc::ClcMessage::Proposal(p).to_vec());
+    // The whole Proposal would take five CLC_WAIT_TIMEs; each byte comes after a fraction of
+    // one, so a timeout that restarted on every byte would never fire.
+    let gap = CLC_WAIT_TIME * 5 / proposal.len() as u32;
+    let end = Instant::now() + time;
+    // A harness stops the attack early by closing stdin; each loop notices between bytes.
+    let stopped = Arc::new(AtomicBool::new(false));
+    {
+        let stopped = stopped.clone();
+        std::thread::spawn(move || {
+            let _ = io::copy(&mut io::stdin(), &mut io::sink());
+            stopped.store(true, Ordering::Relaxed);
+        });
+    }
+    let over = move || stopped.load(Ordering::Relaxed) || Instant::now() >= end;
+    let one = {
+        let over = over.clone();
+        let (dev, proposal) = (dev.clone(), proposal.clone());
+        move |r: &mut DripReport| -> io::Result<()> {
+            let s = rustix::net::socket_with(
+                AddressFamily::INET,
+                SocketType::STREAM,
+                SocketFlags::CLOEXEC,
+                None,
+            )?;
+            let any = SocketAddr::new(
+                if to.is_ipv4() {
+                    std::net::Ipv4Addr::LOCALHOST.into()
+                } else {
+                    std::net::Ipv6Addr::LOCALHOST.into()
+                },
+                0,
+            );
+            rustix::net::bind(&s, &any)?;
+            let local = rustix::net::getsockname(&s)?;
+            let local = SocketAddr::try_from(local).map_err(|_| io::Error::other("not inet"))?;
+            let v = dev.connect_intent(local, to)?;
+            if !v.smc {
+                r.not_smc += 1;
+                std::thread::sleep(Duration::from_millis(500));
+                return Ok(());
+            }
+            let start = Instant::now();
+            let c = rustix::net::connect(&s, &to);
+            dev.intent_done(v.intent, c.is_ok());
+            c?;
+            r.attempts += 1;
+            let mut s = TcpStream::from(s);
+            let closed = |r: &mut DripReport, at: Duration| {
+                r.closed += 1;
+                let at = at.as_secs_f64();
+                r.closed_early += u64::from(at < CLC_WAIT_TIME.as_secs_f64());
+                r.closed_s_min = Some(r.closed_s_min.map_or(at, |m| m.min(at)));
+                r.closed_s_max = Some(r.closed_s_max.map_or(at, |m| m.max(at)));
+            };
+            for &b in proposal.iter() {
+                if over() {
+                    return Ok(());
+                }
+                if s.write_all(&[b]).is_err() {
+                    closed(r, start.elapsed());
+                    return Ok(());
+                }
+                let t = rustix::time::Timespec {
+                    tv_sec: gap.as_secs() as i64,
+                    tv_nsec: i64::from(gap.subsec_nanos()),
+                };
+                let mut fds = [PollFd::new(&s, PollFlags::IN)];
+                if rustix::event::poll(&mut fds, Some(&t)).unwrap_or(0) > 0 {
+                    // The listener closed (EOF or reset); what came before is read away.
+                    let mut buf = [0u8; 256];
+                    loop {
+                        match s.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(_) => {}
+                        }
+                    }
+                    closed(r, start.elapsed());
+                    return Ok(());
+                }
+            }
+            r.never_closed += 1;
+            Ok(())
+        }
+    };
+    let threads: Vec<_> = (0..attackers.max(1))
+        .map(|_| {
+            let (one, over) = (one.clone(), over.clone());
+            std::thread::spawn(move || {
+                let mut r = DripReport::default();
+                while !over() {
+                    if let Err(e) = one(&mut r) {
+                        r.errors += 1;
+                        if r.errors <= 3 {
+                            eprintln!("smc-perf: drip: {e}");
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                r
+            })
+        })
+        .collect();
+    let mut all = DripReport {
+        test: "drip",
+        clc_wait_time_s: CLC_WAIT_TIME.as_secs_f64(),
+        ..DripReport::default()
+    };
+    for t in threads {
+        let r = t.join().unwrap_or_default();
+        all.attempts += r.attempts;
+        all.closed += r.closed;
+        all.closed_early += r.closed_early;
+        all.never_closed += r.never_closed;
+        all.not_smc += r.not_smc;
+        all.errors += r.errors;
+        if let Some(x) = r.closed_s_min {
+            all.closed_s_min = Some(all.closed_s_min.map_or(x, |m| m.min(x)));
+        }
+        if let Some(x) = r.closed_s_max {
+            all.closed_s_max = Some(all.closed_s_max.map_or(x, |m| m.max(x)));
+        }
+    }
+    Ok(all)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -668,6 +1196,7 @@ fn main() -> anyhow::Result<()> {
             warmup,
             tcp,
             concurrency,
+            count,
             pin: cpu,
             no_stats,
         } => {
@@ -685,12 +1214,31 @@ fn main() -> anyhow::Result<()> {
             let rep = match test {
                 Test::Bw => client_bw(addr, tcp, msg_size, time, warmup)?,
                 Test::Lat => client_lat(addr, tcp, msg_size, time, warmup)?,
-                Test::Crr => client_crr(addr, tcp, msg_size, time, warmup, concurrency, cpu)?,
+                Test::Crr => match count {
+                    Some(n) => client_crr_count(addr, tcp, msg_size, n, concurrency, cpu)?,
+                    None => client_crr(addr, tcp, msg_size, time, warmup, concurrency, cpu)?,
+                },
+                Test::Idle => {
+                    client_idle(addr, tcp, msg_size, time, count.unwrap_or(1), concurrency)?
+                }
             };
             println!("{}", serde_json::to_string(&rep)?);
             if rep.errors > 0 {
                 std::process::exit(1);
             }
+            Ok(())
+        }
+        Cmd::Drip {
+            target,
+            attackers,
+            time,
+        } => {
+            let addr = target
+                .to_socket_addrs()?
+                .next()
+                .with_context(|| format!("cannot resolve {target}"))?;
+            let rep = drip(addr, attackers, Duration::from_secs_f64(time))?;
+            println!("{}", serde_json::to_string(&rep)?);
             Ok(())
         }
     }

@@ -13,6 +13,7 @@ mod plan;
 mod procs;
 mod report;
 mod runner;
+pub mod soak;
 mod svg;
 
 use anyhow::{Context, bail};
