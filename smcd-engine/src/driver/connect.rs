@@ -63,7 +63,7 @@ fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<OwnedFd> {
 /// range for a free port (milliseconds per call under a connect/close load). A random port
 /// with `SO_REUSEADDR` binds only where every other user of the port set `SO_REUSEADDR` too,
 /// i.e. never next to a plain client's connection (so the listener can never mistake one for
-/// ours); `smcd` refuses a second pending intent for the same address, and `connect()`
+/// ours; the engine's own plain connections do not use it either, see [`Connecting::open`]); `smcd` refuses a second pending intent for the same address, and `connect()`
 /// refuses a 4-tuple still in use. `None` means: that port is taken, try another.
 fn bind_engine_port(
     src: IpAddr,
@@ -217,26 +217,34 @@ impl Connecting {
                 Err(e) => {
                     tracing::debug!("smcd connect intent failed: {e}");
                     engine.smcd_failed(session);
-                    let Some(connected) = start_connect(&sock, &addr)? else {
-                        continue;
-                    };
-                    return Ok((sock, Plan::Plain(ReasonCode::NOSMCDEV), connected));
+                    // Not on the engine's port (see below).
+                    drop(sock);
+                    return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking);
                 }
             };
+            if !verdict.smc {
+                // Refused (handshake limitation, an intent the listener could not take): a
+                // plain connection, and never from the engine's port. That port was bound with
+                // SO_REUSEADDR, so another engine connect could bind it again while this
+                // connection waits in the listener's queue, announce an intent for the same
+                // address, and (if this connection is accepted and closed before that connect
+                // starts) the listener would give that intent to this connection and take the
+                // announced one, which carries a Proposal, for plain TCP. From a port of its
+                // own (autobind, no SO_REUSEADDR) no engine can bind the same address while
+                // this connection lives, so an intent for an address always belongs to the
+                // connection the listener takes next from it, or to none.
+                drop(sock);
+                return Self::plain(&addr, ReasonCode(verdict.reason), blocking);
+            }
             let started = start_connect(&sock, &addr);
-            if !matches!(started, Ok(Some(_))) && verdict.smc {
+            if !matches!(started, Ok(Some(_))) {
                 // The listener must forget the intent it was told about.
                 session.intent_done(verdict.intent, false);
             }
             let Some(connected) = started? else {
                 continue;
             };
-            let plan = if verdict.smc {
-                Plan::Smc(attached.clone(), verdict)
-            } else {
-                Plan::Plain(ReasonCode(verdict.reason))
-            };
-            return Ok((sock, plan, connected));
+            return Ok((sock, Plan::Smc(attached.clone(), verdict), connected));
         }
         // No usable port after many tries: go plain TCP rather than fail.
         Self::plain(&addr, ReasonCode::INTERR, blocking)
