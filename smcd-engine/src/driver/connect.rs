@@ -63,8 +63,9 @@ fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<OwnedFd> {
 /// range for a free port (milliseconds per call under a connect/close load). A random port
 /// with `SO_REUSEADDR` binds only where every other user of the port set `SO_REUSEADDR` too,
 /// i.e. never next to a plain client's connection (so the listener can never mistake one for
-/// ours; the engine's own plain connections do not use it either, see [`Connecting::open`]); `smcd` refuses a second pending intent for the same address, and `connect()`
-/// refuses a 4-tuple still in use. `None` means: that port is taken, try another.
+/// ours; the engine's own plain connections do not use it either, see [`Connecting::open`]);
+/// `smcd` refuses a second pending intent for the same address, and `connect()` refuses a
+/// 4-tuple still in use. `None` means: that port is taken, try another.
 fn bind_engine_port(
     src: IpAddr,
     dst: &SocketAddr,
