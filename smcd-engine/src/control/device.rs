@@ -737,10 +737,7 @@ impl DeviceState {
         owners
             .iter()
             .filter_map(|k| self.sessions.get(k)?.events)
-            .map(|to| Notification {
-                to,
-                msg: LoopbackMessage::new(LoopbackCmd::PeerGone, vec![LoopbackAttr::Gid(gid)]),
-            })
+            .map(|to| peer_gone_note(to, gid))
             .collect()
     }
 
@@ -773,11 +770,16 @@ impl DeviceState {
             .filter(|p| !live.contains(p))
             .collect();
         gone.into_iter()
-            .map(|gid| Notification {
-                to,
-                msg: LoopbackMessage::new(LoopbackCmd::PeerGone, vec![LoopbackAttr::Gid(gid)]),
-            })
+            .map(|gid| peer_gone_note(to, gid))
             .collect()
+    }
+}
+
+/// `PEER_GONE(gid)` for the events channel `to`.
+fn peer_gone_note(to: ClientId, gid: Gid) -> Notification {
+    Notification {
+        to,
+        msg: LoopbackMessage::new(LoopbackCmd::PeerGone, vec![LoopbackAttr::Gid(gid)]),
     }
 }
 
