@@ -48,20 +48,7 @@ struct Ctl {
 
 impl Ctl {
     fn connect(path: &Path) -> Ctl {
-        let sock = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
-        rustix::net::connect(&sock, &SocketAddrUnix::new(path).unwrap()).unwrap();
-        rustix::net::sockopt::set_socket_timeout(
-            &sock,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(Duration::from_secs(20)),
-        )
-        .unwrap();
+        let sock = common::control_socket(path, Duration::from_secs(20)).unwrap();
         Ctl {
             sock,
             seq: 100,

@@ -14,7 +14,7 @@ mod common;
 
 use common::{BINS, Smcd, within};
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
+use rustix::net::RecvFlags;
 use smc_proto::netlink::engine::EngineMessage;
 use smc_proto::netlink::framing::{self, NLM_F_DUMP, NLM_F_REQUEST, split_messages};
 use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage};
@@ -84,20 +84,7 @@ struct Raw {
 
 impl Raw {
     fn connect(path: &Path) -> Raw {
-        let sock = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
-        rustix::net::connect(&sock, &SocketAddrUnix::new(path).unwrap()).unwrap();
-        rustix::net::sockopt::set_socket_timeout(
-            &sock,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(Duration::from_secs(60)),
-        )
-        .unwrap();
+        let sock = common::control_socket(path, Duration::from_secs(60)).unwrap();
         Raw {
             sock,
             buf: vec![0; MAX_RECORD],

@@ -421,16 +421,7 @@ fn congest(
             stalled.len() <= 2 * smcd_engine::driver::listener::max_workers() + 4,
             "never congested"
         );
-        let s = rustix::net::socket_with(
-            AddressFamily::INET,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
-        rustix::net::bind(&s, &SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-        let local = SocketAddr::try_from(rustix::net::getsockname(&s).unwrap()).unwrap();
-        let v = a.session.connect_intent(local, to).unwrap();
+        let (s, _, v) = common::announced_socket(&a.session, to);
         if !v.smc {
             break v;
         }

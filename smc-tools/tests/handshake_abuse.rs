@@ -17,7 +17,6 @@ mod common;
 
 use common::{BINS, Smcd, within};
 use rustix::event::{PollFd, PollFlags};
-use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use smc_proto::clc::{ClcMessage, ReasonCode};
 use smcd_engine::driver::handshake::CLC_WAIT_TIME;
 use smcd_engine::driver::listener::ListenOptions;
@@ -60,16 +59,7 @@ fn attacker(
     to: SocketAddr,
     drip: Duration,
 ) -> std::thread::JoinHandle<Option<Duration>> {
-    let s = rustix::net::socket_with(
-        AddressFamily::INET,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
-    rustix::net::bind(&s, &SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-    let local = SocketAddr::try_from(rustix::net::getsockname(&s).unwrap()).unwrap();
-    let v = dev.connect_intent(local, to).unwrap();
+    let (s, _, v) = common::announced_socket(dev, to);
     assert!(v.smc, "smcd knows the listener: {v:?}");
     let start = Instant::now();
     rustix::net::connect(&s, &to).unwrap();

@@ -966,3 +966,47 @@ fn exchange(from: &SmcStream, to: &SmcStream, payload: &[u8]) {
     writer.join().expect("writer").expect("write");
     assert_eq!(got, payload);
 }
+
+/// A client socket of smcd's control socket at `path` (seqpacket, what smcctl opens), its
+/// receives bounded by `timeout`. `Err` if smcd does not take the connection.
+pub fn control_socket(path: &Path, timeout: Duration) -> std::io::Result<rustix::fd::OwnedFd> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::connect(&sock, &SocketAddrUnix::new(path)?)?;
+    rustix::net::sockopt::set_socket_timeout(
+        &sock,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(timeout),
+    )?;
+    Ok(sock)
+}
+
+/// What an engine does before it connects to `to` as an SMC client, by hand: a TCP socket
+/// bound to 127.0.0.1 and announced to smcd through `session`. Returns the socket (not yet
+/// connected), its address and smcd's verdict.
+pub fn announced_socket(
+    session: &smcd_engine::ipc::SmcdSession,
+    to: std::net::SocketAddr,
+) -> (
+    rustix::fd::OwnedFd,
+    std::net::SocketAddr,
+    smcd_engine::ipc::ConnectVerdict,
+) {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let s = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::bind(&s, &std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let local = std::net::SocketAddr::try_from(rustix::net::getsockname(&s).unwrap()).unwrap();
+    let v = session.connect_intent(local, to).unwrap();
+    (s, local, v)
+}
