@@ -43,6 +43,20 @@ fn child_entry() {
             common::wait_for_poke();
             drop(s);
         }
+        // The body of `bells_of_one_link_group_share_its_channel`, alone in a process so
+        // that its descriptors can be counted; smcd's pid is the argument.
+        Ok("bells") => {
+            let socket = std::path::PathBuf::from(std::env::var("SMCD_SOCKET").unwrap());
+            let smcd_pid: u32 = std::env::var("SMC_TEST_ARGS").unwrap().parse().unwrap();
+            let engine = || {
+                Engine::new(smcd_engine::EngineConfig {
+                    socket: socket.clone(),
+                    ..smcd_engine::EngineConfig::default()
+                })
+            };
+            bells_body(engine(), engine(), smcd_pid);
+            common::say("DONE", 1);
+        }
         _ => common::child_main(),
     }
 }
@@ -855,4 +869,132 @@ fn finish_with_poll_ref(c: &mut SmcConnecting) -> std::io::Result<SmcStream> {
         let mut fds = [PollFd::new(&*c, ev)];
         let _ = rustix::event::poll(&mut fds, Some(&ts(left)));
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// Many connections of one link group, and what they cost.
+
+/// Descriptors open in process `pid`.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .count()
+}
+
+/// Many connections in one link group, each with a readiness descriptor made before its peer
+/// writes: their bells share the group's one channel, are taken by id in any order, and every
+/// event loop is woken. An idle connection costs each engine its TCP socket, plus the
+/// readiness pair where one is asked for and the peer's bell where the peer's event loop was
+/// rung; smcd only the two DMBs' memfds (it used to cost the server six descriptors, the
+/// client four and smcd six: a channel per DMB, kept at both ends and in smcd, and a
+/// duplicate of the TCP socket for the liveness watcher).
+#[test]
+fn bells_of_one_link_group_share_its_channel() {
+    let smcd = Smcd::start(BINS);
+    let mut child = Peer::spawn(&smcd.socket, "bells", &[smcd.pid().to_string()]);
+    assert_eq!(child.expect("DONE"), "1");
+    assert!(child.wait(LIVENESS * 3).success());
+}
+
+fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32) {
+    const N: usize = 64;
+    let l = listen(&se);
+    let port = l.local_addr().unwrap().port();
+    // A first connection makes the link group, so what follows is per connection only.
+    let first = SmcStream::connect_with(&ce, ("127.0.0.1", port)).expect("connect");
+    let (first_s, _) = l.accept().expect("accept");
+    let _ = fd(&first_s);
+    let me = std::process::id();
+    let (mine0, smcd0) = (open_fds(me), open_fds(smcd_pid));
+    let mut pairs = Vec::new();
+    for _ in 0..N {
+        let c = SmcStream::connect_with(&ce, ("127.0.0.1", port)).expect("connect");
+        let (s, _) = l.accept().expect("accept");
+        assert!(
+            c.is_smc() && s.is_smc(),
+            "SMC-D: {} / {}",
+            c.mode(),
+            s.mode()
+        );
+        pairs.push((c, s));
+    }
+    assert_eq!(se.lgrs.list().len(), 1, "one link group for all");
+    // Every server connection waits in one epoll set, edge-triggered, before any byte.
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+    for (i, (_, s)) in pairs.iter().enumerate() {
+        s.set_nonblocking(true).unwrap();
+        assert!(drain(s).is_empty());
+        epoll::add(
+            &ep,
+            fd(s),
+            epoll::EventData::new_u64(i as u64),
+            Ev::IN | Ev::ET,
+        )
+        .unwrap();
+    }
+    // The clients write in the reverse order: each bell is found behind the others.
+    for (i, (c, _)) in pairs.iter().enumerate().rev() {
+        (&*c).write_all(&[i as u8]).unwrap();
+    }
+    let mut woken = [false; N];
+    let deadline = Instant::now() + LIVENESS;
+    let mut events = Vec::with_capacity(N);
+    while woken.iter().any(|w| !w) && Instant::now() < deadline {
+        events.clear();
+        epoll::wait(
+            &ep,
+            rustix::buffer::spare_capacity(&mut events),
+            Some(&ts(Duration::from_millis(100))),
+        )
+        .or_else(|e| {
+            if e == rustix::io::Errno::INTR {
+                Ok(0)
+            } else {
+                Err(e)
+            }
+        })
+        .unwrap();
+        for ev in &events {
+            let i = ev.data.u64() as usize;
+            let got = drain(&pairs[i].1);
+            if !got.is_empty() {
+                assert_eq!(got, [i as u8], "connection {i} read another's byte");
+                woken[i] = true;
+            }
+        }
+    }
+    let missed: Vec<_> = (0..N).filter(|&i| !woken[i]).collect();
+    assert!(missed.is_empty(), "event loops never woken: {missed:?}");
+    let (mine, smcd_fds) = (open_fds(me), open_fds(smcd_pid));
+    // Per connection here: the server's TCP socket and readiness pair, the client's TCP
+    // socket and the server's bell: 5 (and 10 before).
+    assert!(
+        mine <= mine0 + 5 * N + 8,
+        "this process went from {mine0} to {mine} descriptors for {N} connections"
+    );
+    assert!(
+        smcd_fds <= smcd0 + 2 * N + 8,
+        "smcd went from {smcd0} to {smcd_fds} descriptors for {N} connections"
+    );
+    // Closed, they give back every descriptor; smcd keeps the memfds of the DMBs waiting for
+    // reuse in the group (registered, as the kernel keeps a group's buffers).
+    drop(ep);
+    drop(pairs);
+    let settled = |what: &str, pid: u32, base: usize| {
+        let deadline = Instant::now() + LIVENESS;
+        loop {
+            let n = open_fds(pid);
+            if n <= base {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {n} descriptors after closing, {base} before"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    settled("this process", me, mine0 + 4);
+    settled("smcd", smcd_pid, smcd0 + 2 * N + 4);
+    drop((first, first_s));
 }

@@ -4,8 +4,8 @@
 //!
 //! Everything here is plain state driven by the server loop: a handler takes a request from a
 //! client and returns the reply (with references to descriptors the server attaches) plus
-//! notifications for other clients; it does no IO itself except creating memfds and socket pairs
-//! for new DMBs and mapping pages engines hand in.
+//! notifications for other clients; it does no IO itself except creating memfds for new DMBs
+//! and mapping pages engines hand in.
 
 use crate::device::shm::{create_dmb_memfd, random_u64};
 use crate::device::{Gid, LOOPBACK_CHID};
@@ -57,8 +57,9 @@ pub struct Session {
 #[derive(Debug)]
 struct DmbEntry {
     memfd: OwnedFd,
-    /// The owner's and the attacher's end of the DMB's channel.
-    chan: (OwnedFd, OwnedFd),
+    /// The end of a new link group's bell channel its owner handed over with it, kept only
+    /// until the peer's first attach takes it.
+    handover: Option<OwnedFd>,
     len: usize,
     owner: SessionKey,
     peer: Gid,
@@ -131,8 +132,6 @@ pub struct Notification {
 pub enum FdRef {
     /// A DMB's memfd.
     DmbMem(u64),
-    /// A DMB's channel: the owner's end (`true`) or the attacher's.
-    DmbChan(u64, bool),
     /// The sysctl page of a namespace.
     SysctlPage(u64),
     /// The listener table.
@@ -148,6 +147,8 @@ pub struct Outcome {
     pub reply: Option<Result<LoopbackMessage, i32>>,
     /// Descriptors to send with the reply.
     pub fds: Vec<FdRef>,
+    /// Descriptors to send after those, given away with the reply (smcd keeps no copy).
+    pub give: Vec<OwnedFd>,
     /// Notifications, delivered before the reply; a failed delivery of an intent turns the
     /// reply into a plain-TCP verdict.
     pub notes: Vec<Notification>,
@@ -229,13 +230,6 @@ impl DeviceState {
         use rustix::fd::AsFd;
         match r {
             FdRef::DmbMem(t) => self.dmbs.get(&t).map(|e| e.memfd.as_fd()),
-            FdRef::DmbChan(t, owner) => self.dmbs.get(&t).map(|e| {
-                if owner {
-                    e.chan.0.as_fd()
-                } else {
-                    e.chan.1.as_fd()
-                }
-            }),
             FdRef::Table => Some(self.table_fd.as_fd()),
             FdRef::ListenerPage(id) => self.listeners.get(&id)?.page_fd.as_ref().map(|f| f.as_fd()),
             FdRef::SysctlPage(_) => None,
@@ -413,14 +407,23 @@ impl DeviceState {
                     out.reply = inval;
                     return out;
                 };
-                match self.register(session, size as usize, peer) {
+                // At most one descriptor: the peer's end of a new group's bell channel, which
+                // must be what engines make (a Unix seqpacket socket), since the peer will use
+                // it as one.
+                let mut fds = fds.into_iter();
+                let handover = fds.next();
+                if fds.next().is_some() || handover.as_ref().is_some_and(|f| !is_seqpacket(f)) {
+                    out.reply = inval;
+                    return out;
+                }
+                match self.register(session, size as usize, peer, handover) {
                     Ok(token) => {
                         // A DMB for an engine that has ended already (it went away while
                         // this request was on its way): its group is to be freed too.
                         if !self.sessions.values().any(|s| s.gid == peer) {
                             out.notes.extend(self.peer_gone(peer));
                         }
-                        out.fds = vec![FdRef::DmbMem(token), FdRef::DmbChan(token, true)];
+                        out.fds = vec![FdRef::DmbMem(token)];
                         out.reply = reply(
                             LoopbackCmd::DmbRegister,
                             vec![LoopbackAttr::Token(token), LoopbackAttr::Size(size)],
@@ -439,14 +442,15 @@ impl DeviceState {
                     out.reply = inval;
                     return out;
                 };
-                match self.dmbs.get(&token) {
+                match self.dmbs.get_mut(&token) {
                     None => out.reply = Some(Err(errno(rustix::io::Errno::NOENT))),
                     Some(e) if Some(e.peer) != gid => {
                         out.reply = Some(Err(errno(rustix::io::Errno::PERM)))
                     }
                     Some(e) => {
                         let owner_gid = self.sessions.get(&e.owner).map_or(0, |s| s.gid);
-                        out.fds = vec![FdRef::DmbMem(token), FdRef::DmbChan(token, false)];
+                        out.fds = vec![FdRef::DmbMem(token)];
+                        out.give.extend(e.handover.take());
                         out.reply = reply(
                             LoopbackCmd::DmbAttach,
                             vec![
@@ -586,7 +590,13 @@ impl DeviceState {
         out
     }
 
-    fn register(&mut self, session: SessionKey, len: usize, peer: Gid) -> io::Result<u64> {
+    fn register(
+        &mut self,
+        session: SessionKey,
+        len: usize,
+        peer: Gid,
+        handover: Option<OwnedFd>,
+    ) -> io::Result<u64> {
         if self.dmbs.len() >= self.max_dmbs {
             // smc_lo_register_dmb: no free DMB slot.
             return Err(io::Error::from_raw_os_error(errno(
@@ -594,7 +604,6 @@ impl DeviceState {
             )));
         }
         let memfd = create_dmb_memfd(len)?;
-        let chan = crate::device::dmb_channel()?;
         let token = loop {
             let t = random_u64();
             if !self.dmbs.contains_key(&t) {
@@ -605,7 +614,7 @@ impl DeviceState {
             token,
             DmbEntry {
                 memfd,
-                chan,
+                handover,
                 len,
                 owner: session,
                 peer,
@@ -773,6 +782,13 @@ impl DeviceState {
             .map(|gid| peer_gone_note(to, gid))
             .collect()
     }
+}
+
+/// Whether `fd` is a Unix `SOCK_SEQPACKET` socket.
+fn is_seqpacket(fd: &OwnedFd) -> bool {
+    use rustix::net::{AddressFamily, SocketType, sockopt};
+    sockopt::socket_type(fd).is_ok_and(|t| t == SocketType::SEQPACKET)
+        && sockopt::socket_domain(fd).is_ok_and(|d| d == AddressFamily::UNIX)
 }
 
 /// `PEER_GONE(gid)` for the events channel `to`.

@@ -411,6 +411,7 @@ impl Server {
             };
             fds.extend(dup);
         }
+        fds.extend(out.give);
         let mut failed = Vec::new();
         for n in out.notes {
             if !self.deliver(n.to, &n.msg) {

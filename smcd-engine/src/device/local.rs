@@ -4,8 +4,8 @@
 //! same rules as the loopback device (sealed memfds, only the named peer attaches).
 
 use super::shm::{DmbMap, create_dmb_memfd, random_u64};
-use super::{BufferProvider, Dmb, Gid, LOOPBACK_CHID, dmb_channel};
-use rustix::fd::OwnedFd;
+use super::{BufferProvider, Dmb, Gid, LOOPBACK_CHID};
+use rustix::fd::{BorrowedFd, OwnedFd};
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug)]
 struct Registered {
     memfd: OwnedFd,
-    /// The attacher's end of the DMB's channel.
-    chan: OwnedFd,
+    /// The bell channel end handed over with it, until the first attach.
+    handover: Option<OwnedFd>,
     len: usize,
     peer: Gid,
 }
@@ -61,11 +61,18 @@ impl BufferProvider for LocalDevice {
         LOOPBACK_CHID
     }
 
-    fn register_dmb(&self, len: usize, peer: Gid) -> io::Result<Dmb> {
+    fn register_dmb(
+        &self,
+        len: usize,
+        peer: Gid,
+        handover: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Dmb> {
         let memfd = create_dmb_memfd(len)?;
         let map = DmbMap::map(&memfd, len)?;
         map.reset();
-        let (owner_chan, chan) = dmb_channel()?;
+        let handover = handover
+            .map(|fd| rustix::io::fcntl_dupfd_cloexec(fd, 0))
+            .transpose()?;
         let mut dmbs = self.fabric.dmbs.lock().unwrap_or_else(|e| e.into_inner());
         let token = loop {
             let t = random_u64();
@@ -77,21 +84,17 @@ impl BufferProvider for LocalDevice {
             token,
             Registered {
                 memfd,
-                chan,
+                handover,
                 len,
                 peer,
             },
         );
-        Ok(Dmb {
-            token,
-            map,
-            chan: owner_chan,
-        })
+        Ok(Dmb { token, map })
     }
 
-    fn attach_dmb(&self, token: u64) -> io::Result<Dmb> {
-        let dmbs = self.fabric.dmbs.lock().unwrap_or_else(|e| e.into_inner());
-        let r = dmbs.get(&token).ok_or_else(|| {
+    fn attach_dmb(&self, token: u64) -> io::Result<(Dmb, Option<OwnedFd>)> {
+        let mut dmbs = self.fabric.dmbs.lock().unwrap_or_else(|e| e.into_inner());
+        let r = dmbs.get_mut(&token).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no DMB with token {token:#x}"),
@@ -104,8 +107,7 @@ impl BufferProvider for LocalDevice {
             ));
         }
         let map = DmbMap::map(&r.memfd, r.len)?;
-        let chan = rustix::io::fcntl_dupfd_cloexec(&r.chan, 0)?;
-        Ok(Dmb { token, map, chan })
+        Ok((Dmb { token, map }, r.handover.take()))
     }
 
     fn unregister_dmb(&self, token: u64) {

@@ -1,9 +1,10 @@
 //! The loopback ISM device as an engine sees it (the kernel's `smc_loopback.c`): DMBs that
-//! `smcd` creates and hands out over the engine's session, each with its channel.
+//! `smcd` creates and hands out over the engine's session.
 
 use super::shm::DmbMap;
 use super::{BufferProvider, Dmb, Gid};
 use crate::ipc::SmcdSession;
+use rustix::fd::{BorrowedFd, OwnedFd};
 use smc_proto::netlink::loopback::{LoopbackAttr, LoopbackCmd, LoopbackMessage};
 use std::io;
 use std::sync::Arc;
@@ -20,25 +21,32 @@ impl LoopbackDevice {
         Self { session }
     }
 
+    /// The DMB a reply describes: its memfd, then (`chan`: an attach reply may carry one)
+    /// the bell channel end its owner handed over.
     fn dmb_from_reply(
         r: &LoopbackMessage,
-        mut fds: Vec<rustix::fd::OwnedFd>,
+        fds: Vec<OwnedFd>,
         token: u64,
-    ) -> io::Result<Dmb> {
+        chan: bool,
+    ) -> io::Result<(Dmb, Option<OwnedFd>)> {
         let size = r
             .size()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "DMB reply lacks size"))?
             as usize;
-        if fds.len() != 2 {
+        let most = 1 + usize::from(chan);
+        if fds.is_empty() || fds.len() > most {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("DMB reply carried {} descriptors, expected 2", fds.len()),
+                format!(
+                    "DMB reply carried {} descriptors, expected 1 to {most}",
+                    fds.len()
+                ),
             ));
         }
-        let chan = fds.pop().expect("two fds");
-        let memfd = fds.pop().expect("two fds");
+        let mut fds = fds.into_iter();
+        let memfd = fds.next().expect("one fd");
         let map = DmbMap::map(&memfd, size)?;
-        Ok(Dmb { token, map, chan })
+        Ok((Dmb { token, map }, fds.next()))
     }
 }
 
@@ -51,31 +59,36 @@ impl BufferProvider for LoopbackDevice {
         self.session.info().chid
     }
 
-    fn register_dmb(&self, len: usize, peer: Gid) -> io::Result<Dmb> {
+    fn register_dmb(
+        &self,
+        len: usize,
+        peer: Gid,
+        handover: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Dmb> {
         self.session.with_channel(|ch| {
             let (r, fds) = ch.request(
                 LoopbackMessage::new(
                     LoopbackCmd::DmbRegister,
                     vec![LoopbackAttr::Size(len as u32), LoopbackAttr::PeerGid(peer)],
                 ),
-                &[],
+                handover.as_slice(),
             )?;
             let token = r.token().ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidData, "DMB reply lacks token")
             })?;
-            let dmb = Self::dmb_from_reply(&r, fds, token)?;
+            let (dmb, _) = Self::dmb_from_reply(&r, fds, token, false)?;
             dmb.map.reset();
             Ok(dmb)
         })
     }
 
-    fn attach_dmb(&self, token: u64) -> io::Result<Dmb> {
+    fn attach_dmb(&self, token: u64) -> io::Result<(Dmb, Option<OwnedFd>)> {
         self.session.with_channel(|ch| {
             let (r, fds) = ch.request(
                 LoopbackMessage::new(LoopbackCmd::DmbAttach, vec![LoopbackAttr::Token(token)]),
                 &[],
             )?;
-            Self::dmb_from_reply(&r, fds, token)
+            Self::dmb_from_reply(&r, fds, token, true)
         })
     }
 

@@ -3,11 +3,13 @@
 //!
 //! A [`BufferProvider`] registers DMBs (memory the owner receives into), lets the one
 //! permitted peer attach them, and unregisters them. Data moves by plain copies into the
-//! attached mapping (the kernel's loopback "DMB no-copy" mode). Each DMB also has a channel
-//! between its owner and its attacher (a Unix socket pair made by the device): when an
-//! application asks for a connection's readiness descriptor, the DMB's owner sends the
-//! descriptor's bell through it, so the peer can wake that connection's event loop directly
-//! (see `transport::smcd`).
+//! attached mapping (the kernel's loopback "DMB no-copy" mode). A link group's first DMB also
+//! carries the group's bell channel to the peer (a Unix socket pair made by the engine that
+//! created the group, one end handed over with the registration, given to the attacher once):
+//! when an application asks for a connection's readiness descriptor, its engine sends the
+//! descriptor's bell through the group's channel, so the peer can wake that connection's event
+//! loop directly (see `transport::smcd`). One channel per group rather than one per DMB: an
+//! idle connection then costs each engine no descriptor beyond its TCP socket.
 //!
 //! Implementations: [`loopback`] (DMBs owned by `smcd`, shared across processes) and
 //! [`local`] (DMBs in this process only, for tests without a daemon). Both pass the same
@@ -17,7 +19,7 @@ pub mod local;
 pub mod loopback;
 pub mod shm;
 
-use rustix::fd::OwnedFd;
+use rustix::fd::{BorrowedFd, OwnedFd};
 use shm::DmbMap;
 pub use smc_core::gid::{Gid, gid_hi, gid_join, gid_lo};
 use std::io;
@@ -41,16 +43,13 @@ pub enum Dir {
     Tx,
 }
 
-/// One mapped DMB and this side's end of its channel: either owned (we receive into it) or
-/// attached (we send into it).
+/// One mapped DMB: either owned (we receive into it) or attached (we send into it).
 #[derive(Debug)]
 pub struct Dmb {
     /// The token that names it on the device (sent in CLC Accept/Confirm).
     pub token: u64,
     /// The mapping.
     pub map: DmbMap,
-    /// The owner's or the attacher's end of the DMB's channel.
-    pub chan: OwnedFd,
 }
 
 impl Dmb {
@@ -155,16 +154,25 @@ pub trait BufferProvider: Send + Sync + std::fmt::Debug {
     /// The device's CHID.
     fn chid(&self) -> u16;
     /// Registers a DMB of `len` bytes (a power of two, 16 KiB..1 MiB) that only `peer` may
-    /// attach. The header and metadata are reset.
-    fn register_dmb(&self, len: usize, peer: Gid) -> io::Result<Dmb>;
-    /// Attaches the peer's DMB `token` for sending into it.
-    fn attach_dmb(&self, token: u64) -> io::Result<Dmb>;
+    /// attach. The header and metadata are reset. `handover` (the peer's end of a new link
+    /// group's [`bell_channel`]) goes to the peer with its first attach of this DMB; the
+    /// device keeps its own copy only until then.
+    fn register_dmb(
+        &self,
+        len: usize,
+        peer: Gid,
+        handover: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Dmb>;
+    /// Attaches the peer's DMB `token` for sending into it, with the bell channel end the
+    /// owner handed over with it, if this is the first attach of a DMB that carries one.
+    fn attach_dmb(&self, token: u64) -> io::Result<(Dmb, Option<OwnedFd>)>;
     /// Tells the device the owner no longer uses `token` (its memory lives on while mapped).
     fn unregister_dmb(&self, token: u64);
 }
 
-/// A DMB channel: a Unix `SOCK_SEQPACKET` pair, the owner's end and the attacher's.
-pub fn dmb_channel() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A link group's bell channel: a Unix `SOCK_SEQPACKET` pair, the creator's end and the one
+/// it hands over with the group's first DMB.
+pub fn bell_channel() -> io::Result<(OwnedFd, OwnedFd)> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType};
     Ok(rustix::net::socketpair(
         AddressFamily::UNIX,
@@ -178,17 +186,41 @@ pub fn dmb_channel() -> io::Result<(OwnedFd, OwnedFd)> {
 pub(crate) mod conformance {
     //! Behaviour every device must show.
     use super::*;
+    use rustix::fd::AsFd;
     use std::sync::atomic::Ordering;
 
     /// `a` and `b` are two instances (two engines) of the same device type.
     pub fn run(a: &dyn BufferProvider, b: &dyn BufferProvider, stranger: &dyn BufferProvider) {
         assert_ne!(a.gid(), b.gid(), "instances have distinct GIDs");
-        let owned = a.register_dmb(shm::DMB_MIN_LEN, b.gid()).expect("register");
+        let (kept, handed) = bell_channel().expect("a bell channel");
+        let owned = a
+            .register_dmb(shm::DMB_MIN_LEN, b.gid(), Some(handed.as_fd()))
+            .expect("register");
+        drop(handed);
         assert_ne!(owned.token, 0);
         assert_eq!(owned.map.prod_word().load(Ordering::Relaxed), 0, "reset");
-        let attached = b
+        let (attached, chan) = b
             .attach_dmb(owned.token)
             .expect("the named peer may attach");
+        let chan = chan.expect("the first attach brings the handed-over channel end");
+        // The channel connects the group's two engines; the device keeps no copy.
+        rustix::io::write(&kept, b"x").unwrap();
+        let mut b1 = [0u8; 1];
+        assert_eq!(rustix::io::read(&chan, &mut b1).unwrap(), 1);
+        let (again, none) = b.attach_dmb(owned.token).expect("attach again");
+        assert!(none.is_none(), "the channel end is given once");
+        drop(again);
+        drop(chan);
+        assert_eq!(
+            rustix::io::read(&kept, &mut b1).unwrap(),
+            0,
+            "the device held no copy of the handed-over end"
+        );
+        let plain = a
+            .register_dmb(shm::DMB_MIN_LEN, b.gid(), None)
+            .expect("register without a channel");
+        assert!(b.attach_dmb(plain.token).unwrap().1.is_none());
+        a.unregister_dmb(plain.token);
         assert_eq!(attached.map.dmb_len(), shm::DMB_MIN_LEN);
         // Bytes written by the peer appear in the owner's mapping.
         attached.map.write_ring(5, b"hello");
@@ -200,7 +232,10 @@ pub(crate) mod conformance {
         // Someone else may not attach, nor may an unknown token.
         assert!(stranger.attach_dmb(owned.token).is_err());
         assert!(b.attach_dmb(owned.token ^ 0x5a5a).is_err());
-        assert!(a.register_dmb(1000, b.gid()).is_err(), "bad size refused");
+        assert!(
+            a.register_dmb(1000, b.gid(), None).is_err(),
+            "bad size refused"
+        );
         // The waiting words: an announcement is taken once.
         assert_eq!(attached.take_waiter(Dir::Rx), 0);
         owned.arm(Dir::Rx, WAIT_BELL);
@@ -251,10 +286,6 @@ pub(crate) mod conformance {
         };
         owned.arm(Dir::Tx, WAIT_FUTEX);
         assert!(!owned.sleep(Dir::Tx, Some(&zero)).unwrap(), "times out");
-        // The channel connects owner and attacher.
-        rustix::io::write(&owned.chan, b"x").unwrap();
-        let mut b1 = [0u8; 1];
-        assert_eq!(rustix::io::read(&attached.chan, &mut b1).unwrap(), 1);
         a.unregister_dmb(owned.token);
         // Our mappings stay valid after unregister.
         assert_eq!(owned.map.prod_word().load(Ordering::Acquire), 5);

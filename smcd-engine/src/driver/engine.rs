@@ -307,11 +307,13 @@ impl Engine {
 }
 
 /// The housekeeping thread (see [`Engine::start_housekeeping`]). `kick` is the read end of
-/// the table's doorbell; its hang-up means the engine is gone.
+/// the table's doorbell; its hang-up means the engine is gone. It also drains the link
+/// groups' bell channels as records arrive (`transport::smcd::Bells`).
 fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
     use rustix::event::{PollFd, PollFlags, poll};
     let mut events: Option<(Arc<SmcdSession>, crate::ipc::channel::Channel)> = None;
     let mut subscribed_at: Option<Instant> = None;
+    let mut bell_ep: Option<rustix::fd::OwnedFd> = None;
     loop {
         let nap = {
             let Some(e) = weak.upgrade() else { return };
@@ -347,7 +349,20 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
             tv_sec: nap.as_secs() as i64,
             tv_nsec: i64::from(nap.subsec_nanos()),
         };
+        if bell_ep.is_none()
+            && let Some(e) = weak.upgrade()
+        {
+            // A copy of the epoll set of bell channels: polled without holding the engine.
+            bell_ep = e
+                .lgrs
+                .bell_ep()
+                .and_then(|ep| rustix::io::fcntl_dupfd_cloexec(ep, 0).ok());
+        }
         let mut fds = vec![PollFd::new(kick, PollFlags::IN)];
+        if let Some(ep) = &bell_ep {
+            fds.push(PollFd::new(ep, PollFlags::IN));
+        }
+        let at_events = fds.len();
         if let Some((_, ch)) = &events {
             fds.push(PollFd::new(ch, PollFlags::IN));
         }
@@ -355,10 +370,22 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => std::thread::sleep(nap),
         }
-        let (kicked, heard) = (
-            fds[0].revents(),
-            fds.get(1).map_or(PollFlags::empty(), |f| f.revents()),
+        let rev = |i: usize| fds.get(i).map_or(PollFlags::empty(), |f| f.revents());
+        let (kicked, rung, heard) = (
+            rev(0),
+            if at_events == 2 {
+                rev(1)
+            } else {
+                PollFlags::empty()
+            },
+            rev(at_events),
         );
+        drop(fds);
+        if !rung.is_empty()
+            && let Some(e) = weak.upgrade()
+        {
+            e.lgrs.drain_bells();
+        }
         if !kicked.is_empty() {
             let mut b = [0u8; 64];
             if let Ok(0) = rustix::io::read(kick, &mut b) {

@@ -218,7 +218,7 @@ fn established(
         // With DMB no-copy the send buffer is the peer's ring.
         sndbuf: peer.map.ring_len() as u64,
     });
-    let link = SmcdLink::new(own, peer, own_id);
+    let link = SmcdLink::new(own, peer, own_id, Arc::clone(&lgr.bells));
     let params = ConnParams {
         spin: settings.spin,
     };

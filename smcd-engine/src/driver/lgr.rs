@@ -11,12 +11,15 @@
 
 use crate::device::{BufferProvider, Dmb, Gid};
 use crate::layout::status::{LgrRecord, LgrSlot, StatusArea};
+use crate::transport::smcd::Bells;
+use rustix::event::epoll;
+use rustix::fd::{AsFd, OwnedFd};
 pub use smc_core::lgr::Role;
 use smc_core::lgr::{Join, LgrBook};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 /// What the peer told us in the first-contact exchange (CLC v2).
@@ -60,6 +63,12 @@ pub struct LinkGroup {
     slot: LgrSlot,
     /// Bytes of free (idle, reusable) DMBs in all groups of the engine.
     idle: Arc<AtomicUsize>,
+    /// The group's bell channel (see `transport::smcd`).
+    pub bells: Arc<Bells>,
+    /// The peer's end of the bell channel, until the group's first DMB carried it over.
+    handover: Mutex<Option<OwnedFd>>,
+    /// The engine's epoll set of bell channels (drained by the housekeeping thread).
+    bell_ep: Arc<OnceLock<OwnedFd>>,
 }
 
 /// At most this many bytes of idle DMBs an engine keeps for reuse, over all its link groups;
@@ -145,9 +154,32 @@ impl LinkGroup {
             d.map.reset();
             return Ok((d, true));
         }
-        let d = Arc::new(dev.register_dmb(len, self.peer_gid)?);
+        // The group's first DMB carries the peer's end of the bell channel.
+        let handover = lock(&self.handover).take();
+        let d = match dev.register_dmb(len, self.peer_gid, handover.as_ref().map(AsFd::as_fd)) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                if handover.is_some() {
+                    *lock(&self.handover) = handover;
+                }
+                return Err(e);
+            }
+        };
         lock(&self.pool).dmb_bytes += len;
         Ok((d, false))
+    }
+
+    /// Installs the group's bell channel and has the housekeeping thread drain it.
+    fn install_bells(&self, fd: OwnedFd) {
+        self.bells.install(fd);
+        if let (Some(ep), Some(fd)) = (self.bell_ep.get(), self.bells.fd()) {
+            let _ = epoll::add(
+                ep,
+                fd,
+                epoll::EventData::new_u64(u64::from(self.id)),
+                epoll::EventFlags::IN,
+            );
+        }
     }
 
     /// The peer's DMB `token`, attached once and kept for reuse; the flag says it was
@@ -156,7 +188,11 @@ impl LinkGroup {
         if let Some(d) = lock(&self.pool).attached.get(&token) {
             return Ok((Arc::clone(d), true));
         }
-        let d = Arc::new(dev.attach_dmb(token)?);
+        let (d, chan) = dev.attach_dmb(token)?;
+        if let Some(fd) = chan {
+            self.install_bells(fd);
+        }
+        let d = Arc::new(d);
         let mut p = lock(&self.pool);
         let d = Arc::clone(p.attached.entry(token).or_insert_with(|| d));
         p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();
@@ -192,6 +228,11 @@ impl LinkGroup {
 
     /// Frees the group's buffers (it expired).
     fn free_all(&self, dev: &dyn BufferProvider) {
+        // Links of connections not yet dropped may hold the channel a little longer; the
+        // housekeeping thread stops looking at it now.
+        if let (Some(ep), Some(fd)) = (self.bell_ep.get(), self.bells.fd()) {
+            let _ = epoll::delete(ep, fd);
+        }
         let mut p = lock(&self.pool);
         let free: usize = p.free.iter().map(|d| d.map.dmb_len()).sum();
         self.idle.fetch_sub(free, Ordering::Relaxed);
@@ -221,7 +262,9 @@ pub struct LgrTable {
     /// The housekeeping thread's doorbell (the write end of its pipe): rung when a group
     /// becomes dead and empty, so it is freed now rather than at the next expiry. Dropping
     /// the table closes it, which ends the thread.
-    kick: std::sync::OnceLock<rustix::fd::OwnedFd>,
+    kick: OnceLock<OwnedFd>,
+    /// The epoll set of the groups' bell channels, by group id.
+    bell_ep: Arc<OnceLock<OwnedFd>>,
 }
 
 /// Where the next link-group id comes from: a block of 256 ids from smcd.
@@ -239,6 +282,40 @@ impl LgrTable {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The epoll set of the groups' bell channels (readable when one has records), made on
+    /// first use.
+    pub fn bell_ep(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        if self.bell_ep.get().is_none()
+            && let Ok(ep) = epoll::create(epoll::CreateFlags::CLOEXEC)
+        {
+            let _ = self.bell_ep.set(ep);
+        }
+        self.bell_ep.get().map(AsFd::as_fd)
+    }
+
+    /// Drains the bell channels the epoll set says are readable.
+    pub fn drain_bells(&self) {
+        let Some(ep) = self.bell_ep.get() else { return };
+        let mut events = Vec::with_capacity(64);
+        if epoll::wait(
+            ep,
+            rustix::buffer::spare_capacity(&mut events),
+            Some(&rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }),
+        )
+        .is_err()
+        {
+            return;
+        }
+        for ev in &events {
+            if let Some(g) = self.group(ev.data.u64() as u32) {
+                g.bells.drain();
+            }
+        }
     }
 
     fn group(&self, id: u32) -> Option<Arc<LinkGroup>> {
@@ -339,6 +416,8 @@ impl LgrTable {
         v2: PeerV2,
         status: &Arc<StatusArea>,
     ) -> Arc<LinkGroup> {
+        // The epoll set exists before any group's channel is added to it.
+        let _ = self.bell_ep();
         let g = Arc::new(LinkGroup {
             id,
             peer_gid: peer,
@@ -348,7 +427,22 @@ impl LgrTable {
             pool: Mutex::new(Pool::default()),
             slot: status.lgr_slot(),
             idle: Arc::clone(&self.idle),
+            bells: Arc::new(Bells::new()),
+            handover: Mutex::new(None),
+            bell_ep: Arc::clone(&self.bell_ep),
         });
+        // The server makes the group, so it makes the bell channel: one end for itself, the
+        // other for the client with the group's first DMB. (Without one the group still
+        // works; only readiness descriptors fail in it.)
+        if role == Role::Server {
+            match crate::device::bell_channel() {
+                Ok((kept, handed)) => {
+                    g.install_bells(kept);
+                    *lock(&g.handover) = Some(handed);
+                }
+                Err(e) => tracing::debug!("no bell channel for link group {id:#x}: {e}"),
+            }
+        }
         lock(&self.groups).insert(id, Arc::clone(&g));
         lock(&self.book).create(id, (peer, local), role);
         g.publish(1);

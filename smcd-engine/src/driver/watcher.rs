@@ -9,7 +9,7 @@
 //! readiness hangs up, so the loop sees the end at once. Nothing wakes periodically.
 
 use rustix::event::epoll;
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,17 +38,25 @@ impl std::fmt::Debug for WeakTarget {
 }
 
 /// Keeps a registration; dropping it ends it.
+///
+/// The registration is of the TCP socket itself, not of a duplicate (a duplicate would cost
+/// every watched connection a second descriptor): the guard must be dropped while the socket
+/// is still open, which its owner ensures by declaring the guard before the socket (fields
+/// drop in declaration order). Dropped later, the delete could find another socket that got
+/// the same number and was watched since, and that connection would lose its watch.
 #[derive(Debug)]
 pub struct WatchGuard {
     key: u64,
-    /// A duplicate of the TCP socket: the epoll registration lives exactly as long as it.
-    fd: OwnedFd,
+    /// The watched socket's number, open for as long as the guard lives.
+    fd: RawFd,
 }
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
         let w = Watcher::get();
-        let _ = epoll::delete(&w.ep, &self.fd);
+        // SAFETY: the owner keeps the socket open until the guard is gone (see above).
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        let _ = epoll::delete(&w.ep, fd);
         w.targets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -74,22 +82,26 @@ impl Watcher {
         })
     }
 
-    /// Watches `tcp` for `target` until the guard is dropped.
+    /// Watches `tcp` for `target` until the guard is dropped, which must happen before `tcp`
+    /// is closed (see [`WatchGuard`]).
     pub fn watch(&self, tcp: BorrowedFd<'_>, target: Weak<dyn Watched>) -> io::Result<WatchGuard> {
-        let fd = rustix::io::fcntl_dupfd_cloexec(tcp, 0)?;
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         self.targets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, WeakTarget(target));
         // One shot: a connection that ended does not wake the thread again.
+        let guard = WatchGuard {
+            key,
+            fd: tcp.as_raw_fd(),
+        };
         epoll::add(
             &self.ep,
-            fd.as_fd(),
+            tcp,
             epoll::EventData::new_u64(key),
             epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::ONESHOT,
         )?;
-        Ok(WatchGuard { key, fd })
+        Ok(guard)
     }
 
     fn run(&self) {

@@ -17,11 +17,12 @@
 //! - at set-up the owner of each DMB writes the connection's id into the DMB's engine word (the
 //!   CDC's reserved bytes 24..32), before the CLC message that names the DMB; the peer reads
 //!   it after attaching. No system call.
-//! - when the readiness is made, the owner sends the bell through the DMB's channel tagged
-//!   with the id, then sets [`BELL_SENT`] in the engine word, then announces the event loop.
+//! - when the readiness is made, the owner sends the bell through its link group's bell
+//!   channel ([`Bells`]) tagged with the id, then sets [`BELL_SENT`] in the engine word, then
+//!   announces the event loop.
 //! - the peer, the first time it must ring the bell (it took an announcement with the bell
-//!   bit, or it is done writing and the word says a bell was sent), receives it from the
-//!   channel by the id, dropping older ones.
+//!   bit, or it is done writing and the word says a bell was sent), takes it from the group's
+//!   channel by the id; bells of other connections found on the way are kept for them.
 //!
 //! Everything read from the local DMB is the peer's to write: the words go to the connection
 //! core as a [`HostCdc`] and are validated there.
@@ -29,17 +30,18 @@
 use super::{Bell, Readiness, Transport, Waiter};
 use crate::device::{Dir, Dmb, WAIT_BELL, WAIT_FUTEX};
 use crate::ipc::channel::{recv_record, send_record};
-use rustix::fd::AsFd;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::RecvFlags;
 use smc_core::conn::{HostCdc, RemoteWrite};
 use smc_proto::cdc::{ConnStateFlags, ProducerFlags, SmcdCursorWord};
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// Engine-word bit: the owner sent the bell of this connection's readiness through the DMB's
-/// channel.
+/// Engine-word bit: the owner sent the bell of this connection's readiness through the link
+/// group's bell channel.
 pub const BELL_SENT: u64 = 1 << 63;
 
 /// Wakes the waiters of `dmb`'s owner for `dir` whose announcement `how` was taken: sleeping
@@ -67,6 +69,141 @@ pub fn new_conn_id() -> u64 {
     }
 }
 
+/// Most bells a link group keeps for connections that have not asked for them: far more than
+/// its connections (at most 255), so only a peer sending bells for nothing reaches it.
+const STASHED_MAX: usize = 1024;
+
+/// A link group's bell channel: one Unix seqpacket pair between the group's two engines (made
+/// by the engine that created the group, its other end handed over with the group's first
+/// DMB). Each record is a connection id and the bell of that connection's readiness. Records
+/// arrive for any of the group's connections; the ones not asked for yet are kept here by id,
+/// and the engine's housekeeping thread drains the channel as records arrive, so the sender's
+/// queue never fills with bells nobody asked for.
+#[derive(Debug, Default)]
+pub struct Bells {
+    chan: OnceLock<OwnedFd>,
+    stash: Mutex<Stash>,
+}
+
+#[derive(Debug, Default)]
+struct Stash {
+    bells: HashMap<u64, OwnedFd>,
+    /// Ids of the peer's connections our links exist for.
+    live: HashSet<u64>,
+}
+
+impl Bells {
+    /// A group's bells with no channel yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the channel (once; a second one is dropped). It is made non-blocking: an end
+    /// that came from the peer is ours alone to set.
+    pub fn install(&self, fd: OwnedFd) {
+        let _ = rustix::io::ioctl_fionbio(&fd, true);
+        let _ = self.chan.set(fd);
+    }
+
+    /// The channel, once installed (the housekeeping thread waits on it).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.chan.get().map(AsFd::as_fd)
+    }
+
+    /// Sends the bell of our connection `id`. Never blocks: a full channel (the peer drains
+    /// it from its housekeeping thread) is waited for a bounded time, then an error.
+    fn send(&self, id: u64, bell: BorrowedFd<'_>) -> io::Result<()> {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let ch = self.chan.get().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the link group has no bell channel",
+            )
+        })?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        loop {
+            match send_record(ch.as_fd(), &id.to_ne_bytes(), &[bell]) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "the peer does not take its bells",
+                        ));
+                    }
+                    let ts = rustix::time::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: left.as_nanos().min(100_000_000) as i64,
+                    };
+                    let _ = poll(&mut [PollFd::new(ch, PollFlags::OUT)], Some(&ts));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Takes the bell of the peer's connection `id`, looking in the channel if it is not kept
+    /// yet.
+    fn take(&self, id: u64) -> Option<OwnedFd> {
+        let mut st = lock(&self.stash);
+        if let Some(b) = st.bells.remove(&id) {
+            return Some(b);
+        }
+        self.drain_into(&mut st);
+        st.bells.remove(&id)
+    }
+
+    /// Moves every record waiting in the channel into the stash (the housekeeping thread
+    /// calls this when the channel is readable).
+    pub fn drain(&self) {
+        self.drain_into(&mut lock(&self.stash));
+    }
+
+    fn drain_into(&self, st: &mut Stash) {
+        let Some(ch) = self.chan.get() else { return };
+        let mut buf = [0u8; 8];
+        // A bounded number per call: a peer flooding the channel cannot hold us here.
+        for _ in 0..4 * STASHED_MAX {
+            match recv_record(ch.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
+                Ok((8, mut fds)) if fds.len() == 1 => {
+                    // A newer bell for the same connection replaces the older one.
+                    st.bells
+                        .insert(u64::from_ne_bytes(buf), fds.pop().expect("one"));
+                }
+                // Not a bell (a hostile peer's record): dropped with its descriptors.
+                Ok((n, _)) if n > 0 => {}
+                // Empty, closed or failing.
+                _ => break,
+            }
+        }
+        if st.bells.len() > STASHED_MAX {
+            let Stash { bells, live } = st;
+            bells.retain(|id, _| live.contains(id));
+        }
+    }
+
+    /// A link to the peer's connection `id` exists: its bell is kept when it arrives.
+    fn opened(&self, id: u64) {
+        lock(&self.stash).live.insert(id);
+    }
+
+    /// The link to the peer's connection `id` is gone: its bell is not needed.
+    fn closed(&self, id: u64) {
+        let mut st = lock(&self.stash);
+        st.live.remove(&id);
+        st.bells.remove(&id);
+    }
+
+    /// Bells kept for connections that have not asked yet.
+    pub fn stashed(&self) -> usize {
+        lock(&self.stash).bells.len()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The flag bytes of a consumer word (whatever the host's byte order).
 const FLAG_BYTES: u64 = SmcdCursorWord::encode(
     smc_proto::cdc::Cursor::ZERO,
@@ -79,6 +216,8 @@ const FLAG_BYTES: u64 = SmcdCursorWord::encode(
 pub struct SmcdLink {
     own: Arc<Dmb>,
     peer: Arc<Dmb>,
+    /// The link group's bell channel.
+    bells: Arc<Bells>,
     /// The id in our DMB's engine word, and the one the peer wrote into its DMB.
     own_id: u64,
     peer_id: u64,
@@ -96,12 +235,15 @@ pub struct SmcdLink {
 
 impl SmcdLink {
     /// A link over `own` (reset for this connection, with `own_id` in its engine word) and
-    /// the peer's `peer` (its engine word read after attaching).
-    pub fn new(own: Arc<Dmb>, peer: Arc<Dmb>, own_id: u64) -> Self {
+    /// the peer's `peer` (its engine word read after attaching), in the link group whose bell
+    /// channel is `bells`.
+    pub fn new(own: Arc<Dmb>, peer: Arc<Dmb>, own_id: u64, bells: Arc<Bells>) -> Self {
         let peer_id = peer.map.epoch_word().load(Ordering::Acquire) & !BELL_SENT;
+        bells.opened(peer_id);
         Self {
             own,
             peer,
+            bells,
             own_id,
             peer_id,
             ready: OnceLock::new(),
@@ -114,8 +256,8 @@ impl SmcdLink {
         }
     }
 
-    /// The peer's bell, received from its DMB's channel the first time it is needed (see the
-    /// module docs); `None` while the peer has sent none (then nobody waits on its readiness).
+    /// The peer's bell, taken from the group's bell channel the first time it is needed (see
+    /// the module docs); `None` while the peer has sent none (then nobody waits on its readiness).
     fn peer_bell(&self) -> Option<&Bell> {
         if let Some(b) = self.peer_bell.get() {
             return Some(b);
@@ -123,20 +265,9 @@ impl SmcdLink {
         if self.peer.map.epoch_word().load(Ordering::Acquire) != self.peer_id | BELL_SENT {
             return None;
         }
-        let mut buf = [0u8; 8];
-        loop {
-            match recv_record(self.peer.chan.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
-                Ok((8, mut fds)) if u64::from_ne_bytes(buf) == self.peer_id && fds.len() == 1 => {
-                    let bell = Bell::from_fd(fds.pop().expect("one"));
-                    return Some(self.peer_bell.get_or_init(|| bell));
-                }
-                // A bell of an earlier connection over this DMB that nobody rang.
-                Ok((n, _)) if n > 0 => {}
-                // Closed, empty or failing: the peer broke its promise; its waiters stay
-                // asleep, ours are unaffected.
-                _ => return None,
-            }
-        }
+        // None: the peer broke its promise; its waiters stay asleep, ours are unaffected.
+        let bell = Bell::from_fd(self.bells.take(self.peer_id)?);
+        Some(self.peer_bell.get_or_init(|| bell))
     }
 
     /// Wakes the peer's waiters for `dir` in the ways `how` says.
@@ -210,6 +341,12 @@ impl SmcdLink {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for SmcdLink {
+    fn drop(&mut self) {
+        self.bells.closed(self.peer_id);
     }
 }
 
@@ -329,11 +466,20 @@ impl Transport for SmcdLink {
             return Ok((r, false));
         }
         let r = Readiness::new()?;
-        send_record(
-            self.own.chan.as_fd(),
-            &self.own_id.to_ne_bytes(),
-            &[r.far_end()],
-        )?;
+        match self.bells.send(self.own_id, r.far_end()) {
+            Ok(()) => {}
+            // The peer's engine is gone: nobody will ring, the readiness shows the end once
+            // the connection sees it.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                return Ok((self.ready.get_or_init(|| r), true));
+            }
+            Err(e) => return Err(e),
+        }
         // After the bell is in the channel, before anyone announces an event loop: a peer that
         // takes the announcement finds the bell. SeqCst: the caller then looks at the peer's
         // flags (the other half of the pair in send_cdc).

@@ -94,6 +94,8 @@ struct State {
 #[derive(Debug)]
 pub struct SmcConn<T: Transport> {
     link: T,
+    /// Declared before `clcsock`, so dropped while it is open (see [`WatchGuard`]).
+    watch: OnceLock<WatchGuard>,
     clcsock: TcpStream,
     st: Mutex<State>,
     /// Set once the connection is over (aborted or closed): waits end.
@@ -106,7 +108,6 @@ pub struct SmcConn<T: Transport> {
     params: ConnParams,
     /// Wake-ups that found nothing changed (a hostile peer's bell, or a race).
     spurious: AtomicU64,
-    watch: OnceLock<WatchGuard>,
     me: OnceLock<Weak<Self>>,
     /// Identity and sizes.
     pub info: SmcdInfo,
