@@ -116,6 +116,19 @@ impl<K: Copy + PartialEq> LgrBook<K> {
         }
     }
 
+    /// Joins group `id` if it exists with `role` and is ready (a client told by the server's
+    /// Accept which group the connection is in joins its counterpart of exactly that group).
+    pub fn join_id(&mut self, id: u32, role: Role) -> bool {
+        match self.get_mut(id) {
+            Some(g) if g.role == role && g.state == GroupState::Ready => {
+                g.conns += 1;
+                g.idle_since = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Adds a group with one connection. A server's group is [`GroupState::Pending`] until
     /// [`Self::ready`]; a client's is ready at once (its first contact ends with the Confirm).
     pub fn create(&mut self, id: u32, key: K, role: Role) {
@@ -269,6 +282,12 @@ mod tests {
         b.create(0x200, 1u128, Role::Client);
         assert_eq!(b.join_existing(1, Role::Client, 255), Some(0x200));
         assert_eq!(b.join_existing(2, Role::Client, 255), None);
+        // By id: only that group, only with its role, only while it is ready.
+        assert!(b.join_id(0x200, Role::Client));
+        assert!(!b.join_id(0x200, Role::Server));
+        assert!(!b.join_id(0x999, Role::Client));
+        b.kill(0x200);
+        assert!(!b.join_id(0x200, Role::Client));
     }
 
     #[test]

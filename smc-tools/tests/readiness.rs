@@ -47,14 +47,16 @@ fn child_entry() {
         // that its descriptors can be counted; smcd's pid is the argument.
         Ok("bells") => {
             let socket = std::path::PathBuf::from(std::env::var("SMCD_SOCKET").unwrap());
-            let smcd_pid: u32 = std::env::var("SMC_TEST_ARGS").unwrap().parse().unwrap();
+            let args = std::env::var("SMC_TEST_ARGS").unwrap();
+            let mut args = args.split(' ').map(|a| a.parse::<u32>().unwrap());
+            let (smcd_pid, n) = (args.next().unwrap(), args.next().unwrap() as usize);
             let engine = || {
                 Engine::new(smcd_engine::EngineConfig {
                     socket: socket.clone(),
                     ..smcd_engine::EngineConfig::default()
                 })
             };
-            bells_body(engine(), engine(), smcd_pid);
+            bells_body(engine(), engine(), smcd_pid, n);
             common::say("DONE", 1);
         }
         _ => common::child_main(),
@@ -890,14 +892,29 @@ fn open_fds(pid: u32) -> usize {
 /// duplicate of the TCP socket for the liveness watcher).
 #[test]
 fn bells_of_one_link_group_share_its_channel() {
+    bells(64);
+}
+
+/// As [`bells_of_one_link_group_share_its_channel`] with more connections than a link group
+/// takes (`smcr_max_conns_per_lgr`, 255): the server makes a second group with the same
+/// client engine, and each connection joins the client's counterpart of the group the server
+/// put it in, whose bell channel carries its bell. (Joining any group to the same peer, as
+/// the kernel's client does, lost the bells of the second group: its event loops were never
+/// woken.)
+#[test]
+fn bells_reach_connections_of_a_second_link_group() {
+    bells(300);
+}
+
+fn bells(n: usize) {
     let smcd = Smcd::start(BINS);
-    let mut child = Peer::spawn(&smcd.socket, "bells", &[smcd.pid().to_string()]);
+    let args = [smcd.pid().to_string(), n.to_string()];
+    let mut child = Peer::spawn(&smcd.socket, "bells", &args);
     assert_eq!(child.expect("DONE"), "1");
     assert!(child.wait(LIVENESS * 3).success());
 }
 
-fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32) {
-    const N: usize = 64;
+fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32, n: usize) {
     let l = listen(&se);
     let port = l.local_addr().unwrap().port();
     // A first connection makes the link group, so what follows is per connection only.
@@ -907,7 +924,7 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32) {
     let me = std::process::id();
     let (mine0, smcd0) = (open_fds(me), open_fds(smcd_pid));
     let mut pairs = Vec::new();
-    for _ in 0..N {
+    for _ in 0..n {
         let c = SmcStream::connect_with(&ce, ("127.0.0.1", port)).expect("connect");
         let (s, _) = l.accept().expect("accept");
         assert!(
@@ -918,7 +935,12 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32) {
         );
         pairs.push((c, s));
     }
-    assert_eq!(se.lgrs.list().len(), 1, "one link group for all");
+    // The first connection and these, at most 255 in a group.
+    assert_eq!(
+        se.lgrs.list().len(),
+        (n + 1).div_ceil(255),
+        "link groups for {n} connections"
+    );
     // Every server connection waits in one epoll set, edge-triggered, before any byte.
     let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
     for (i, (_, s)) in pairs.iter().enumerate() {
@@ -936,9 +958,9 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32) {
     for (i, (c, _)) in pairs.iter().enumerate().rev() {
         (&*c).write_all(&[i as u8]).unwrap();
     }
-    let mut woken = [false; N];
+    let mut woken = vec![false; n];
     let deadline = Instant::now() + LIVENESS;
-    let mut events = Vec::with_capacity(N);
+    let mut events = Vec::with_capacity(n);
     while woken.iter().any(|w| !w) && Instant::now() < deadline {
         events.clear();
         epoll::wait(
@@ -963,18 +985,18 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32) {
             }
         }
     }
-    let missed: Vec<_> = (0..N).filter(|&i| !woken[i]).collect();
+    let missed: Vec<_> = (0..n).filter(|&i| !woken[i]).collect();
     assert!(missed.is_empty(), "event loops never woken: {missed:?}");
     let (mine, smcd_fds) = (open_fds(me), open_fds(smcd_pid));
     // Per connection here: the server's TCP socket and readiness pair, the client's TCP
     // socket and the server's bell: 5 (and 10 before).
     assert!(
-        mine <= mine0 + 5 * N + 8,
-        "this process went from {mine0} to {mine} descriptors for {N} connections"
+        mine <= mine0 + 5 * n + 8,
+        "this process went from {mine0} to {mine} descriptors for {n} connections"
     );
     assert!(
-        smcd_fds <= smcd0 + 2 * N + 8,
-        "smcd went from {smcd0} to {smcd_fds} descriptors for {N} connections"
+        smcd_fds <= smcd0 + 2 * n + 8,
+        "smcd went from {smcd0} to {smcd_fds} descriptors for {n} connections"
     );
     // Closed, they give back every descriptor; smcd keeps the memfds of the DMBs waiting for
     // reuse in the group (registered, as the kernel keeps a group's buffers).
@@ -995,6 +1017,6 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32) {
         }
     };
     settled("this process", me, mine0 + 4);
-    settled("smcd", smcd_pid, smcd0 + 2 * N + 4);
+    settled("smcd", smcd_pid, smcd0 + 2 * n + 4);
     drop((first, first_s));
 }

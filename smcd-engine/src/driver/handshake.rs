@@ -461,8 +461,11 @@ impl ClientRun {
     }
 
     /// The client names its link group itself (the kernel's `lgr->id` from its own
-    /// counter) and on reuse picks the one to the same peer: the server's first-contact flag
-    /// must agree with whether it has one (`smc_connect_ism`: SYNCERR otherwise).
+    /// counter), remembers the id the server's Accept gave it, and on reuse joins the
+    /// counterpart of the group the Accept names (the kernel takes any group to the same
+    /// peer; here each group has its own bell channel, so it must be the same one): the
+    /// server's first-contact flag must agree with whether it has one (`smc_connect_ism`:
+    /// SYNCERR otherwise).
     fn prepare(&mut self, acc: &AcceptInfo) -> Result<LocalBuffer, ReasonCode> {
         let e = &self.engine;
         let local = self.hs.caps().gid;
@@ -472,12 +475,13 @@ impl ClientRun {
                 acc.peer_gid,
                 local,
                 Role::Client,
+                acc.lgr_id,
                 peer_v2(acc.fce, acc.eid),
                 &e.status(),
             )
         } else {
             e.lgrs
-                .join_client(acc.peer_gid, local)
+                .join_client(acc.peer_gid, local, acc.lgr_id)
                 .ok_or(ReasonCode::SYNCERR)?
         };
         e.start_housekeeping();
@@ -818,6 +822,7 @@ impl ServerRun {
                     info.peer_gid,
                     local,
                     Role::Server,
+                    0,
                     peer_v2(None, info.eid),
                     &e.status(),
                 );

@@ -58,6 +58,11 @@ pub struct LinkGroup {
     pub local_gid: Gid,
     /// Who created it.
     pub role: Role,
+    /// The id the server gave the group (in its Accept), on the client side: a client may
+    /// have several groups with one server (at most `max_conns` connections each), and a
+    /// connection must join the counterpart of the group the server put it in, whose bell
+    /// channel the server uses for it. On the server side, 0.
+    pub peer_lgr_id: u32,
     peer: Mutex<PeerV2>,
     pool: Mutex<Pool>,
     slot: LgrSlot,
@@ -371,11 +376,22 @@ impl LgrTable {
         }
     }
 
-    /// A client connection to `peer` whose server reused a group: our counterpart, if we
-    /// still have it (else the server is out of sync with us).
-    pub fn join_client(&self, peer: Gid, local: Gid) -> Option<Arc<LinkGroup>> {
-        let id = lock(&self.book).join_existing((peer, local), Role::Client, u32::MAX)?;
-        let g = self.group(id)?;
+    /// A client connection to `peer` whose server put it into its existing group
+    /// `server_lgr_id`: our counterpart of that group, if we still have it (else the server
+    /// is out of sync with us).
+    pub fn join_client(&self, peer: Gid, local: Gid, server_lgr_id: u32) -> Option<Arc<LinkGroup>> {
+        let g = lock(&self.groups)
+            .values()
+            .find(|g| {
+                g.role == Role::Client
+                    && g.peer_gid == peer
+                    && g.local_gid == local
+                    && g.peer_lgr_id == server_lgr_id
+            })
+            .cloned()?;
+        if !lock(&self.book).join_id(g.id, Role::Client) {
+            return None;
+        }
         self.publish(&g);
         Some(g)
     }
@@ -406,13 +422,15 @@ impl LgrTable {
     }
 
     /// Creates a group with one connection. A server's group takes no other connection until
-    /// [`Self::ready`].
+    /// [`Self::ready`]. `peer_lgr_id`: see [`LinkGroup::peer_lgr_id`].
+    #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
         id: u32,
         peer: Gid,
         local: Gid,
         role: Role,
+        peer_lgr_id: u32,
         v2: PeerV2,
         status: &Arc<StatusArea>,
     ) -> Arc<LinkGroup> {
@@ -423,6 +441,7 @@ impl LgrTable {
             peer_gid: peer,
             local_gid: local,
             role,
+            peer_lgr_id,
             peer: Mutex::new(v2),
             pool: Mutex::new(Pool::default()),
             slot: status.lgr_slot(),
@@ -569,6 +588,7 @@ mod tests {
                     100 + i,
                     dev.gid(),
                     Role::Server,
+                    0,
                     PeerV2::default(),
                     &status,
                 )
