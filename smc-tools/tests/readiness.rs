@@ -989,9 +989,10 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32, n: usize) {
     assert!(missed.is_empty(), "event loops never woken: {missed:?}");
     let (mine, smcd_fds) = (open_fds(me), open_fds(smcd_pid));
     // Per connection here: the server's TCP socket and readiness pair, the client's TCP
-    // socket and the server's bell: 5 (and 10 before).
+    // socket and the server's bell: 5 (and 10 before); per further link group its bell
+    // channel's two ends; and the few process-wide ones of the note below.
     assert!(
-        mine <= mine0 + 5 * n + 8,
+        mine <= mine0 + 5 * n + 2 * n.div_ceil(255) + 8,
         "this process went from {mine0} to {mine} descriptors for {n} connections"
     );
     assert!(
@@ -1016,7 +1017,10 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32, n: usize) {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    settled("this process", me, mine0 + 4);
+    // A few process-wide descriptors may appear after the first count, when the threads that
+    // make them get there (the liveness watcher's epoll set, each engine's events channel
+    // and housekeeping copy of its bell set): 8, against 64 or 300 if a connection leaked one.
+    settled("this process", me, mine0 + 8);
     settled("smcd", smcd_pid, smcd0 + 2 * n + 4);
     drop((first, first_s));
 }
