@@ -112,45 +112,51 @@ static __always_inline int has_tfo(struct bpf_sock_ops *skops)
 	__u8 buf[4] = { TCPOPT_FASTOPEN, 0, 0, 0 };
 	__u8 exp[4] = { TCPOPT_EXP, 4, 0xf9, 0x89 };
 
-	if (bpf_load_hdr_opt(skops, buf, sizeof(buf), BPF_LOAD_HDR_OPT_TCP_SYN) != -2 /* ENOENT */)
+	/* Found: the option's length (or -ENOSPC when it is longer than buf); absent: -ENOMSG. */
+	long r = bpf_load_hdr_opt(skops, buf, sizeof(buf), BPF_LOAD_HDR_OPT_TCP_SYN);
+
+	if (r > 0 || r == -28 /* ENOSPC */)
 		return 1;
-	return bpf_load_hdr_opt(skops, exp, sizeof(exp), BPF_LOAD_HDR_OPT_TCP_SYN) != -2;
+	r = bpf_load_hdr_opt(skops, exp, sizeof(exp), BPF_LOAD_HDR_OPT_TCP_SYN);
+	return r > 0 || r == -28;
 }
 
-/* Our local address and the peer's as 16 bytes each (IPv4 mapped, as a dual-stack socket
- * sees it), so a request and the socket it becomes give the same key. */
-static __always_inline void local_addr(struct bpf_sock_ops *skops, __u8 *a)
+/* Context fields are read with constant offsets one by one: the verifier refuses a load
+ * through a context pointer the compiler moved (as it does when it shares the load of
+ * local_ip4 and local_ip6[i] between two branches). */
+#define CTX(field) (*(volatile __u32 *)&(field))
+
+/* An address as 16 bytes (IPv4 mapped, as a dual-stack socket sees it), so a request and the
+ * socket it becomes give the same key. */
+static __always_inline void addr16(__u32 family, __u32 ip4, __u32 a0, __u32 a1, __u32 a2,
+				   __u32 a3, __u8 *a)
 {
 	__u32 *w = (__u32 *)a;
 
-	if (skops->family == AF_INET) {
+	if (family == AF_INET) {
 		w[0] = 0;
 		w[1] = 0;
 		w[2] = 0xffff0000; /* bytes 00 00 ff ff on little endian */
-		w[3] = skops->local_ip4;
+		w[3] = ip4;
 	} else {
-		w[0] = skops->local_ip6[0];
-		w[1] = skops->local_ip6[1];
-		w[2] = skops->local_ip6[2];
-		w[3] = skops->local_ip6[3];
+		w[0] = a0;
+		w[1] = a1;
+		w[2] = a2;
+		w[3] = a3;
 	}
+}
+
+static __always_inline void local_addr(struct bpf_sock_ops *skops, __u8 *a)
+{
+	addr16(CTX(skops->family), CTX(skops->local_ip4), CTX(skops->local_ip6[0]),
+	       CTX(skops->local_ip6[1]), CTX(skops->local_ip6[2]), CTX(skops->local_ip6[3]), a);
 }
 
 static __always_inline void remote_addr(struct bpf_sock_ops *skops, __u8 *a)
 {
-	__u32 *w = (__u32 *)a;
-
-	if (skops->family == AF_INET) {
-		w[0] = 0;
-		w[1] = 0;
-		w[2] = 0xffff0000;
-		w[3] = skops->remote_ip4;
-	} else {
-		w[0] = skops->remote_ip6[0];
-		w[1] = skops->remote_ip6[1];
-		w[2] = skops->remote_ip6[2];
-		w[3] = skops->remote_ip6[3];
-	}
+	addr16(CTX(skops->family), CTX(skops->remote_ip4), CTX(skops->remote_ip6[0]),
+	       CTX(skops->remote_ip6[1]), CTX(skops->remote_ip6[2]), CTX(skops->remote_ip6[3]),
+	       a);
 }
 
 static __always_inline int is_v4_mapped(const __u8 *a)

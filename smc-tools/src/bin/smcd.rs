@@ -29,6 +29,37 @@ struct Args {
     /// Members of this group (name or number) may change state, besides root.
     #[arg(long)]
     admin_group: Option<String>,
+    /// The cgroup v2 directory to attach the SMC TCP option program to (its sockets and
+    /// those of every cgroup below it carry the option). Default: the cgroup2 mount.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_bpf")]
+    bpf_cgroup: Option<PathBuf>,
+    /// Do not load the SMC TCP option program: engines use intents only.
+    #[arg(long)]
+    no_bpf: bool,
+}
+
+/// Loads and attaches the SMC option program, or says why not: smcd then runs as without it
+/// (intents), which is never an error.
+fn attach_syn_option(args: &Args) -> Option<smcd_engine::bpf::loader::Attached> {
+    use smcd_engine::bpf::loader;
+    if args.no_bpf {
+        tracing::info!("SMC TCP option: off (--no-bpf); engines use intents");
+        return None;
+    }
+    let Some(cgroup) = args.bpf_cgroup.clone().or_else(loader::default_cgroup) else {
+        tracing::warn!("SMC TCP option: no cgroup2 mount found; engines use intents");
+        return None;
+    };
+    match loader::attach(&cgroup) {
+        Ok(a) => {
+            tracing::info!(cgroup = %cgroup.display(), "SMC TCP option: BPF program attached");
+            Some(a)
+        }
+        Err(e) => {
+            tracing::warn!(cgroup = %cgroup.display(), "SMC TCP option: not attached ({e}); engines use intents");
+            None
+        }
+    }
 }
 
 /// A group name or number to its id (`/etc/group`).
@@ -120,6 +151,17 @@ fn main() -> anyhow::Result<()> {
     let sig = signal_fd()?;
     let mut device = DeviceState::new(system_eid(), hostname()).context("device state")?;
     device.max_dmbs = args.max_dmbs;
+    // Attached before the socket exists, so every engine's HELLO gets the maps. The link's
+    // only descriptor is in `syn_option`: the program is detached when smcd ends, however.
+    let syn_option = attach_syn_option(&args);
+    if let Some(a) = &syn_option {
+        match a.maps().try_clone() {
+            Ok(m) => device.set_syn_option(m),
+            Err(e) => {
+                tracing::warn!("SMC TCP option: cannot share the maps ({e}); engines use intents")
+            }
+        }
+    }
     let mut daemon = Daemon::new(device);
     daemon.admin_gid = args.admin_group.as_deref().map(group_id).transpose()?;
     let mut server = Server::bind(&args.socket, daemon, Some(&sig))
@@ -128,5 +170,8 @@ fn main() -> anyhow::Result<()> {
     server.run().context("server loop")?;
     tracing::info!("smcd stopping");
     drop(server);
+    if let Some(a) = syn_option {
+        a.detach();
+    }
     Ok(())
 }
