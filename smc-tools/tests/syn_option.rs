@@ -509,6 +509,18 @@ fn smcd_sigkilled_detaches_the_program() {
         return;
     };
     assert!(session.info().syn_option);
+    let info = smcd.ctl("--json info").json();
+    assert_eq!(info["syn_option"]["path"], "bpf", "{info}");
+    assert_eq!(
+        info["syn_option"]["cgroup"],
+        cg.display().to_string(),
+        "{info}"
+    );
+    assert!(
+        smcd.ctl("info")
+            .ok()
+            .contains("SMC Option:       TCP option (BPF, cgroup")
+    );
     let (l, _keys) = smc_listener(maps);
     let c = run(maps, &l, true);
     assert_eq!(option_in(&c.segs), (true, true, false), "{:?}", c.segs);
@@ -536,5 +548,24 @@ fn smcd_without_bpf_gives_no_maps() {
     let session = SmcdSession::open(&smcd.socket).expect("HELLO");
     assert!(!session.info().syn_option);
     assert!(session.syn_option.is_none());
+    let info = smcd.ctl("--json info").json();
+    assert_eq!(info["syn_option"]["path"], "intents", "{info}");
+    assert_eq!(info["syn_option"]["status"], "off (--no-bpf)", "{info}");
+    let text = smcd.ctl("info");
+    assert!(
+        text.ok().contains("SMC Option:       intents (same host)"),
+        "{text:?}"
+    );
+    // A cgroup that is none: smcd says why and serves on intents.
+    let mut smcd2 = Smcd::start_with(bins!(), &["--bpf-cgroup=/proc"]);
+    let info = smcd2.ctl("--json info").json();
+    assert_eq!(info["syn_option"]["path"], "intents", "{info}");
+    let why = info["syn_option"]["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(why.contains("not a cgroup v2 directory"), "{why}");
+    assert!(!SmcdSession::open(&smcd2.socket).unwrap().info().syn_option);
+    smcd2.stop();
     smcd.stop();
 }
