@@ -569,3 +569,192 @@ fn smcd_without_bpf_gives_no_maps() {
     smcd2.stop();
     smcd.stop();
 }
+
+// ------------------------------------------------------------------------------------------
+// Part B: the engine's connect and accept on the option path (a real smcd attached to this
+// process's cgroup, real engines).
+
+/// An smcd with the program attached to this process's cgroup, or `None` after a skip.
+fn option_smcd(test: &str) -> Option<Smcd> {
+    let cg = match test_cgroup() {
+        Ok(cg) => cg.clone(),
+        Err(why) => {
+            skip_unless(test, false, why);
+            return None;
+        }
+    };
+    let smcd = Smcd::start_with(bins!(), &[&format!("--bpf-cgroup={}", cg.display())]);
+    let attached = SmcdSession::open(&smcd.socket).is_ok_and(|s| s.info().syn_option);
+    if skip_unless(
+        test,
+        attached,
+        "smcd did not attach the program (see its log)",
+    ) {
+        return None;
+    }
+    Some(smcd)
+}
+
+fn pingpong(c: &smcd_engine::SmcStream, s: &smcd_engine::SmcStream) {
+    (&*c).write_all(b"from the client").unwrap();
+    let mut b = [0u8; 15];
+    (&*s).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"from the client");
+    (&*s).write_all(b"and back").unwrap();
+    let mut b = [0u8; 8];
+    (&*c).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"and back");
+}
+
+/// Client and listener engines on the option path: SMC-D, and the SYN and SYN-ACK carried
+/// the option (an intent-path client's SYN never does).
+#[test]
+fn engines_connect_smc_d_by_the_option() {
+    let Some(smcd) = option_smcd("engines_connect_smc_d_by_the_option") else {
+        return;
+    };
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = smc_tests::listen(&se);
+    let port = l.local_addr().unwrap().port();
+    let cap = Capture::open();
+    let c = smcd_engine::SmcStream::connect_with(&ce, ("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert!(c.is_smc(), "{}", c.mode());
+    assert!(s.is_smc(), "{}", s.mode());
+    pingpong(&c, &s);
+    drop(c);
+    drop(s);
+    let segs = cap.segments(port);
+    assert_eq!(option_in(&segs), (true, true, false), "{segs:?}");
+}
+
+/// An option-path client of a plain TCP server: plain at once with PEERNOSMC, and the server
+/// sees exactly the application's bytes (no CLC).
+#[test]
+fn option_client_of_a_plain_server_goes_tcp_without_clc() {
+    let Some(smcd) = option_smcd("option_client_of_a_plain_server_goes_tcp_without_clc") else {
+        return;
+    };
+    let ce = smcd.engine();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let cap = Capture::open();
+    let c = smcd_engine::SmcStream::connect_with(&ce, ("127.0.0.1", port)).unwrap();
+    assert_eq!(
+        c.mode(),
+        smcd_engine::Mode::Tcp(smcd_engine::Fallback::local(
+            smc_proto::clc::ReasonCode::PEERNOSMC
+        ))
+    );
+    let (mut s, _) = l.accept().unwrap();
+    (&c).write_all(b"GET /").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"GET /", "not a CLC byte before the application's");
+    drop(s);
+    drop(c);
+    let segs = cap.segments(port);
+    assert_eq!(option_in(&segs), (true, false, false), "{segs:?}");
+}
+
+/// A plain TCP client of an option-path listener: plain TCP, every byte intact.
+#[test]
+fn plain_client_of_an_option_listener_stays_tcp() {
+    let Some(smcd) = option_smcd("plain_client_of_an_option_listener_stays_tcp") else {
+        return;
+    };
+    let se = smcd.engine();
+    let l = smc_tests::listen(&se);
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    c.write_all(b"plain bytes").unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(
+        s.mode(),
+        smcd_engine::Mode::Tcp(smcd_engine::Fallback::local(
+            smc_proto::clc::ReasonCode::PEERNOSMC
+        ))
+    );
+    let mut b = [0u8; 11];
+    (&s).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"plain bytes");
+}
+
+/// Handshake limitation on the option path: while the listener's flag in the program's map
+/// says congested, its SYN-ACKs go out without the option and clients go plain (PEERNOSMC);
+/// once it clears, SMC-D again.
+#[test]
+fn congested_option_listener_sends_clients_plain() {
+    let Some(smcd) = option_smcd("congested_option_listener_sends_clients_plain") else {
+        return;
+    };
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = smc_tests::listen(&se);
+    let addr = l.local_addr().unwrap();
+    // The same maps the engines got, from a session of our own.
+    let session = SmcdSession::open(&smcd.socket).unwrap();
+    let maps = session.syn_option.as_ref().unwrap();
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let keys = smcd_engine::bpf::ListenerKey::for_addr(
+        smcd_engine::bpf::netns_cookie(&probe).unwrap(),
+        addr,
+        false,
+    );
+    assert_eq!(maps.listener(&keys[0]).unwrap(), Some(false), "registered");
+    maps.set_congested(&keys, true).unwrap();
+    let c = smcd_engine::SmcStream::connect_with(&ce, addr).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(
+        c.mode(),
+        smcd_engine::Mode::Tcp(smcd_engine::Fallback::local(
+            smc_proto::clc::ReasonCode::PEERNOSMC
+        ))
+    );
+    assert!(!s.is_smc(), "{}", s.mode());
+    pingpong(&c, &s);
+    maps.set_congested(&keys, false).unwrap();
+    let c = smcd_engine::SmcStream::connect_with(&ce, addr).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert!(c.is_smc() && s.is_smc(), "{} / {}", c.mode(), s.mode());
+    pingpong(&c, &s);
+    // Closing the listener unregisters it.
+    drop(l);
+    assert!(
+        smc_tests::eventually(Duration::from_secs(5), || maps
+            .listener(&keys[0])
+            .is_ok_and(|r| r.is_none())),
+        "still registered after close"
+    );
+}
+
+/// The program attached to a cgroup this process is not in: engines get the maps, but their
+/// marked SYNs go out without the option. The first such connect is plain (PEERNOSMC, as its
+/// SYN-ACK had nothing), and the engine goes back to intents: the next one is SMC-D.
+#[test]
+fn option_path_that_does_not_cover_us_falls_back_to_intents() {
+    let test = "option_path_that_does_not_cover_us_falls_back_to_intents";
+    if test_cgroup().is_err() {
+        skip_unless(test, false, "needs root and a cgroup2 mount");
+        return;
+    }
+    let root = loader::default_cgroup().unwrap();
+    let other = root.join(format!("smc-test-bpf-{}-empty", std::process::id()));
+    std::fs::create_dir_all(&other).unwrap();
+    let mut smcd = Smcd::start_with(bins!(), &[&format!("--bpf-cgroup={}", other.display())]);
+    let attached = SmcdSession::open(&smcd.socket).is_ok_and(|s| s.info().syn_option);
+    if !skip_unless(test, attached, "smcd did not attach the program") {
+        let (se, ce) = (smcd.engine(), smcd.engine());
+        let l = smc_tests::listen(&se);
+        let addr = l.local_addr().unwrap();
+        let c = smcd_engine::SmcStream::connect_with(&ce, addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        assert!(!c.is_smc() && !s.is_smc(), "{} / {}", c.mode(), s.mode());
+        pingpong(&c, &s);
+        let c = smcd_engine::SmcStream::connect_with(&ce, addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        assert!(c.is_smc() && s.is_smc(), "{} / {}", c.mode(), s.mode());
+        pingpong(&c, &s);
+    }
+    smcd.stop();
+    let _ = std::fs::remove_dir(&other);
+}

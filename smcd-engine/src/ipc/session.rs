@@ -75,6 +75,9 @@ pub struct SmcdSession {
     /// The SMC option program's maps, when smcd has it attached (the option path; `None`:
     /// intents only).
     pub syn_option: Option<crate::bpf::Maps>,
+    /// A marked socket of ours went out without the option: the program does not cover this
+    /// process's cgroup, so connects use intents again ([`Self::option_path`]).
+    option_uncovered: std::sync::atomic::AtomicBool,
     listener_pages: Mutex<HashMap<u32, Arc<ListenerPage>>>,
 }
 
@@ -125,6 +128,7 @@ impl SmcdSession {
             sysctl,
             table,
             syn_option,
+            option_uncovered: std::sync::atomic::AtomicBool::new(false),
             listener_pages: Mutex::new(HashMap::new()),
         })
     }
@@ -160,6 +164,27 @@ impl SmcdSession {
             },
             got,
         ))
+    }
+
+    /// The option program's maps while the option path is in effect for this engine: smcd
+    /// has the program attached and it covers this process's sockets (`docs/syn-option.md`).
+    pub fn option_path(&self) -> Option<&crate::bpf::Maps> {
+        use std::sync::atomic::Ordering;
+        self.syn_option
+            .as_ref()
+            .filter(|_| !self.option_uncovered.load(Ordering::Relaxed))
+    }
+
+    /// A socket marked as SMC client sent its SYN without the option: this process's sockets
+    /// are outside the cgroup smcd attached the program to (or the program is gone), so
+    /// connects go back to intents for this session.
+    pub fn option_not_covering(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.option_uncovered.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                "the SMC option program does not see this process's sockets; using intents"
+            );
+        }
     }
 
     /// What `smcd` said at registration.
