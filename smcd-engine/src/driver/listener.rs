@@ -13,6 +13,8 @@
 //! not in `accept()` (the kernel's listen work runs the handshake): while intents are pending,
 //! an acceptor thread takes connections from the kernel's queue too. It sleeps on the intent
 //! channel otherwise, so a listener that sees only plain clients has no thread in the way.
+//! On the option path no intent warns of an SMC client, so the acceptor takes every new
+//! connection while nobody is in `accept()`.
 //!
 //! **Where a handshake waits.** A handshake spends nearly all its life waiting for the peer's
 //! next CLC message; that costs no thread. The listener's reactor (one thread and one epoll
