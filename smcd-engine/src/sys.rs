@@ -106,3 +106,50 @@ impl AsFd for Doorbell {
         self.fd.as_fd()
     }
 }
+
+/// This process's context switches so far, exited threads included (`getrusage`,
+/// `RUSAGE_SELF`): `(voluntary, involuntary)`. A voluntary switch is a thread going to sleep,
+/// so it stands for one wake-up.
+pub fn context_switches() -> (u64, u64) {
+    // SAFETY: getrusage fills the zeroed struct we own.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) != 0 {
+            return (0, 0);
+        }
+        (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64)
+    }
+}
+
+/// Starts a thread that prints `{tag}: rusage {"voluntary":V,"involuntary":I}` (this
+/// process's [`context_switches`]) to stderr at every `SIGUSR1`, so a benchmark can count a
+/// long-running process's wake-ups around a run. It blocks `SIGUSR1` in the calling thread:
+/// call it before other threads start, so they inherit the mask and the signal reaches only
+/// the reporter.
+pub fn report_context_switches_on_sigusr1(tag: &'static str) -> io::Result<()> {
+    // SAFETY: plain libc calls on a zeroed sigset_t we own.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        set
+    };
+    std::thread::Builder::new()
+        .name("rusage-report".into())
+        .spawn(move || {
+            loop {
+                let mut sig = 0;
+                // SAFETY: `set` is a valid sigset_t; sigwait writes the signal number.
+                if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                    return;
+                }
+                let (v, i) = context_switches();
+                eprintln!("{tag}: rusage {{\"voluntary\":{v},\"involuntary\":{i}}}");
+            }
+        })?;
+    Ok(())
+}

@@ -475,6 +475,8 @@ fn server(
     cpu: Option<usize>,
     limit_hs: Option<bool>,
 ) -> anyhow::Result<()> {
+    // Before any thread starts: `cargo xtask bench` counts the server's wake-ups with it.
+    smcd_engine::sys::report_context_switches_on_sigusr1("smc-perf")?;
     pin(cpu);
     let addr: SocketAddr = format!("{bind}:{port}")
         .parse()
@@ -598,6 +600,14 @@ struct Report {
     connect_us: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     connect_us_p99: Option<f64>,
+    /// crr: every connection of the run, warm-up included, and this process's context
+    /// switches over the whole run (voluntary ones are sleeps, so wake-ups).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total_connections: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    csw_voluntary: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    csw_involuntary: Option<u64>,
     errors: u64,
 }
 
@@ -621,6 +631,9 @@ impl Report {
             fallbacks: None,
             connect_us: None,
             connect_us_p99: None,
+            total_connections: None,
+            csw_voluntary: None,
+            csw_involuntary: None,
             errors: 0,
         }
     }
@@ -692,6 +705,9 @@ impl Tally {
             fallbacks: Some(self.fallbacks),
             connect_us_p99: p99(&self.connect_us),
             connect_us: Some(self.connect_us),
+            total_connections: None,
+            csw_voluntary: None,
+            csw_involuntary: None,
             errors: self.errors,
         };
         if tcp {
@@ -856,6 +872,9 @@ fn client_crr(
     r.concurrency = Some(concurrency);
     r.errors = errors.load(Ordering::Relaxed);
     (r.connections, r.smc_connections, r.fallbacks, r.connect_us) = (None, None, None, None);
+    let (v, i) = smcd_engine::sys::context_switches();
+    r.total_connections = Some(done.load(Ordering::Relaxed));
+    (r.csw_voluntary, r.csw_involuntary) = (Some(v), Some(i));
     Ok(r)
 }
 

@@ -167,6 +167,10 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     raise_nofile();
     let sig = signal_fd()?;
+    // After SIGTERM and SIGINT are blocked (the reporter thread inherits the mask, so they
+    // still reach only the signalfd) and before any other thread starts: `cargo xtask bench`
+    // counts smcd's wake-ups per connection with it.
+    smcd_engine::sys::report_context_switches_on_sigusr1("smcd")?;
     let mut device = DeviceState::new(system_eid(), hostname()).context("device state")?;
     device.max_dmbs = args.max_dmbs;
     // Attached before the socket exists, so every engine's HELLO gets the maps. The link's

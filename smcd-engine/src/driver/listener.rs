@@ -1087,17 +1087,22 @@ impl ListenerCore {
         }
         use rustix::event::epoll;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        // Edge-triggered: each new connection and each ring wakes one waiting thread, as
+        // the kernel wakes one thread blocked in accept(2) per connection. Level-triggered,
+        // a woken thread's epoll_wait put the still-ready descriptor back and woke the next
+        // waiter, and so on through all of them, for every connection. (Polled through the
+        // epoll descriptor, as an event loop does, readiness still shows what is ready now.)
         epoll::add(
             &ep,
             &self.bell,
             epoll::EventData::new_u64(0),
-            epoll::EventFlags::IN,
+            epoll::EventFlags::IN | epoll::EventFlags::ET,
         )?;
         epoll::add(
             &ep,
             &self.tcp,
             epoll::EventData::new_u64(1),
-            epoll::EventFlags::IN,
+            epoll::EventFlags::IN | epoll::EventFlags::ET,
         )?;
         let _ = self.readiness.set(ep);
         Ok(self.readiness.get().expect("just set").as_fd())

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// Where the binaries are, the run's smcd socket and logs, the CPUs, the server ports.
@@ -29,6 +29,60 @@ pub(super) struct Env {
 /// The run's own smcd.
 pub(super) struct Smcd {
     pub(super) child: Child,
+    log: PathBuf,
+}
+
+/// How many `rusage` lines a process printed, and the last one's `(voluntary, involuntary)`
+/// context switches.
+type RusageSeen = (usize, Option<(u64, u64)>);
+
+/// The last `{tag}: rusage {...}` line in `text`: `(voluntary, involuntary)` context switches
+/// (see `smcd_engine::sys::report_context_switches_on_sigusr1`), and how many there are.
+fn last_rusage(text: &str, tag: &str) -> RusageSeen {
+    let prefix = format!("{tag}: rusage ");
+    let mut n = 0;
+    let mut last = None;
+    for l in text.lines() {
+        if let Some(j) = l.find(&prefix).map(|i| &l[i + prefix.len()..]) {
+            n += 1;
+            last = serde_json::from_str::<Value>(j.trim())
+                .ok()
+                .and_then(|v| Some((v["voluntary"].as_u64()?, v["involuntary"].as_u64()?)));
+        }
+    }
+    (n, last)
+}
+
+/// Asks process `pid` for its context switches (`SIGUSR1`) and waits up to 2 s for the line
+/// `read()` then shows (one more than `before` of them).
+fn ask_rusage(
+    pid: u32,
+    mut read: impl FnMut() -> (usize, Option<(u64, u64)>),
+) -> Option<(u64, u64)> {
+    let (before, _) = read();
+    let pid = i32::try_from(pid).ok().filter(|&p| p > 0)?;
+    // SAFETY: kill with a positive pid of our own child and a valid signal number.
+    if unsafe { libc::kill(pid, libc::SIGUSR1) } != 0 {
+        return None;
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        match read() {
+            (n, last) if n > before => return last,
+            _ => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    None
+}
+
+impl Smcd {
+    /// smcd's context switches so far, `None` if it did not answer.
+    pub(super) fn context_switches(&self) -> Option<(u64, u64)> {
+        let log = self.log.clone();
+        ask_rusage(self.child.id(), || {
+            last_rusage(&std::fs::read_to_string(&log).unwrap_or_default(), "smcd")
+        })
+    }
 }
 
 pub(super) fn start_smcd(env: &Env) -> anyhow::Result<Smcd> {
@@ -53,7 +107,10 @@ pub(super) fn start_smcd(env: &Env) -> anyhow::Result<Smcd> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    Ok(Smcd { child })
+    Ok(Smcd {
+        child,
+        log: env.logs.join("smcd.log"),
+    })
 }
 
 /// A running `smc-perf server`.
@@ -62,9 +119,19 @@ pub(super) struct PerfServer {
     pub(super) port: u16,
     /// The sysctls in effect when it started (SMC server only).
     pub(super) settings: BTreeMap<String, u64>,
+    /// Its `rusage` lines as they arrive, and how many so far.
+    rusage: Arc<Mutex<RusageSeen>>,
 }
 
 impl PerfServer {
+    /// The server's context switches so far, `None` if it did not answer.
+    pub(super) fn context_switches(&self) -> Option<(u64, u64)> {
+        let r = Arc::clone(&self.rusage);
+        ask_rusage(self.child.id(), || {
+            *r.lock().unwrap_or_else(|e| e.into_inner())
+        })
+    }
+
     pub(super) fn stop(&mut self) {
         let _ = procs::stop(&mut self.child, Duration::from_secs(2));
     }
@@ -118,11 +185,18 @@ fn start_server_on(env: &Env, smc: bool, port: u16) -> anyhow::Result<Result<Per
     let mut child = procs::spawn(&mut cmd)?;
     let stderr = child.stderr.take().expect("piped");
     let (tx, rx) = mpsc::channel::<Result<u16, String>>();
+    let rusage = Arc::new(Mutex::new((0, None)));
+    let seen = Arc::clone(&rusage);
     std::thread::spawn(move || {
         let mut tx = Some(tx);
         let mut first = Vec::new();
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
+            if let (1, r) = last_rusage(&line, "smc-perf") {
+                let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                *s = (s.0 + 1, r);
+                continue;
+            }
             let _ = writeln!(log, "{line}");
             if first.len() < 3 {
                 first.push(line.clone());
@@ -146,6 +220,7 @@ fn start_server_on(env: &Env, smc: bool, port: u16) -> anyhow::Result<Result<Per
                 child,
                 port,
                 settings: BTreeMap::new(),
+                rusage,
             }));
         }
         Ok(Err(why)) => why,

@@ -61,7 +61,14 @@ impl Test {
         match self {
             Test::Bw => &["mbps", "msgs_per_s"],
             Test::Lat => &["lat_us_mean", "lat_us_p50", "lat_us_p99", "msgs_per_s"],
-            Test::Crr => &["conns_per_s", "smc_share"],
+            Test::Crr => &[
+                "conns_per_s",
+                "smc_share",
+                "wakeups",
+                "wakeups_client",
+                "wakeups_server",
+                "wakeups_smcd",
+            ],
         }
     }
 }
@@ -73,6 +80,7 @@ pub fn unit(metric: &str) -> &'static str {
         "msgs_per_s" => "msg/s",
         "conns_per_s" => "conn/s",
         "smc_share" => "fraction of connections over SMC-D",
+        m if m.starts_with("wakeups") => "wake-ups per connection",
         m if m.starts_with("lat_us") => "µs",
         _ => "",
     }

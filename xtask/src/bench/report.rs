@@ -350,6 +350,35 @@ pub fn table(t: &TableResult, shown: &[&str], reps: usize) -> String {
              values, see settings_note in the JSON"
         );
     }
+    // crr: where the wake-ups of a connection happen (medians; client + server + smcd).
+    if t.points
+        .iter()
+        .any(|p| p.results.iter().any(|r| r.median.contains_key("wakeups")))
+    {
+        let _ = writeln!(
+            out,
+            "  wake-ups per connection (voluntary context switches, median): client + server + smcd"
+        );
+        for p in &t.points {
+            let cells: Vec<String> = p
+                .results
+                .iter()
+                .zip(&t.variants)
+                .filter_map(|(r, v)| {
+                    let g = |m: &str| r.median.get(m).copied();
+                    Some(format!(
+                        "{} {:.1} ({:.1} + {:.1} + {:.2})",
+                        v.label,
+                        g("wakeups")?,
+                        g("wakeups_client").unwrap_or(f64::NAN),
+                        g("wakeups_server").unwrap_or(f64::NAN),
+                        g("wakeups_smcd").unwrap_or(f64::NAN)
+                    ))
+                })
+                .collect();
+            let _ = writeln!(out, "    {:>11}: {}", p.label, cells.join(" · "));
+        }
+    }
     let _ = writeln!(
         out,
         "  (ratios of {} medians, {}: {})",

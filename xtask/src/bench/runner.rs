@@ -4,8 +4,10 @@
 
 use super::control::{Applied, Control};
 use super::perf::{self, Env, PerfServer, Smcd};
-use super::plan::{self, PointPlan, SuitePlan, TablePlan, Variant};
-use super::report::{self, PointResult, SuiteResult, TableResult, VariantInfo, VariantResult};
+use super::plan::{self, PointPlan, SuitePlan, TablePlan, Test, Variant};
+use super::report::{
+    self, PointResult, RepResult, SuiteResult, TableResult, VariantInfo, VariantResult,
+};
 use super::{Cfg, machine, procs};
 use anyhow::bail;
 use serde_json::Value;
@@ -141,7 +143,12 @@ impl<'a> Bench<'a> {
         for rep in 0..self.cfg.reps {
             for (v, res) in tp.variants.iter().zip(&mut results) {
                 let (port, applied) = self.server_for(v)?;
-                let r = perf::run_client(self.env, self.cfg, time, tp.test, pp, v, port, rep);
+                let before = (tp.test == Test::Crr).then(|| self.context_switches(v));
+                let mut r = perf::run_client(self.env, self.cfg, time, tp.test, pp, v, port, rep);
+                if let Some(before) = before {
+                    let after = self.context_switches(v);
+                    wakeups(&mut r, before, after);
+                }
                 self.progress.ran(r.wall_s, time + self.cfg.warmup);
                 self.runs += 1;
                 if !applied.ok {
@@ -165,6 +172,20 @@ impl<'a> Bench<'a> {
             concurrency: pp.concurrency,
             results,
         })
+    }
+
+    /// Voluntary context switches so far of the server variant `v` runs against and of
+    /// smcd (for wake-ups per connection).
+    fn context_switches(&self, v: &Variant) -> (Option<u64>, Option<u64>) {
+        let server = if v.smc {
+            self.smc.as_ref().and_then(|s| s.context_switches())
+        } else {
+            self.tcp.context_switches()
+        };
+        (
+            server.map(|x| x.0),
+            self.smcd.context_switches().map(|x| x.0),
+        )
     }
 
     /// The port to run variant `v` against: for SMC, after setting its sysctls and (re)starting
@@ -327,4 +348,30 @@ fn table_result(tp: &TablePlan, time_s: f64, points: Vec<PointResult>) -> TableR
             .collect(),
         points,
     }
+}
+
+/// crr: wake-ups (voluntary context switches) per connection of the client, the server and
+/// smcd over the run, warm-up included, into the repetition's metrics.
+fn wakeups(
+    r: &mut RepResult,
+    before: (Option<u64>, Option<u64>),
+    after: (Option<u64>, Option<u64>),
+) {
+    let Some(json) = &r.report else { return };
+    let Some(conns) = json["total_connections"].as_u64().filter(|&n| n > 0) else {
+        return;
+    };
+    let per = |x: u64| x as f64 / conns as f64;
+    let mut total = 0.0;
+    let mut put = |name: &str, v: Option<f64>| {
+        if let Some(v) = v {
+            total += v;
+            r.metrics.insert(name.into(), v);
+        }
+    };
+    put("wakeups_client", json["csw_voluntary"].as_u64().map(per));
+    let d = |b: Option<u64>, a: Option<u64>| Some(per(a?.checked_sub(b?)?));
+    put("wakeups_server", d(before.0, after.0));
+    put("wakeups_smcd", d(before.1, after.1));
+    r.metrics.insert("wakeups".into(), total);
 }
