@@ -758,3 +758,39 @@ fn option_path_that_does_not_cover_us_falls_back_to_intents() {
     smcd.stop();
     let _ = std::fs::remove_dir(&other);
 }
+
+/// The kernel's listen work: an option client's connect finishes while the application is
+/// not in `accept()`, also right after a thread that waited in `accept()` left it (a few
+/// rounds: whether the acceptor was asleep without the listener in its set then varies).
+#[test]
+fn option_client_is_served_while_nobody_accepts() {
+    let Some(smcd) = option_smcd("option_client_is_served_while_nobody_accepts") else {
+        return;
+    };
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = smc_tests::listen(&se);
+    let addr = l.local_addr().unwrap();
+    for _ in 0..20 {
+        // A thread waits in accept() until it takes a plain connection, then leaves.
+        std::thread::scope(|t| {
+            let waiter = t.spawn(|| l.accept().unwrap().0);
+            let mut clients = Vec::new();
+            while !waiter.is_finished() {
+                clients.push(TcpStream::connect(addr).unwrap());
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert!(!waiter.join().unwrap().is_smc());
+        });
+        // Nobody in accept(): the blocking connect must still finish its CLC handshake.
+        let c = smcd_engine::SmcStream::connect_with(&ce, addr).unwrap();
+        assert!(c.is_smc(), "{}", c.mode());
+        // Plain clients the waiter did not take come first; then the SMC one, ready.
+        let s = loop {
+            let (s, _) = l.accept().unwrap();
+            if s.is_smc() {
+                break s;
+            }
+        };
+        pingpong(&c, &s);
+    }
+}

@@ -405,6 +405,13 @@ impl ListenerCore {
         self.register();
     }
 
+    /// Whether the acceptor should take connections while nobody accepts: an intent waits for
+    /// its connection, or (with the option program) any new connection may be an SMC client
+    /// whose connect must finish meanwhile (the kernel's listen work).
+    fn acceptor_needed(&self) -> bool {
+        self.intents_pending() || lock(&self.option).is_some()
+    }
+
     /// Whether an intent is waiting for its connection.
     fn intents_pending(&self) -> bool {
         lock(&self.intents)
@@ -427,9 +434,7 @@ impl ListenerCore {
                 // smcd went away (seen by `sort`): register again below.
                 break;
             }
-            // With the option program, any new connection may be an SMC client whose connect
-            // must finish while nobody accepts (the kernel's listen work): watch them all.
-            let pending = self.intents_pending() || lock(&self.option).is_some();
+            let pending = self.acceptor_needed();
             // Announced before looking at the backlog: a handshake that finishes after the
             // look sees the flag and kicks.
             self.wants_room.store(pending, Ordering::SeqCst);
@@ -1062,8 +1067,8 @@ impl ListenerCore {
                     .map(drop)
                     .map_err(io::Error::from)
             };
-            if self.waiters.fetch_sub(1, Ordering::AcqRel) == 1 && self.intents_pending() {
-                // Nobody accepts now and an announced client waits: the acceptor takes over.
+            if self.waiters.fetch_sub(1, Ordering::AcqRel) == 1 && self.acceptor_needed() {
+                // Nobody accepts now and an announced client may wait: the acceptor takes over.
                 self.kick.ring();
             }
             match r {
