@@ -411,9 +411,10 @@ fn unknown_attributes_survive() {
 fn nlctrl_preset_for_the_engine() {
     let f = FamilyInfo::smcd_engine(FAMILY);
     assert_eq!(f.name, "SMCD_ENGINE");
-    assert_eq!(f.ops.len(), 6);
+    assert_eq!(f.ops.len(), 7);
     assert_eq!(f.ops[1].flags, 0x0a); // SYSCTL_GET: do, readable by anyone
     assert_eq!(f.ops[2].flags, 0x0b); // SYSCTL_SET: admin do
     assert_eq!(f.ops[4].flags, 0x0c); // SOCK_DUMP
-    assert_eq!(f.maxattr, 7);
+    assert_eq!(f.ops[6].flags, 0x0a); // INFO: do, readable by anyone
+    assert_eq!(f.maxattr, 10);
 }

@@ -635,6 +635,7 @@ fn loopback_attr() -> impl Strategy<Value = LoopbackAttr> {
         any::<u64>().prop_map(A::Token),
         any::<u32>().prop_map(A::Size),
         any::<u128>().prop_map(A::PeerGid),
+        any::<bool>().prop_map(A::SynOption),
         (100u16..0x3fff, prop::collection::vec(any::<u8>(), 0..12))
             .prop_map(|(k, v)| A::Other(netlink_packet_core::DefaultNla::new(k, v))),
     ]

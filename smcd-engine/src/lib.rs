@@ -17,9 +17,11 @@
 //! | [`device`] | buffer providers: DMB memory, register, attach | `smc_ism.c`, `smc_loopback.c` |
 //! | [`ipc`] | the channel to `smcd` and the engine's registration with it | (the SYN option's role, `smc_netlink.c` transport) |
 //! | [`layout`] | pages shared between smcd and engines | `smc_stats.c`, `smc_sysctl.c` state |
+//! | [`bpf`] | the SMC TCP option through a BPF `sock_ops` program: its maps, the engine-facing calls, smcd's loader | `tcp_output.c`/`tcp_input.c` SMC option, `smc_hs_congested` |
 //! | [`control`] | the `smcd` daemon: device registry and control socket | `smc_loopback.c` DMB table, `smc_netlink.c` |
 
 pub mod api;
+pub mod bpf;
 pub mod control;
 pub mod device;
 pub mod driver;

@@ -236,6 +236,14 @@ impl Smcd {
                 .map_err(std::io::Error::from)
             });
         }
+        // The SMC option program stays out of tests that do not ask for it with
+        // `--bpf-cgroup` (it would attach to the host's cgroup2 root once per smcd).
+        if !args
+            .iter()
+            .any(|a| a.starts_with("--bpf-cgroup") || *a == "--no-bpf")
+        {
+            cmd.arg("--no-bpf");
+        }
         let child = cmd
             .arg("--socket")
             .arg(socket)
@@ -283,6 +291,15 @@ impl Smcd {
     pub fn require_control_plane(&self) {
         let r = self.ctl("hs-limit show");
         assert_eq!(r.code, 0, "smcd does not serve the control plane: {r:#?}");
+    }
+
+    /// Kills the daemon with SIGKILL and waits until it is gone (a crash: nothing of smcd's
+    /// own clean-up runs).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// Stops the daemon (SIGTERM) and returns whether it exited cleanly.

@@ -212,13 +212,15 @@ pub struct ProposalInfo {
 }
 
 /// `smc_listen_work` / `smc_find_ism_v2_device_serv` for the loopback device: the Proposal
-/// must offer SMC-D v2 with a loopback device whose GID is the one `smcd` announced for this
-/// client, and an EID both sides share.
+/// must offer SMC-D v2 with a loopback device (whose GID is the one `smcd` announced for this
+/// client, when it announced one: `expected_gid` is `None` for a client that announced itself
+/// with the SMC TCP option only, as the kernel's clients do), and an EID both sides share.
 pub fn server_check_proposal(
     msg: ClcMessage,
     caps: &LocalCaps,
-    expected_gid: Gid,
+    expected_gid: impl Into<Option<Gid>>,
 ) -> Result<ProposalInfo, Refusal> {
+    let expected_gid = expected_gid.into();
     let p = match msg {
         ClcMessage::Proposal(p) => p,
         ClcMessage::Decline(d) => {
@@ -246,16 +248,17 @@ pub fn server_check_proposal(
         .smcd_v2_devices()
         .into_iter()
         .filter(|d| d.chid == caps.chid && d.gid_ext.is_some())
-        .find(|d| gid_join(d.gid, d.gid_ext.unwrap_or(0)) == expected_gid);
-    if loopback.is_none() || feature_mask == 0 {
+        .find(|d| expected_gid.is_none_or(|g| gid_join(d.gid, d.gid_ext.unwrap_or(0)) == g));
+    let Some(loopback) = loopback.filter(|_| feature_mask != 0) else {
         return Err(Refusal::Decline(ReasonCode::NOSMCD2DEV));
-    }
+    };
+    let peer_gid = gid_join(loopback.gid, loopback.gid_ext.unwrap_or(0));
     let peer_seid = v2.smcd.as_ref().filter(|_| v2.seid).map(|s| &s.system_eid);
     let Some(eid) = match_eid(caps, peer_seid, &v2.user_eids) else {
         return Err(Refusal::Decline(ReasonCode::NOSMCD2DEV));
     };
     Ok(ProposalInfo {
-        peer_gid: expected_gid,
+        peer_gid,
         eid,
         release: v2.release.min(RELEASE),
         feature_mask,
@@ -403,6 +406,15 @@ mod tests {
         s.ueids.push(ueid);
         let prop = reparse(client_proposal(&c).into());
         assert_eq!(server_check_proposal(prop, &s, c.gid).unwrap().eid, ueid);
+    }
+
+    /// A client announced by the SMC TCP option only: its GID is the one its Proposal offers.
+    #[test]
+    fn unannounced_client_gid_comes_from_the_proposal() {
+        let (c, s) = (caps(0x1234 << 64 | 0x5678), caps(2 << 64 | 2));
+        let prop = reparse(client_proposal(&c).into());
+        let info = server_check_proposal(prop, &s, None).unwrap();
+        assert_eq!(info.peer_gid, c.gid);
     }
 
     #[test]

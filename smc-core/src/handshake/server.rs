@@ -49,7 +49,7 @@ enum State {
 #[derive(Debug, Clone)]
 pub struct ServerHandshake {
     caps: LocalCaps,
-    client: Gid,
+    client: Option<Gid>,
     state: State,
     reader: ClcReader,
     out: Vec<u8>,
@@ -63,6 +63,16 @@ impl ServerHandshake {
     /// whole Proposal is due [`CLC_WAIT_TIME`] after `now`: a driver that peeked before it made
     /// the machine passes the accept's instant, so the peek does not extend the deadline.
     pub fn new(caps: LocalCaps, client: Gid, now: Instant) -> Self {
+        Self::with_client(caps, Some(client), now)
+    }
+
+    /// [`Self::new`] for a client smcd did not announce (it said "SMC" with the TCP option,
+    /// as the kernel's clients do): its GID is the one its Proposal offers.
+    pub fn unannounced(caps: LocalCaps, now: Instant) -> Self {
+        Self::with_client(caps, None, now)
+    }
+
+    fn with_client(caps: LocalCaps, client: Option<Gid>, now: Instant) -> Self {
         Self {
             caps,
             client,

@@ -43,8 +43,10 @@ pub enum LoopbackCmd {
     /// Engine → smcd, do. Attrs: `Version`, `Pid`, `SessionKey`, `Netns`. Every channel of one
     /// engine sends the same `SessionKey`; the session lives until its last channel closes.
     /// The first HELLO of a session may carry one fd: the engine's status area.
-    /// Reply: `Gid`, `EngineId`, `Seid`, `Hostname`, `Chid`, `Netns` (as smcd sees it); fds:
-    /// the namespace's sysctl page, then the host's listener table.
+    /// Reply: `Gid`, `EngineId`, `Seid`, `Hostname`, `Chid`, `Netns` (as smcd sees it), and
+    /// `SynOption` when smcd's SMC option program is attached; fds: the namespace's sysctl
+    /// page, the host's listener table, and with `SynOption` the program's socket-storage map
+    /// and its listener map (`smcd_engine::bpf`).
     Hello,
     /// Engine → smcd, do, on a channel dedicated to one listener. Attrs: `LocalAddr`,
     /// `Backlog`, `HsLimit`. One fd: the listener's page (its congestion state).
@@ -188,6 +190,7 @@ mod kind {
     pub const TOKEN: u16 = 19;
     pub const SIZE: u16 = 20;
     pub const PEER_GID: u16 = 21;
+    pub const SYN_OPTION: u16 = 22;
 }
 
 /// A 128-bit loopback GID: 16 bytes, big endian (first 8 = gid, last 8 = gid_ext).
@@ -330,6 +333,9 @@ attr_enum! {
         Size(u32) = kind::SIZE => U32,
         /// The GID that may attach a DMB (16 bytes).
         PeerGid(u128) = kind::PEER_GID => GidBe,
+        /// HELLO reply: the SMC TCP option program is attached and its two maps follow the
+        /// pages (u8 0/1).
+        SynOption(bool) = kind::SYN_OPTION => Flag,
     }
 }
 
@@ -402,6 +408,8 @@ impl LoopbackMessage {
         size, Size, u32);
     getter!(/// The `PeerGid` attribute.
         peer_gid, PeerGid, u128);
+    getter!(/// The `SynOption` attribute.
+        syn_option, SynOption, bool);
 }
 
 impl GenlFamily for LoopbackMessage {
@@ -526,6 +534,7 @@ mod tests {
             LoopbackAttr::Token(0xdead_beef_0000_0001),
             LoopbackAttr::Size(65536),
             LoopbackAttr::PeerGid(5),
+            LoopbackAttr::SynOption(true),
             LoopbackAttr::Other(DefaultNla::new(200, vec![1, 2, 3])),
         ];
         let msg = LoopbackMessage::new(LoopbackCmd::Hello, attrs);

@@ -6,7 +6,7 @@
 use anyhow::Context;
 use clap::Parser;
 use rustix::fd::{FromRawFd, OwnedFd};
-use smcd_engine::control::daemon::Daemon;
+use smcd_engine::control::daemon::{Daemon, SynOptionInfo};
 use smcd_engine::control::device::DeviceState;
 use smcd_engine::control::server::Server;
 use std::path::PathBuf;
@@ -29,6 +29,55 @@ struct Args {
     /// Members of this group (name or number) may change state, besides root.
     #[arg(long)]
     admin_group: Option<String>,
+    /// The cgroup v2 directory to attach the SMC TCP option program to (its sockets and
+    /// those of every cgroup below it carry the option). Default: the cgroup2 mount.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_bpf")]
+    bpf_cgroup: Option<PathBuf>,
+    /// Do not load the SMC TCP option program: engines use intents only.
+    #[arg(long)]
+    no_bpf: bool,
+}
+
+/// Loads and attaches the SMC option program, or says why not: smcd then runs as without it
+/// (intents), which is never an error. The second value is what `INFO` reports.
+fn attach_syn_option(args: &Args) -> (Option<smcd_engine::bpf::loader::Attached>, SynOptionInfo) {
+    use smcd_engine::bpf::loader;
+    let off = |status: String| {
+        (
+            None,
+            SynOptionInfo {
+                attached: false,
+                cgroup: None,
+                status,
+            },
+        )
+    };
+    if args.no_bpf {
+        tracing::info!("SMC TCP option: off (--no-bpf); engines use intents");
+        return off("off (--no-bpf)".into());
+    }
+    let Some(cgroup) = args.bpf_cgroup.clone().or_else(loader::default_cgroup) else {
+        tracing::warn!("SMC TCP option: no cgroup2 mount found; engines use intents");
+        return off("no cgroup2 mount found".into());
+    };
+    match loader::attach(&cgroup) {
+        Ok(a) => {
+            tracing::info!(cgroup = %cgroup.display(), "SMC TCP option: BPF program attached");
+            let info = SynOptionInfo {
+                attached: true,
+                cgroup: Some(cgroup.display().to_string()),
+                status: "BPF sock_ops program attached".into(),
+            };
+            (Some(a), info)
+        }
+        Err(e) => {
+            tracing::warn!(cgroup = %cgroup.display(), "SMC TCP option: not attached ({e}); engines use intents");
+            // The first line of the reason (a verifier log can follow it).
+            let why = e.to_string();
+            let why = why.lines().next().unwrap_or_default();
+            off(format!("not attached to {}: {why}", cgroup.display()))
+        }
+    }
 }
 
 /// A group name or number to its id (`/etc/group`).
@@ -124,7 +173,21 @@ fn main() -> anyhow::Result<()> {
     smcd_engine::sys::report_context_switches_on_sigusr1("smcd")?;
     let mut device = DeviceState::new(system_eid(), hostname()).context("device state")?;
     device.max_dmbs = args.max_dmbs;
+    // Attached before the socket exists, so every engine's HELLO gets the maps. The link's
+    // only descriptor is in `syn_option`: the program is detached when smcd ends, however.
+    let (syn_option, mut info) = attach_syn_option(&args);
+    if let Some(a) = &syn_option {
+        match a.maps().try_clone() {
+            Ok(m) => device.set_syn_option(m),
+            Err(e) => {
+                tracing::warn!("SMC TCP option: cannot share the maps ({e}); engines use intents");
+                info.attached = false;
+                info.status = format!("attached, but the maps cannot be shared: {e}");
+            }
+        }
+    }
     let mut daemon = Daemon::new(device);
+    daemon.syn_option = info;
     daemon.admin_gid = args.admin_group.as_deref().map(group_id).transpose()?;
     let mut server = Server::bind(&args.socket, daemon, Some(&sig))
         .with_context(|| format!("cannot listen on {}", args.socket.display()))?;
@@ -132,5 +195,8 @@ fn main() -> anyhow::Result<()> {
     server.run().context("server loop")?;
     tracing::info!("smcd stopping");
     drop(server);
+    if let Some(a) = syn_option {
+        a.detach();
+    }
     Ok(())
 }

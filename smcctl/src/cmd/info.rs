@@ -1,9 +1,12 @@
 //! `smcctl info`: smc-tools' `info.c` — the capability block built from `GET_SYS_INFO` and
-//! the device counts of `GET_DEV_SMCD`/`GET_DEV_SMCR`.
+//! the device counts of `GET_DEV_SMCD`/`GET_DEV_SMCR`; against smcd also how connections
+//! learn that their peer speaks SMC (`SMCD_ENGINE` `INFO`: the SMC TCP option through BPF, or
+//! smcd's intents).
 
 use std::fmt::Write;
 
 use serde::Serialize;
+use smc_proto::netlink::engine::{EngineCmd, EngineMessage};
 use smc_proto::netlink::smc::{DevInfo, SmcCmd, SysInfo};
 
 use crate::error::Error;
@@ -31,6 +34,20 @@ pub struct Info {
     pub smcd_devices: usize,
     /// SMC-R devices counted.
     pub smcr_devices: usize,
+    /// How SMC capability is signalled (smcd only; `null` with `--kernel`).
+    pub syn_option: Option<SynOption>,
+}
+
+/// How connections learn that their peer speaks SMC.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SynOption {
+    /// `"bpf"`: the kernel's TCP option, written and read by smcd's BPF program; `"intents"`:
+    /// smcd's listener table and connect intents (same host only).
+    pub path: String,
+    /// The cgroup the program is attached to.
+    pub cgroup: Option<String>,
+    /// Why, in smcd's words.
+    pub status: Option<String>,
 }
 
 /// PCI device ids of the RoCE Express generations (smc-tools' device table).
@@ -86,6 +103,7 @@ impl Info {
             roce,
             smcd_devices: smcd_devs.len(),
             smcr_devices: smcr_devs.len(),
+            syn_option: None,
         }
     }
 
@@ -110,6 +128,21 @@ impl Info {
         let _ = writeln!(s, "SEID:             {}", na(&self.seid));
         let _ = writeln!(s, "ISM:              {}", list(&self.ism));
         let _ = writeln!(s, "RoCE:             {}", list(&self.roce));
+        if let Some(o) = &self.syn_option {
+            let _ = writeln!(s);
+            let _ = writeln!(s, "Capability Signalling");
+            let how = match (o.path.as_str(), &o.cgroup) {
+                ("bpf", Some(cg)) => format!("TCP option (BPF, cgroup {cg})"),
+                ("bpf", None) => "TCP option (BPF)".to_owned(),
+                _ => "intents (same host)".to_owned(),
+            };
+            let _ = writeln!(s, "SMC Option:       {how}");
+            if o.path != "bpf"
+                && let Some(why) = &o.status
+            {
+                let _ = writeln!(s, "Option Status:    {why}");
+            }
+        }
         s
     }
 }
@@ -131,7 +164,19 @@ pub fn show(s: &mut Session) -> Result<String, Error> {
         .iter()
         .find_map(|m| m.sys_info())
         .unwrap_or_default();
-    let info = Info::build(&sys, &smcd_devs, &smcr_devs);
+    let mut info = Info::build(&sys, &smcd_devs, &smcr_devs);
+    if !s.kernel {
+        // An older smcd without INFO: the line is left out rather than the command failed.
+        info.syn_option = s
+            .engine_query(EngineMessage::new(EngineCmd::Info, vec![]))
+            .ok()
+            .and_then(|r| r.iter().find_map(EngineMessage::syn_option))
+            .map(|(on, cgroup, status)| SynOption {
+                path: if on { "bpf" } else { "intents" }.to_owned(),
+                cgroup,
+                status,
+            });
+    }
     Ok(if s.json { json(&info) } else { info.text() })
 }
 

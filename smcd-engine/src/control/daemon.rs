@@ -70,6 +70,19 @@ pub struct Daemon {
     pub eids: EidState,
     /// A group whose members may change state besides root (`--admin-group`).
     pub admin_gid: Option<u32>,
+    /// Whether the SMC TCP option program is in effect, as `INFO` reports it.
+    pub syn_option: SynOptionInfo,
+}
+
+/// Whether the SMC TCP option program is in effect (`SMCD_ENGINE` `INFO`, `smcctl info`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SynOptionInfo {
+    /// Attached, and HELLO hands engines its maps.
+    pub attached: bool,
+    /// The cgroup it is attached to.
+    pub cgroup: Option<String>,
+    /// Why it is or is not in effect, in words.
+    pub status: String,
 }
 
 impl Daemon {
@@ -85,6 +98,11 @@ impl Daemon {
                 seid_enabled: true,
             },
             admin_gid: None,
+            syn_option: SynOptionInfo {
+                attached: false,
+                cgroup: None,
+                status: "not loaded".into(),
+            },
         }
     }
 

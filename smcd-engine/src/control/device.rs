@@ -138,6 +138,10 @@ pub enum FdRef {
     Table,
     /// A listener's page.
     ListenerPage(u32),
+    /// The SMC option program's socket-storage map.
+    BpfSkMap,
+    /// The SMC option program's listener map.
+    BpfListenerMap,
 }
 
 /// The outcome of a request.
@@ -176,6 +180,9 @@ pub struct DeviceState {
     pub hostname: String,
     /// Most DMBs registered at once.
     pub max_dmbs: usize,
+    /// The maps of the SMC option program, while it is attached (`bpf`): HELLO hands them to
+    /// engines.
+    syn_option: Option<crate::bpf::Maps>,
 }
 
 fn errno(e: rustix::io::Errno) -> i32 {
@@ -207,7 +214,19 @@ impl DeviceState {
             seid,
             hostname,
             max_dmbs: DEFAULT_MAX_DMBS,
+            syn_option: None,
         })
+    }
+
+    /// The SMC option program is attached with these maps: from now on HELLO gives them to
+    /// engines (smcd keeps the program attached for as long as it runs).
+    pub fn set_syn_option(&mut self, maps: crate::bpf::Maps) {
+        self.syn_option = Some(maps);
+    }
+
+    /// Whether HELLO hands out the SMC option program's maps.
+    pub fn syn_option(&self) -> bool {
+        self.syn_option.is_some()
     }
 
     /// Live sessions.
@@ -233,6 +252,8 @@ impl DeviceState {
             FdRef::Table => Some(self.table_fd.as_fd()),
             FdRef::ListenerPage(id) => self.listeners.get(&id)?.page_fd.as_ref().map(|f| f.as_fd()),
             FdRef::SysctlPage(_) => None,
+            FdRef::BpfSkMap => self.syn_option.as_ref().map(|m| m.sk_fd()),
+            FdRef::BpfListenerMap => self.syn_option.as_ref().map(|m| m.listeners_fd()),
         }
     }
 
@@ -576,17 +597,21 @@ impl DeviceState {
         s.channels.insert(client);
         ctx.session = Some((key, pid));
         out.fds = vec![FdRef::SysctlPage(s.netns), FdRef::Table];
-        out.reply = Some(Ok(LoopbackMessage::new(
-            LoopbackCmd::Hello,
-            vec![
-                LoopbackAttr::Gid(s.gid),
-                LoopbackAttr::EngineId(s.engine_id),
-                LoopbackAttr::Seid(self.seid.clone()),
-                LoopbackAttr::Hostname(self.hostname.clone()),
-                LoopbackAttr::Chid(LOOPBACK_CHID),
-                LoopbackAttr::Netns(s.netns),
-            ],
-        )));
+        let mut attrs = vec![
+            LoopbackAttr::Gid(s.gid),
+            LoopbackAttr::EngineId(s.engine_id),
+            LoopbackAttr::Seid(self.seid.clone()),
+            LoopbackAttr::Hostname(self.hostname.clone()),
+            LoopbackAttr::Chid(LOOPBACK_CHID),
+            LoopbackAttr::Netns(s.netns),
+        ];
+        if self.syn_option.is_some() {
+            // The map descriptors are the capability: an engine needs no privilege and no
+            // bpffs to mark its sockets and read what the option said.
+            out.fds.extend([FdRef::BpfSkMap, FdRef::BpfListenerMap]);
+            attrs.push(LoopbackAttr::SynOption(true));
+        }
+        out.reply = Some(Ok(LoopbackMessage::new(LoopbackCmd::Hello, attrs)));
         out
     }
 

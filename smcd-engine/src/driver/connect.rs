@@ -1,6 +1,8 @@
 //! The client's connect (`smc_connect` / `__smc_connect`): find out whether an SMC listener
-//! expects this connection (the SYN option's role: smcd's listener table, then a connect
-//! intent), connect TCP, then run CLC or fall back.
+//! expects this connection, connect TCP, then run CLC or fall back. Where smcd's SMC option
+//! program is in effect this is the kernel's way: the socket is marked (`tp->syn_smc`), its
+//! SYN carries the option, and the SYN-ACK says whether CLC runs (no option: plain TCP with
+//! PEERNOSMC, no CLC byte, no delay). Otherwise smcd's listener table, then a connect intent.
 //!
 //! [`Connecting`] does all of it step by step without waiting, so a connect can return at once
 //! and finish as the socket becomes ready (`EINPROGRESS` semantics: wait for [`Connecting::fd`]
@@ -126,6 +128,8 @@ enum Plan {
     Plain(ReasonCode),
     /// A CLC Proposal to a listener smcd announced us to.
     Smc(Attached, ConnectVerdict),
+    /// The SYN carries the SMC option: the SYN-ACK decides.
+    Option(Attached),
 }
 
 #[derive(Debug)]
@@ -190,6 +194,20 @@ impl Connecting {
             return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking);
         };
         let session = &attached.session;
+        if let Some(maps) = session.option_path() {
+            // The kernel's way: mark the socket, connect from a port of its own; the SYN-ACK
+            // answers. A socket that cannot be marked goes the intent way below.
+            let sock = tcp_socket(&addr, blocking)?;
+            match maps.mark_client(&sock) {
+                Ok(()) => {
+                    let Some(connected) = start_connect(&sock, &addr)? else {
+                        return Err(io::Error::from(io::ErrorKind::AddrNotAvailable));
+                    };
+                    return Ok((sock, Plan::Option(attached.clone()), connected));
+                }
+                Err(e) => tracing::debug!("SMC option path unavailable: {e}"),
+            }
+        }
         // The listener table answers "is there an SMC listener at that address?" without a
         // round trip: most connections to plain TCP servers and to congested listeners with
         // handshake limitation never talk to smcd (the kernel's SYN-ACK without the option).
@@ -249,6 +267,24 @@ impl Connecting {
         }
         // No usable port after many tries: go plain TCP rather than fail.
         Self::plain(&addr, ReasonCode::INTERR, blocking)
+    }
+
+    /// After the TCP connect of a marked socket: what the SYN-ACK said. Echoed: CLC runs
+    /// (`Plan::Option`). Not echoed, or nothing recorded: plain TCP with PEERNOSMC, as the
+    /// kernel's client without the option in the SYN-ACK. A SYN that went out without the
+    /// option means the program does not cover this process: later connects use intents.
+    fn option_verdict(a: Attached, sock: &TcpStream) -> Plan {
+        let seen = a.session.option_path().map(|m| m.sock_option(sock));
+        match seen {
+            Some(Ok(o)) if o.clc_runs() == Some(true) => Plan::Option(a),
+            Some(Ok(o)) => {
+                if o.marked_client() && !o.syn_sent() {
+                    a.session.option_not_covering();
+                }
+                Plan::Plain(ReasonCode::PEERNOSMC)
+            }
+            _ => Plan::Plain(ReasonCode::PEERNOSMC),
+        }
     }
 
     /// The socket to wait on.
@@ -334,10 +370,21 @@ impl Connecting {
                         self.phase = Phase::Failed(e.kind(), e.to_string());
                         return Err(e);
                     }
+                    let plan = match plan {
+                        Plan::Option(a) => Self::option_verdict(a, &sock),
+                        p => p,
+                    };
                     match plan {
                         Plan::Plain(reason) => {
                             sock.set_nonblocking(false)?;
                             return Ok(Some(Outcome::Tcp(sock, Fallback::local(reason))));
+                        }
+                        Plan::Option(a) => {
+                            // The SYN-ACK echoed the option: a Proposal, to a listener whose
+                            // GID only its Accept will tell.
+                            let settings = self.engine.settings();
+                            let run = ClientRun::new(&self.engine, &a.ism, sock, None, &settings);
+                            self.phase = Phase::Clc(Box::new(run));
                         }
                         Plan::Smc(a, v) => {
                             let settings = self.engine.settings();

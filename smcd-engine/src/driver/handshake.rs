@@ -565,7 +565,8 @@ pub enum ServerStep {
 }
 
 /// The server's handshake on an accepted TCP connection whose client was announced with GID
-/// `client`.
+/// `client` (by smcd's intent), or, with `None`, by the SMC TCP option (its GID is then the
+/// one its Proposal offers; smcd lets only that GID attach the DMB offered to it).
 ///
 /// It is driven by [`Self::step`], which never waits, and [`Self::work`], which does what may
 /// block (requests to smcd, which time out; the first contact of a link group with the same
@@ -576,7 +577,7 @@ pub struct ServerRun {
     engine: Arc<Engine>,
     dev: Arc<dyn BufferProvider>,
     sock: Option<TcpStream>,
-    client: Gid,
+    client: Option<Gid>,
     /// Until the first bytes show a CLC message, there is no machine yet.
     hs: Option<ServerHandshake>,
     /// When the connection was accepted: the Proposal's deadline runs from here.
@@ -596,7 +597,7 @@ impl ServerRun {
         engine: &Arc<Engine>,
         dev: &Arc<dyn BufferProvider>,
         sock: TcpStream,
-        client: Gid,
+        client: Option<Gid>,
         settings: &Settings,
         accepted: Instant,
     ) -> Self {
@@ -679,11 +680,11 @@ impl ServerRun {
                     let caps = self.engine.caps(self.dev.as_ref());
                     // The machine's deadline for the Proposal runs from the accept, not from
                     // the first four bytes.
-                    self.hs = Some(ServerHandshake::new(
-                        caps,
-                        self.client,
-                        core_instant(self.started),
-                    ));
+                    let at = core_instant(self.started);
+                    self.hs = Some(match self.client {
+                        Some(gid) => ServerHandshake::new(caps, gid, at),
+                        None => ServerHandshake::unannounced(caps, at),
+                    });
                 }
                 None if n > 0 => return Ok(ServerStep::Wait),
                 _ => {

@@ -1,8 +1,11 @@
 //! The listening side (`smc_listen`, `smc_tcp_listen_work`, `smc_listen_work`).
 //!
 //! `accept()` takes TCP connections itself and sorts them without reading from them: a
-//! connection `smcd` announced (its client registered an intent before it connected) starts a
-//! handshake, any other is returned at once as a plain TCP connection. Handshakes run in
+//! connection `smcd` announced (its client registered an intent before it connected), or,
+//! where smcd's SMC option program is in effect, one whose SYN carried the option and was
+//! echoed (the listener is registered in the program's map, its handshake-limitation state is
+//! the map's congested flag), starts a handshake; any other is returned at once as a plain TCP
+//! connection. Handshakes run in
 //! parallel and their results queue for the next `accept()`; a plain connection never waits
 //! behind them and costs no thread hand-off.
 //!
@@ -10,6 +13,8 @@
 //! not in `accept()` (the kernel's listen work runs the handshake): while intents are pending,
 //! an acceptor thread takes connections from the kernel's queue too. It sleeps on the intent
 //! channel otherwise, so a listener that sees only plain clients has no thread in the way.
+//! On the option path no intent warns of an SMC client, so the acceptor takes every new
+//! connection while nobody is in `accept()`.
 //!
 //! **Where a handshake waits.** A handshake spends nearly all its life waiting for the peer's
 //! next CLC message; that costs no thread. The listener's reactor (one thread and one epoll
@@ -232,6 +237,24 @@ pub struct ListenerCore {
     /// Application threads waiting in `accept` (they take new connections themselves, so the
     /// acceptor stays out of their way).
     waiters: AtomicUsize,
+    /// Where the SMC option program is in effect: its maps and the keys this listener is
+    /// registered under (renewed when smcd is registered with again).
+    option: Mutex<Option<OptionReg>>,
+    /// The congested flag last written to the option program's map.
+    option_congested: AtomicBool,
+}
+
+/// A listener's registration with the SMC option program.
+#[derive(Debug)]
+struct OptionReg {
+    maps: crate::bpf::Maps,
+    keys: Vec<crate::bpf::ListenerKey>,
+}
+
+impl Drop for OptionReg {
+    fn drop(&mut self) {
+        let _ = self.maps.unregister_listener(&self.keys);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -296,6 +319,8 @@ impl ListenerCore {
             nonblocking: AtomicBool::new(false),
             readiness: OnceLock::new(),
             waiters: AtomicUsize::new(0),
+            option: Mutex::new(None),
+            option_congested: AtomicBool::new(false),
         });
         core.register();
         Ok(core)
@@ -313,6 +338,7 @@ impl ListenerCore {
         let Some(a) = self.engine.attached() else {
             return;
         };
+        self.register_option(&a.session);
         let page = self.page_fd.as_ref().map(|f| f.as_fd());
         match a
             .session
@@ -335,6 +361,39 @@ impl ListenerCore {
         }
     }
 
+    /// Registers in the SMC option program's listener map of this smcd session (the maps of an
+    /// earlier smcd went with it; the old registration is dropped). Without the program,
+    /// or when registering fails, the listener takes intents only.
+    fn register_option(&self, session: &crate::ipc::SmcdSession) {
+        let reg = session.option_path().and_then(|m| {
+            let maps = m.try_clone().ok()?;
+            match maps.register_listening_socket(&self.tcp) {
+                Ok(keys) => Some(OptionReg { maps, keys }),
+                Err(e) => {
+                    tracing::debug!("listener not registered with the SMC option program: {e}");
+                    None
+                }
+            }
+        });
+        if let Some(r) = &reg
+            && self.hs_limit
+            && self.option_congested.load(Ordering::Relaxed)
+        {
+            let _ = r.maps.set_congested(&r.keys, true);
+        }
+        *lock(&self.option) = reg;
+    }
+
+    /// Whether the option program says this accepted connection carries a Proposal: its SYN
+    /// had the option and our SYN-ACK echoed it.
+    fn option_says_smc(&self, sock: &TcpStream) -> bool {
+        lock(&self.option).as_ref().is_some_and(|r| {
+            r.maps
+                .sock_option(sock)
+                .is_ok_and(|o| o.clc_runs() == Some(true))
+        })
+    }
+
     /// After smcd went away, tries to register again (at most once a second).
     fn reregister_if_needed(self: &Arc<Self>) {
         if lock(&self.chan).is_some() || self.closed.load(Ordering::Acquire) {
@@ -344,6 +403,13 @@ impl ListenerCore {
             return;
         }
         self.register();
+    }
+
+    /// Whether the acceptor should take connections while nobody accepts: an intent waits for
+    /// its connection, or (with the option program) any new connection may be an SMC client
+    /// whose connect must finish meanwhile (the kernel's listen work).
+    fn acceptor_needed(&self) -> bool {
+        self.intents_pending() || lock(&self.option).is_some()
     }
 
     /// Whether an intent is waiting for its connection.
@@ -368,7 +434,7 @@ impl ListenerCore {
                 // smcd went away (seen by `sort`): register again below.
                 break;
             }
-            let pending = self.intents_pending();
+            let pending = self.acceptor_needed();
             // Announced before looking at the backlog: a handshake that finishes after the
             // look sees the flag and kicks.
             self.wants_room.store(pending, Ordering::SeqCst);
@@ -465,6 +531,14 @@ impl ListenerCore {
                 && st.active_workers() >= max_workers())
                 || st.waiting_workers > max_workers();
             p.set(congested, st.in_progress as u32);
+            // The option program's flag follows transitions only (one map update each): a
+            // congested listener's SYN-ACKs go out without the option (`smc_hs_congested`).
+            if self.hs_limit
+                && self.option_congested.swap(congested, Ordering::Relaxed) != congested
+                && let Some(r) = lock(&self.option).as_ref()
+            {
+                let _ = r.maps.set_congested(&r.keys, congested);
+            }
         }
     }
 
@@ -537,6 +611,13 @@ impl ListenerCore {
             g
         };
         let _ = sock.set_nonblocking(false);
+        // No intent: the SMC option may still have announced it (a client that marked its
+        // socket instead of asking smcd).
+        let gid = match gid {
+            Some(g) => Some(Some(g)),
+            None if self.option_says_smc(&sock) => Some(None),
+            None => None,
+        };
         match gid {
             Some(gid) => {
                 self.start_handshake(sock, peer, gid);
@@ -553,9 +634,10 @@ impl ListenerCore {
         }
     }
 
-    /// Starts the handshake of an announced client: into the reactor, which waits for its
-    /// Proposal. Nothing here blocks (the accept path runs it).
-    fn start_handshake(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, gid: Gid) {
+    /// Starts the handshake of an announced client (by smcd with its GID, or by the SMC option
+    /// with `None`): into the reactor, which waits for its Proposal. Nothing here blocks (the
+    /// accept path runs it).
+    fn start_handshake(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, gid: Option<Gid>) {
         let accepted = Instant::now();
         // The socket stays blocking (as the outcome's must be): the handshake's reads and
         // writes pass MSG_DONTWAIT.
@@ -985,8 +1067,8 @@ impl ListenerCore {
                     .map(drop)
                     .map_err(io::Error::from)
             };
-            if self.waiters.fetch_sub(1, Ordering::AcqRel) == 1 && self.intents_pending() {
-                // Nobody accepts now and an announced client waits: the acceptor takes over.
+            if self.waiters.fetch_sub(1, Ordering::AcqRel) == 1 && self.acceptor_needed() {
+                // Nobody accepts now and an announced client may wait: the acceptor takes over.
                 self.kick.ring();
             }
             match r {
@@ -1040,6 +1122,8 @@ impl ListenerCore {
         let ready: Vec<_> = lock(&self.state).ready.drain(..).collect();
         drop(ready);
         *lock(&self.chan) = None;
+        // Unregistered from the option program's map (OptionReg's drop).
+        lock(&self.option).take();
         self.stop.ring();
         self.reactor.bell.ring();
         self.cond.notify_all();

@@ -41,6 +41,8 @@ pub struct Hello {
     pub chid: u16,
     /// The namespace smcd sees this engine in.
     pub netns: u64,
+    /// smcd has the SMC option program attached (its maps came with the reply).
+    pub syn_option: bool,
 }
 
 /// What `smcd` answered to a connect intent.
@@ -70,6 +72,12 @@ pub struct SmcdSession {
     pub sysctl: Option<SysctlPage>,
     /// Where the host's SMC listeners are.
     pub table: Option<ListenerTable>,
+    /// The SMC option program's maps, when smcd has it attached (the option path; `None`:
+    /// intents only).
+    pub syn_option: Option<crate::bpf::Maps>,
+    /// A marked socket of ours went out without the option: the program does not cover this
+    /// process's cgroup, so connects use intents again ([`Self::option_path`]).
+    option_uncovered: std::sync::atomic::AtomicBool,
     listener_pages: Mutex<HashMap<u32, Arc<ListenerPage>>>,
 }
 
@@ -90,7 +98,24 @@ impl SmcdSession {
         let mut ch = Channel::connect(path)?;
         let (status, status_fd) = StatusArea::shared()?;
         let (hello, mut fds) = Self::hello(&mut ch, session_key, netns, Some(status_fd.as_fd()))?;
-        // Reply descriptors: the namespace's sysctl page, then the listener table.
+        // Reply descriptors: the namespace's sysctl page, the listener table, and with
+        // `SynOption` the option program's two maps. A map smcd could not duplicate shortens
+        // the list: then the option path is off for this engine, never a page mistaken for
+        // a map.
+        let syn_option = if hello.syn_option && fds.len() == 4 {
+            let listeners = fds.pop().expect("four");
+            let sk = fds.pop().expect("four");
+            match crate::bpf::Maps::from_fds(sk, listeners) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!("smcd's SMC option maps refused, using intents: {e}");
+                    None
+                }
+            }
+        } else {
+            fds.truncate(2);
+            None
+        };
         let table = fds.pop().and_then(|fd| ListenerTable::open(&fd).ok());
         let sysctl = fds.pop().and_then(|fd| SysctlPage::open(&fd).ok());
         Ok(Self {
@@ -102,6 +127,8 @@ impl SmcdSession {
             status,
             sysctl,
             table,
+            syn_option,
+            option_uncovered: std::sync::atomic::AtomicBool::new(false),
             listener_pages: Mutex::new(HashMap::new()),
         })
     }
@@ -133,9 +160,31 @@ impl SmcdSession {
                 hostname: r.hostname().unwrap_or_default(),
                 chid: r.chid().unwrap_or(0xffff),
                 netns: r.netns().unwrap_or(netns),
+                syn_option: r.syn_option().unwrap_or(false),
             },
             got,
         ))
+    }
+
+    /// The option program's maps while the option path is in effect for this engine: smcd
+    /// has the program attached and it covers this process's sockets (`docs/syn-option.md`).
+    pub fn option_path(&self) -> Option<&crate::bpf::Maps> {
+        use std::sync::atomic::Ordering;
+        self.syn_option
+            .as_ref()
+            .filter(|_| !self.option_uncovered.load(Ordering::Relaxed))
+    }
+
+    /// A socket marked as SMC client sent its SYN without the option: this process's sockets
+    /// are outside the cgroup smcd attached the program to (or the program is gone), so
+    /// connects go back to intents for this session.
+    pub fn option_not_covering(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.option_uncovered.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                "the SMC option program does not see this process's sockets; using intents"
+            );
+        }
     }
 
     /// What `smcd` said at registration.

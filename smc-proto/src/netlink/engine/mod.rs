@@ -20,6 +20,7 @@
 //! | 4 | `NETNS_LIST` | dump | none | one message per namespace: `NETNS_ENTRY` |
 //! | 5 | `SOCK_DUMP` | dump | `NETNS`?, `SOCK_STATES`? | one message per socket: `SOCK` |
 //! | 6 | `STATS_RESET` | do, admin | `NETNS`?, `STATS_SCOPE`? | no reply message: success is the `NLMSG_ERROR` 0 ACK when `NLM_F_ACK` was set (as for the kernel's do commands), failure an `NLMSG_ERROR` with `-errno` |
+//! | 7 | `INFO` | do | none | one message: `SYN_OPTION` (1: the SMC TCP option program is attached, engines get its maps; 0: intents only), `SYN_OPTION_CGROUP`? (where it is attached), `SYN_OPTION_STATUS` (why, in words) |
 //!
 //! Without `NETNS` a request applies to the namespace of the process that sent it (the
 //! daemon identifies it by the peer's `/proc/<pid>/ns/net` inode).
@@ -53,6 +54,8 @@ pub const ENGINE_CMD_NETNS_LIST: u8 = 4;
 pub const ENGINE_CMD_SOCK_DUMP: u8 = 5;
 #[allow(missing_docs)]
 pub const ENGINE_CMD_STATS_RESET: u8 = 6;
+#[allow(missing_docs)]
+pub const ENGINE_CMD_INFO: u8 = 7;
 
 /// Top-level attributes.
 pub const ENGINE_A_NETNS: u16 = 1;
@@ -69,8 +72,14 @@ pub const ENGINE_A_SOCK_STATES: u16 = 6;
 /// u32: `STATS_RESET` scope, [`ENGINE_STATS_SCOPE_COUNTERS`] | [`ENGINE_STATS_SCOPE_FBACK`]
 /// (0 or absent = both).
 pub const ENGINE_A_STATS_SCOPE: u16 = 7;
-/// Highest top-level attribute (reported as `maxattr` by nlctrl).
-pub const ENGINE_A_MAX: u16 = ENGINE_A_STATS_SCOPE;
+/// u8: the SMC TCP option program is attached (`INFO`).
+pub const ENGINE_A_SYN_OPTION: u16 = 8;
+/// string: the cgroup it is attached to (`INFO`).
+pub const ENGINE_A_SYN_OPTION_CGROUP: u16 = 9;
+/// string: why it is or is not in effect (`INFO`).
+pub const ENGINE_A_SYN_OPTION_STATUS: u16 = 10;
+/// The highest top-level attribute.
+pub const ENGINE_A_MAX: u16 = ENGINE_A_SYN_OPTION_STATUS;
 
 /// Namespace selector nest: u64 netns inode.
 pub const ENGINE_NETNS_SEL_INODE: u16 = 1;
@@ -226,19 +235,22 @@ pub enum EngineCmd {
     SockDump,
     /// 6, do, admin.
     StatsReset,
+    /// 7, do.
+    Info,
     /// Not known to this version.
     Unknown(u8),
 }
 
 impl EngineCmd {
     /// Every known command in number order.
-    pub const ALL: [EngineCmd; 6] = [
+    pub const ALL: [EngineCmd; 7] = [
         EngineCmd::SysctlList,
         EngineCmd::SysctlGet,
         EngineCmd::SysctlSet,
         EngineCmd::NetnsList,
         EngineCmd::SockDump,
         EngineCmd::StatsReset,
+        EngineCmd::Info,
     ];
 
     /// Whether the command is a dump.
@@ -265,6 +277,7 @@ impl From<u8> for EngineCmd {
             ENGINE_CMD_NETNS_LIST => EngineCmd::NetnsList,
             ENGINE_CMD_SOCK_DUMP => EngineCmd::SockDump,
             ENGINE_CMD_STATS_RESET => EngineCmd::StatsReset,
+            ENGINE_CMD_INFO => EngineCmd::Info,
             x => EngineCmd::Unknown(x),
         }
     }
@@ -279,6 +292,7 @@ impl From<EngineCmd> for u8 {
             EngineCmd::NetnsList => ENGINE_CMD_NETNS_LIST,
             EngineCmd::SockDump => ENGINE_CMD_SOCK_DUMP,
             EngineCmd::StatsReset => ENGINE_CMD_STATS_RESET,
+            EngineCmd::Info => ENGINE_CMD_INFO,
             EngineCmd::Unknown(x) => x,
         }
     }
@@ -451,6 +465,12 @@ attr_enum! {
         SockStates(u32) = ENGINE_A_SOCK_STATES => U32,
         /// Statistics reset scope.
         StatsScope(u32) = ENGINE_A_STATS_SCOPE => U32,
+        /// The SMC TCP option program is attached (1) or not (0).
+        SynOption(u8) = ENGINE_A_SYN_OPTION => U8,
+        /// The cgroup it is attached to.
+        SynOptionCgroup(String) = ENGINE_A_SYN_OPTION_CGROUP => Str,
+        /// Why it is or is not in effect.
+        SynOptionStatus(String) = ENGINE_A_SYN_OPTION_STATUS => Str,
     }
 }
 
@@ -1157,6 +1177,23 @@ impl EngineMessage {
             EngineAttr::StatsScope(x) => Some(*x),
             _ => None,
         })
+    }
+
+    /// `INFO` reply: whether the option program is attached, where, and why (or why not).
+    pub fn syn_option(&self) -> Option<(bool, Option<String>, Option<String>)> {
+        let on = self.attrs.iter().find_map(|a| match a {
+            EngineAttr::SynOption(x) => Some(*x != 0),
+            _ => None,
+        })?;
+        let cgroup = self.attrs.iter().find_map(|a| match a {
+            EngineAttr::SynOptionCgroup(x) => Some(x.clone()),
+            _ => None,
+        });
+        let status = self.attrs.iter().find_map(|a| match a {
+            EngineAttr::SynOptionStatus(x) => Some(x.clone()),
+            _ => None,
+        });
+        Some((on, cgroup, status))
     }
 }
 

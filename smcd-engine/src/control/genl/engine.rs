@@ -126,6 +126,13 @@ pub(crate) fn handle(ctx: &mut Ctx<'_>, req: &Request<'_>, out: &mut Out) -> Res
             };
             reset_stats(ctx, ns, scope)?;
         }
+        EngineCmd::Info => {
+            let i = &ctx.daemon.syn_option;
+            let mut attrs = vec![EngineAttr::SynOption(u8::from(i.attached))];
+            attrs.extend(i.cgroup.clone().map(EngineAttr::SynOptionCgroup));
+            attrs.push(EngineAttr::SynOptionStatus(i.status.clone()));
+            out.reply(ENGINE_FAMILY_ID, h, EngineMessage::new(msg.cmd, attrs));
+        }
         EngineCmd::Unknown(_) => return Err(libc::EOPNOTSUPP),
     }
     Ok(())

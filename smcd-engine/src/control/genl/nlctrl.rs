@@ -22,8 +22,8 @@ use smc_proto::netlink::loopback::{
 const GENL_NAMSIZ: usize = 16;
 /// `CTRL_ATTR_MAX` (`CTRL_ATTR_OP`).
 const CTRL_ATTR_MAX: u32 = 10;
-/// The highest `SMCD_LOOPBACK` attribute (`PEER_GID`).
-const LOOPBACK_ATTR_MAX: u32 = 21;
+/// The highest `SMCD_LOOPBACK` attribute (`SYN_OPTION`).
+const LOOPBACK_ATTR_MAX: u32 = 22;
 
 /// nlctrl's operations: only `GETFAMILY` (do and dump).
 pub fn op(cmd: u8) -> Option<Op> {

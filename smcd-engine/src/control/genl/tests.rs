@@ -1127,3 +1127,37 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn info_reports_the_syn_option_path() {
+    use crate::control::daemon::SynOptionInfo;
+    use smc_proto::netlink::engine::EngineCmd;
+    let mut d = daemon();
+    let ask = |d: &mut Daemon| {
+        let r = doit(
+            d,
+            &nobody(),
+            ENGINE_FAMILY_ID,
+            EngineMessage::new(EngineCmd::Info, vec![]),
+        );
+        assert_eq!(r.end, ACK);
+        assert_eq!(r.payloads.len(), 1);
+        r.payloads[0].syn_option().expect("SYN_OPTION")
+    };
+    assert_eq!(ask(&mut d), (false, None, Some("not loaded".into())));
+    d.syn_option = SynOptionInfo {
+        attached: true,
+        cgroup: Some("/sys/fs/cgroup".into()),
+        status: "BPF sock_ops program attached".into(),
+    };
+    assert_eq!(
+        ask(&mut d),
+        (
+            true,
+            Some("/sys/fs/cgroup".into()),
+            Some("BPF sock_ops program attached".into())
+        )
+    );
+    // HELLO without an attached program hands out the two pages only.
+    assert!(!d.device.syn_option());
+}
