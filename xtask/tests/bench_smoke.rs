@@ -3,6 +3,9 @@
 //! client at two sizes three times each, and writes JSON with a median for every point.
 //! Checks structure and data integrity only, never timing.
 
+mod common;
+use common::processes_with_env;
+
 use std::process::{Command, Stdio};
 
 #[test]
@@ -57,20 +60,4 @@ fn bench_bw_smoke_writes_complete_json_and_leaves_nothing_running() {
     let left = processes_with_env(&format!("smc-bench-{bench_pid}-"));
     assert!(left.is_empty(), "left running: {left:?}");
     let _ = std::fs::remove_dir_all(&out);
-}
-
-/// Pids of live processes whose environment contains `needle`.
-fn processes_with_env(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Ok(env) = std::fs::read(e.path().join("environ"))
-            && String::from_utf8_lossy(&env).contains(needle)
-        {
-            found.push(pid);
-        }
-    }
-    found
 }

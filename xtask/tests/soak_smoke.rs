@@ -9,6 +9,9 @@
 //! is the soak's own (a dump within 1 s), which holds by a wide margin at this scale, also in
 //! debug beside two CPU hogs.
 
+mod common;
+use common::processes_with_env;
+
 use std::process::{Command, Stdio};
 
 #[test]
@@ -88,20 +91,4 @@ fn soak_quick_holds_and_reports_every_phase() {
     let left = processes_with_env(&format!("smc-soak-{soak_pid}-"));
     assert!(left.is_empty(), "left running: {left:?}");
     let _ = std::fs::remove_dir_all(&out);
-}
-
-/// Pids of live processes whose environment contains `needle`.
-fn processes_with_env(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Ok(env) = std::fs::read(e.path().join("environ"))
-            && String::from_utf8_lossy(&env).contains(needle)
-        {
-            found.push(pid);
-        }
-    }
-    found
 }

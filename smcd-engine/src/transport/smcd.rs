@@ -193,11 +193,6 @@ impl Bells {
         st.live.remove(&id);
         st.bells.remove(&id);
     }
-
-    /// Bells kept for connections that have not asked yet.
-    pub fn stashed(&self) -> usize {
-        lock(&self.stash).bells.len()
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

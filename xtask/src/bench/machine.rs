@@ -90,6 +90,14 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// Where the client and the server run: the first two allowed CPUs, or anywhere with fewer.
+pub fn client_server_cpus() -> (Option<usize>, Option<usize>) {
+    match allowed_cpus()[..] {
+        [c, s, ..] => (Some(c), Some(s)),
+        _ => (None, None),
+    }
+}
+
 /// How many sockets are in TIME_WAIT on a local port of the ephemeral range, and the size of
 /// that range (from /proc/net/tcp{,6} and ip_local_port_range).
 pub fn ephemeral_time_wait() -> Option<(usize, usize)> {

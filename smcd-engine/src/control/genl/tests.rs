@@ -586,6 +586,36 @@ fn engine(d: &mut Daemon) -> Arc<StatusArea> {
     area
 }
 
+/// `n` live sockets in `area`, inodes `0..n`, each bound to `127.0.0.1` ports 1 and 2.
+fn live_sockets(area: &Arc<StatusArea>, n: u64) -> Vec<crate::layout::status::ConnSlot> {
+    (0..n)
+        .map(|i| {
+            let c = area.conn_slot();
+            c.publish(&ConnIdentity {
+                state: 1,
+                mode: 2,
+                inode: i,
+                local: Some("127.0.0.1:1".parse().unwrap()),
+                peer: Some("127.0.0.1:2".parse().unwrap()),
+                ..ConnIdentity::default()
+            });
+            c
+        })
+        .collect()
+}
+
+/// One `SOCK_DUMP` request of the engine family, as a record.
+fn sock_dump_request() -> Vec<u8> {
+    framing::to_bytes(&framing::message(
+        ENGINE_FAMILY_ID,
+        EngineMessage::sock_dump(None, None),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        1,
+        0,
+    ))
+    .unwrap()
+}
+
 #[test]
 fn live_state_from_status_areas() {
     let mut d = daemon();
@@ -782,28 +812,8 @@ fn live_state_from_status_areas() {
 fn big_dumps_are_split_into_records() {
     let mut d = daemon();
     let area = engine(&mut d);
-    let slots: Vec<_> = (0..2000)
-        .map(|i| {
-            let c = area.conn_slot();
-            c.publish(&ConnIdentity {
-                state: 1,
-                mode: 2,
-                inode: i,
-                local: Some("127.0.0.1:1".parse().unwrap()),
-                peer: Some("127.0.0.1:2".parse().unwrap()),
-                ..ConnIdentity::default()
-            });
-            c
-        })
-        .collect();
-    let bytes = framing::to_bytes(&framing::message(
-        ENGINE_FAMILY_ID,
-        EngineMessage::sock_dump(None, None),
-        NLM_F_REQUEST | NLM_F_DUMP,
-        1,
-        0,
-    ))
-    .unwrap();
+    let slots = live_sockets(&area, 2000);
+    let bytes = sock_dump_request();
     let records = handle(&mut d, &nobody(), &bytes);
     assert!(records.len() > 1);
     let b = parse::<EngineMessage>(&messages(records));
@@ -819,20 +829,7 @@ fn big_dumps_are_split_into_records() {
 fn dumps_go_in_pages_and_keep_their_place() {
     let mut d = daemon();
     let area = engine(&mut d);
-    let slots: Vec<_> = (0..3000)
-        .map(|i| {
-            let c = area.conn_slot();
-            c.publish(&ConnIdentity {
-                state: 1,
-                mode: 2,
-                inode: i,
-                local: Some("127.0.0.1:1".parse().unwrap()),
-                peer: Some("127.0.0.1:2".parse().unwrap()),
-                ..ConnIdentity::default()
-            });
-            c
-        })
-        .collect();
+    let slots = live_sockets(&area, 3000);
     let groups: Vec<_> = (0..3000u32)
         .map(|i| {
             let g = area.lgr_slot();
@@ -843,14 +840,7 @@ fn dumps_go_in_pages_and_keep_their_place() {
             g
         })
         .collect();
-    let mut record = framing::to_bytes(&framing::message(
-        ENGINE_FAMILY_ID,
-        EngineMessage::sock_dump(None, None),
-        NLM_F_REQUEST | NLM_F_DUMP,
-        1,
-        0,
-    ))
-    .unwrap();
+    let mut record = sock_dump_request();
     // A second request in the same record: answered once the dump is done.
     record.extend(raw_request(
         SMC_FAMILY_ID,
@@ -939,26 +929,8 @@ fn steps_over_freed_slots_send_no_empty_page() {
 fn engines_that_come_during_a_dump_are_listed() {
     let mut d = daemon();
     let area = engine(&mut d);
-    let slots: Vec<_> = (0..2000)
-        .map(|i| {
-            let c = area.conn_slot();
-            c.publish(&ConnIdentity {
-                state: 1,
-                mode: 2,
-                inode: i,
-                ..ConnIdentity::default()
-            });
-            c
-        })
-        .collect();
-    let req = framing::to_bytes(&framing::message(
-        ENGINE_FAMILY_ID,
-        EngineMessage::sock_dump(None, None),
-        NLM_F_REQUEST | NLM_F_DUMP,
-        1,
-        0,
-    ))
-    .unwrap();
+    let slots = live_sockets(&area, 2000);
+    let req = sock_dump_request();
     let c = nobody();
     let job = start(&mut d, &c, &req).job.unwrap();
     let (mut records, next) = job.step(&mut d, &c);

@@ -227,12 +227,7 @@ pub fn run(args: SoakArgs) -> anyhow::Result<bool> {
     }
 
     let machine = machine::Machine::detect();
-    let cpus = machine::allowed_cpus();
-    let (client_cpu, server_cpu) = if cpus.len() >= 2 {
-        (Some(cpus[0]), Some(cpus[1]))
-    } else {
-        (None, None)
-    };
+    let (client_cpu, server_cpu) = machine::client_server_cpus();
     let started = machine::now_iso();
     let load_start = machine::load_average();
     let stamp = machine::now_stamp();
