@@ -761,6 +761,62 @@ impl ServerRun {
         }
     }
 
+    /// Does the work [`ServerStep::Work`] asked for if nothing in it can wait: a slot in a
+    /// ready link group and a DMB from its pool, or the client's DMB attached already (it
+    /// reuses one). Returns `false`, with the work still due, where [`Self::work`] is needed
+    /// (a first contact, a DMB or attachment to ask smcd for, a group still being set up):
+    /// a thread that must not block (an event loop's `accept`, the listener's reactor) runs
+    /// this, and hands the rest to a worker.
+    pub fn work_now(&mut self) -> bool {
+        match self.work.take() {
+            Some(ServerEvent::NeedBuffers(info)) => {
+                let r = if Instant::now() >= self.started + SERVE_WITHIN {
+                    Err(ReasonCode::INTERR)
+                } else {
+                    match self.prepare_now(&info) {
+                        Some(b) => Ok(b),
+                        None => {
+                            self.work = Some(ServerEvent::NeedBuffers(info));
+                            return false;
+                        }
+                    }
+                };
+                let hs = self.hs.as_mut().expect("running");
+                if let Some(ev) = hs.buffers(r, core_now()) {
+                    self.on_event(ev);
+                }
+                true
+            }
+            Some(ServerEvent::NeedAttach(ci)) => {
+                let ok = match self.held.as_mut() {
+                    None => false,
+                    Some(held) => match held.lgr.attached(ci.token) {
+                        None => {
+                            self.work = Some(ServerEvent::NeedAttach(ci));
+                            return false;
+                        }
+                        Some(peer) if peer.map.dmb_len() != ci.dmb_len => {
+                            held.lgr.detach(ci.token);
+                            false
+                        }
+                        Some(peer) => {
+                            held.peer = Some((peer, true));
+                            true
+                        }
+                    },
+                };
+                let ev = self.hs.as_mut().expect("running").attached(ok);
+                self.on_event(ev);
+                true
+            }
+            Some(other) => {
+                self.on_event(other);
+                true
+            }
+            None => true,
+        }
+    }
+
     fn on_event(&mut self, ev: ServerEvent) {
         match ev {
             ServerEvent::NeedBuffers(_) | ServerEvent::NeedAttach(_) => {
@@ -862,6 +918,36 @@ impl ServerRun {
         };
         self.held = Some(held);
         Ok((buf, first_contact))
+    }
+
+    /// [`Self::prepare`] where nothing waits: a ready group with room and a pooled DMB, or
+    /// `None` (nothing taken).
+    fn prepare_now(&mut self, info: &ProposalInfo) -> Option<(LocalBuffer, bool)> {
+        let e = &self.engine;
+        let max_conns = self.settings.max_conns_per_lgr.clamp(16, 255);
+        let lgr = e
+            .lgrs
+            .join_server_now(info.peer_gid, self.dev.gid(), max_conns)?;
+        let Some(own) = lgr.pooled_dmb(self.dev.as_ref(), self.settings.dmb_len()) else {
+            e.lgrs.release(&lgr);
+            return None;
+        };
+        self.eid = Some(info.eid);
+        let own_id = stamp(&own);
+        let buf = LocalBuffer {
+            token: own.token,
+            len: own.map.dmb_len(),
+            lgr_id: lgr.id,
+        };
+        self.held = Some(Held {
+            lgr,
+            first_contact: false,
+            own,
+            own_reused: true,
+            own_id,
+            peer: None,
+        });
+        Some((buf, false))
     }
 
     fn attach(&mut self, ci: &ConfirmInfo) -> bool {

@@ -127,6 +127,28 @@ impl LinkGroup {
     /// peer has closed, or a new registration. The header is reset. The flag says it was
     /// reused.
     pub fn get_dmb(&self, dev: &dyn BufferProvider, len: usize) -> io::Result<(Arc<Dmb>, bool)> {
+        if let Some(d) = self.pooled_dmb(dev, len) {
+            return Ok((d, true));
+        }
+        // The group's first DMB carries the peer's end of the bell channel.
+        let handover = lock(&self.handover).take();
+        let d = match dev.register_dmb(len, self.peer_gid, handover.as_ref().map(AsFd::as_fd)) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                if handover.is_some() {
+                    *lock(&self.handover) = handover;
+                }
+                return Err(e);
+            }
+        };
+        lock(&self.pool).dmb_bytes += len;
+        Ok((d, false))
+    }
+
+    /// A freed DMB of `len` bytes from the group's pool, reset for its next connection; `None`
+    /// if there is none (then only [`Self::get_dmb`] has one, by asking the device). Never
+    /// waits: a DMB the pool has to give up over its bound leaves with a notice to the device.
+    pub fn pooled_dmb(&self, dev: &dyn BufferProvider, len: usize) -> Option<Arc<Dmb>> {
         let mut evict = Vec::new();
         let reused = {
             let mut p = lock(&self.pool);
@@ -154,24 +176,10 @@ impl LinkGroup {
         for t in evict {
             dev.unregister_dmb(t);
         }
-        if let Some(d) = reused {
-            self.idle.fetch_sub(len, Ordering::Relaxed);
-            d.map.reset();
-            return Ok((d, true));
-        }
-        // The group's first DMB carries the peer's end of the bell channel.
-        let handover = lock(&self.handover).take();
-        let d = match dev.register_dmb(len, self.peer_gid, handover.as_ref().map(AsFd::as_fd)) {
-            Ok(d) => Arc::new(d),
-            Err(e) => {
-                if handover.is_some() {
-                    *lock(&self.handover) = handover;
-                }
-                return Err(e);
-            }
-        };
-        lock(&self.pool).dmb_bytes += len;
-        Ok((d, false))
+        let d = reused?;
+        self.idle.fetch_sub(len, Ordering::Relaxed);
+        d.map.reset();
+        Some(d)
     }
 
     /// Installs the group's bell channel and has the housekeeping thread drain it.
@@ -190,8 +198,8 @@ impl LinkGroup {
     /// The peer's DMB `token`, attached once and kept for reuse; the flag says it was
     /// already attached.
     pub fn attach(&self, dev: &dyn BufferProvider, token: u64) -> io::Result<(Arc<Dmb>, bool)> {
-        if let Some(d) = lock(&self.pool).attached.get(&token) {
-            return Ok((Arc::clone(d), true));
+        if let Some(d) = self.attached(token) {
+            return Ok((d, true));
         }
         let (d, chan) = dev.attach_dmb(token)?;
         if let Some(fd) = chan {
@@ -222,6 +230,11 @@ impl LinkGroup {
         } else {
             p.draining.push(dmb);
         }
+    }
+
+    /// The peer's DMB `token` if it is attached already (a DMB the peer reuses); never waits.
+    pub fn attached(&self, token: u64) -> Option<Arc<Dmb>> {
+        lock(&self.pool).attached.get(&token).cloned()
     }
 
     /// Forgets a cached attachment (the peer's DMB turned out bad).
@@ -373,6 +386,24 @@ impl LgrTable {
                 }
                 Join::New => return None,
             }
+        }
+    }
+
+    /// [`Self::join_server`] without waiting: a slot in a ready group below `max_conns`, or
+    /// `None` (no such group now: the caller goes the way that may wait or make one).
+    pub fn join_server_now(
+        &self,
+        peer: Gid,
+        local: Gid,
+        max_conns: u32,
+    ) -> Option<Arc<LinkGroup>> {
+        let id = lock(&self.book).join_existing((peer, local), Role::Server, max_conns)?;
+        match self.group(id) {
+            Some(g) => {
+                self.publish(&g);
+                Some(g)
+            }
+            None => None,
         }
     }
 

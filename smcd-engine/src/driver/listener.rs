@@ -69,6 +69,10 @@ const MAX_INTENTS: usize = 65536;
 /// the four workers the bottleneck (crr fell from 3,674 to 1,469 conn/s).
 const WORKER_LINGER: Duration = Duration::from_millis(2);
 
+/// Most a blocking `accept` waits in all for one handshake's messages before the reactor
+/// takes it ([`ListenerCore::drive`]): the Proposal and the Confirm, a linger each.
+const ACCEPT_LINGER: Duration = Duration::from_millis(4);
+
 /// Whether the handshake's socket becomes readable within `t`.
 fn readable_within(hs: &Hs, t: Duration) -> bool {
     use rustix::event::{PollFd, PollFlags, poll};
@@ -136,6 +140,22 @@ impl Hs {
         match &mut self.run {
             Run::Smc(r) => r.step(),
             Run::Decline(r) => r.step(),
+        }
+    }
+
+    /// The due work if nothing in it waits ([`ServerRun::work_now`]).
+    fn work_now(&mut self) -> bool {
+        match &mut self.run {
+            Run::Smc(r) => r.work_now(),
+            Run::Decline(_) => true,
+        }
+    }
+
+    /// Whether it waits for the peer's bytes (not for room to write).
+    fn waits_to_read(&self) -> bool {
+        match &self.run {
+            Run::Smc(r) => r.interest() == PollFlags::IN,
+            Run::Decline(_) => false,
         }
     }
 
@@ -477,7 +497,7 @@ impl ListenerCore {
                     Ok(fd) => {
                         let sock = TcpStream::from(fd);
                         let Ok(peer) = sock.peer_addr() else { continue };
-                        if let Some(a) = self.sort(sock, peer) {
+                        if let Some(a) = self.sort(sock, peer, false) {
                             let mut st = lock(&self.state);
                             st.ready.push_back(a);
                             self.bell.ring();
@@ -593,8 +613,11 @@ impl ListenerCore {
         }
     }
 
-    /// Sorts one accepted TCP connection: plain now, or a handshake job.
-    fn sort(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr) -> Option<Accepted> {
+    /// Sorts one accepted TCP connection: plain now, or a handshake, which runs here as far as
+    /// it can without waiting (or, with `linger`, waiting briefly for the client's next
+    /// message: see [`Self::drive`]). Returns the connection if it is done: plain, or its
+    /// handshake ended here.
+    fn sort(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, linger: bool) -> Option<Accepted> {
         // smcd wrote the intent before it answered the client, and the client connected only
         // after that answer: if there is one, it is in our socket buffer now.
         self.drain_intents();
@@ -619,10 +642,7 @@ impl ListenerCore {
             None => None,
         };
         match gid {
-            Some(gid) => {
-                self.start_handshake(sock, peer, gid);
-                None
-            }
+            Some(gid) => self.start_handshake(sock, peer, gid, linger),
             None => {
                 let status = self.engine.status();
                 status.add(st::T_SRV_FBACK + st::fback_index(ReasonCode::PEERNOSMC), 1);
@@ -635,9 +655,15 @@ impl ListenerCore {
     }
 
     /// Starts the handshake of an announced client (by smcd with its GID, or by the SMC option
-    /// with `None`): into the reactor, which waits for its Proposal. Nothing here blocks (the
-    /// accept path runs it).
-    fn start_handshake(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, gid: Option<Gid>) {
+    /// with `None`) and drives it here as far as it goes ([`Self::drive`]). Nothing here
+    /// blocks beyond `linger`'s bound (the accept path runs it).
+    fn start_handshake(
+        self: &Arc<Self>,
+        sock: TcpStream,
+        peer: SocketAddr,
+        gid: Option<Gid>,
+        linger: bool,
+    ) -> Option<Accepted> {
         let accepted = Instant::now();
         // The socket stays blocking (as the outcome's must be): the handshake's reads and
         // writes pass MSG_DONTWAIT.
@@ -658,18 +684,70 @@ impl ListenerCore {
             st.in_progress += 1;
             self.publish_load(&st);
         }
-        // The Proposal is usually there already (the client sends it as soon as it is
-        // connected): a step here, which never blocks, spares it the trip through the reactor.
-        let mut hs = Hs { run, peer };
-        match hs.step() {
-            Ok(ServerStep::Wait) => self.to_reactor(hs),
-            Ok(ServerStep::Work) => self.submit(hs),
-            Ok(ServerStep::Done(o)) => self.finish(peer, Ok(o)),
-            Err(e) => {
-                drop(hs);
-                self.finish(peer, Err(e));
+        self.drive(Hs { run, peer }, linger)
+    }
+
+    /// Runs a handshake on the accepting thread as far as it goes without a hand-over: its
+    /// steps, and its work where nothing in it waits ([`ServerRun::work_now`]: a ready group
+    /// with a pooled DMB, an attached client DMB). In the steady state that is the whole
+    /// handshake, and the connection comes back to the caller with no other thread woken;
+    /// what would wait goes to a worker, what waits for bytes to the reactor.
+    ///
+    /// With `linger` (a blocking `accept`), a handshake that waits for the client's next
+    /// message waits here for it, at most [`WORKER_LINGER`] per wait and [`ACCEPT_LINGER`] in
+    /// all, and only while nothing else needs this thread: with no other thread in `accept`,
+    /// a new connection in the kernel's queue or a finished handshake ends the wait at once,
+    /// so a client that does not answer delays nobody (it goes to the reactor). A client
+    /// answers in a round trip, and the hand-overs it saves (reactor, worker, the `accept`
+    /// waiter woken for the result) cost more than that.
+    fn drive(self: &Arc<Self>, mut hs: Hs, linger: bool) -> Option<Accepted> {
+        let until = Instant::now() + ACCEPT_LINGER;
+        loop {
+            match hs.step() {
+                Ok(ServerStep::Work) => {
+                    if !hs.work_now() {
+                        self.submit(hs);
+                        return None;
+                    }
+                }
+                Ok(ServerStep::Wait) => {
+                    if !(linger && hs.waits_to_read() && self.linger(&hs, until)) {
+                        self.to_reactor(hs);
+                        return None;
+                    }
+                }
+                Ok(ServerStep::Done(o)) => return self.finished(hs.peer, Ok(o)),
+                Err(e) => {
+                    let peer = hs.peer;
+                    drop(hs);
+                    return self.finished(peer, Err(e));
+                }
             }
         }
+    }
+
+    /// Waits until `hs`'s socket is readable, at most [`WORKER_LINGER`] and not past `until`;
+    /// with no other thread in `accept`, a new connection or a finished handshake ends the
+    /// wait too. Returns whether the socket is readable.
+    fn linger(&self, hs: &Hs, until: Instant) -> bool {
+        let left = until.saturating_duration_since(Instant::now()).min(WORKER_LINGER);
+        let Some(fd) = hs.fd() else { return false };
+        if left.is_zero() || self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        let ts = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: left.as_nanos() as i64,
+        };
+        let alone = self.waiters.load(Ordering::Acquire) == 0;
+        let mut fds = vec![PollFd::new(&fd, PollFlags::IN), PollFd::new(&self.stop, PollFlags::IN)];
+        if alone {
+            fds.push(PollFd::new(&self.tcp, PollFlags::IN));
+            fds.push(PollFd::new(&self.bell, PollFlags::IN));
+        }
+        matches!(rustix::event::poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+            && !fds[0].revents().is_empty()
+            && fds[1..].iter().all(|f| f.revents().is_empty())
     }
 
     /// Hands a handshake to the reactor (starting it with the first one).
@@ -840,6 +918,12 @@ impl ListenerCore {
                 let e = io::Error::new(io::ErrorKind::TimedOut, "CLC handshake timed out");
                 self.finish(peer, Err(e));
             }
+            Ok(ServerStep::Work) if hs.work_now() => {
+                // Done here (nothing in it waited): on with the next step.
+                timers.insert((at, id));
+                table.insert(id, (hs, at));
+                self.advance(ep, table, timers, id, expired);
+            }
             Ok(ServerStep::Work) => {
                 if let Some(fd) = hs.fd() {
                     let _ = rustix::event::epoll::delete(ep, fd);
@@ -973,6 +1057,40 @@ impl ListenerCore {
 
     /// A handshake ended: counted, and its connection queued for `accept`.
     fn finish(&self, peer: SocketAddr, result: io::Result<Outcome>) {
+        let accepted = self.count(peer, result);
+        let mut st = lock(&self.state);
+        st.in_progress -= 1;
+        if let Some(a) = accepted
+            && !self.closed.load(Ordering::Acquire)
+        {
+            st.ready.push_back(a);
+            self.bell.ring();
+        }
+        self.publish_load(&st);
+        drop(st);
+        self.room_again();
+    }
+
+    /// A handshake ended on the thread that takes its connection: counted, and returned.
+    fn finished(&self, peer: SocketAddr, result: io::Result<Outcome>) -> Option<Accepted> {
+        let accepted = self.count(peer, result);
+        let mut st = lock(&self.state);
+        st.in_progress -= 1;
+        self.publish_load(&st);
+        drop(st);
+        self.room_again();
+        accepted
+    }
+
+    /// Room in the backlog again: the acceptor may take connections, if it waits for that.
+    fn room_again(&self) {
+        if self.wants_room.swap(false, Ordering::SeqCst) {
+            self.kick.ring();
+        }
+    }
+
+    /// Counts a handshake's end; the connection, if it has one.
+    fn count(&self, peer: SocketAddr, result: io::Result<Outcome>) -> Option<Accepted> {
         let status = self.engine.status();
         let accepted = match result {
             Ok(outcome) => {
@@ -991,20 +1109,7 @@ impl ListenerCore {
                 None
             }
         };
-        let mut st = lock(&self.state);
-        st.in_progress -= 1;
-        if let Some(a) = accepted
-            && !self.closed.load(Ordering::Acquire)
-        {
-            st.ready.push_back(a);
-            self.bell.ring();
-        }
-        self.publish_load(&st);
-        drop(st);
-        // Room in the backlog again: the acceptor may take connections, if it waits for that.
-        if self.wants_room.swap(false, Ordering::SeqCst) {
-            self.kick.ring();
-        }
+        accepted
     }
 
     /// Takes the next connection: a finished handshake, or a new TCP connection (plain ones
@@ -1033,7 +1138,8 @@ impl ListenerCore {
                     Ok(fd) => {
                         let sock = TcpStream::from(fd);
                         let peer = sock.peer_addr()?;
-                        if let Some(a) = self.sort(sock, peer) {
+                        let linger = !self.nonblocking.load(Ordering::Relaxed);
+                        if let Some(a) = self.sort(sock, peer, linger) {
                             return Ok(a);
                         }
                         continue;
