@@ -338,3 +338,48 @@ fn link_group_ids_do_not_repeat_after_256_groups() {
     }
     drop(accepted);
 }
+
+/// A connection that ends in an abort of its own ends alone: here its TCP connection goes
+/// away under it without an SMC close (the server sees the end of the stream and aborts, as
+/// the kernel does). The link group stays, and the next connections join it: the kernel's
+/// `smc_conn_kill` leaves the group to its other connections, and only a peer that breaks the
+/// protocol (or one smcd reports gone) ends a group. Before, every local abort killed the
+/// group: at 512 concurrent crr connections that made a new group, with its first contact
+/// and fresh DMBs, every few hundred connections.
+#[test]
+fn an_aborted_connection_leaves_its_link_group_alone() {
+    let smcd = Smcd::start(BINS);
+    let (srv, cli) = (smcd.engine(), smcd.engine());
+    let l = smcd_engine::SmcListener::bind_with(&srv, "127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let a = SmcStream::connect_with(&cli, addr).unwrap();
+    let (sa, _) = l.accept().unwrap();
+    let b = SmcStream::connect_with(&cli, addr).unwrap();
+    let (sb, _) = l.accept().unwrap();
+    let server_group = sa.smc_conn().expect("SMC-D").info.lgr_id;
+    assert_eq!(sb.smc_conn().expect("SMC-D").info.lgr_id, server_group);
+    // a's TCP connection ends without an SMC close: the server's read fails (reset).
+    rustix::net::shutdown(a.smc_conn().unwrap().clcsock(), rustix::net::Shutdown::Both).unwrap();
+    let mut buf = [0u8; 16];
+    let e = (&sa).read(&mut buf).unwrap_err();
+    assert!(SmcStream::is_reset(&e), "{e}");
+    assert!(sa.smc_conn().unwrap().is_aborted());
+    drop(sa);
+    drop(a);
+    // b goes on, and a new connection joins the same group.
+    (&b).write_all(b"ping").unwrap();
+    let mut got = [0u8; 4];
+    (&sb).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ping");
+    let c = SmcStream::connect_with(&cli, addr).unwrap();
+    let (sc, _) = l.accept().unwrap();
+    assert!(c.is_smc());
+    assert_eq!(sc.smc_conn().expect("SMC-D").info.lgr_id, server_group);
+    assert_eq!(
+        c.smc_conn().unwrap().info.lgr_id,
+        b.smc_conn().unwrap().info.lgr_id
+    );
+    (&c).write_all(b"pong").unwrap();
+    (&sc).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"pong");
+}

@@ -101,8 +101,12 @@ impl Drop for Inner {
                 );
             }
             if aborted {
-                // The peer wrote garbage or vanished: nothing of it is to be trusted again.
+                // The peer's DMB may still hold this connection's words: not reused for the
+                // next connection (ours is unregistered above for the same reason).
                 lgr.detach(conn.info.peer_token);
+            }
+            if conn.is_poisoned() {
+                // The peer wrote garbage: nothing of it is to be trusted again.
                 self.engine.lgrs.kill(lgr);
             }
             self.engine.lgrs.release(lgr);

@@ -391,12 +391,7 @@ impl LgrTable {
 
     /// [`Self::join_server`] without waiting: a slot in a ready group below `max_conns`, or
     /// `None` (no such group now: the caller goes the way that may wait or make one).
-    pub fn join_server_now(
-        &self,
-        peer: Gid,
-        local: Gid,
-        max_conns: u32,
-    ) -> Option<Arc<LinkGroup>> {
+    pub fn join_server_now(&self, peer: Gid, local: Gid, max_conns: u32) -> Option<Arc<LinkGroup>> {
         let id = lock(&self.book).join_existing((peer, local), Role::Server, max_conns)?;
         match self.group(id) {
             Some(g) => {

@@ -730,7 +730,9 @@ impl ListenerCore {
     /// with no other thread in `accept`, a new connection or a finished handshake ends the
     /// wait too. Returns whether the socket is readable.
     fn linger(&self, hs: &Hs, until: Instant) -> bool {
-        let left = until.saturating_duration_since(Instant::now()).min(WORKER_LINGER);
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .min(WORKER_LINGER);
         let Some(fd) = hs.fd() else { return false };
         if left.is_zero() || self.closed.load(Ordering::Acquire) {
             return false;
@@ -740,7 +742,10 @@ impl ListenerCore {
             tv_nsec: left.as_nanos() as i64,
         };
         let alone = self.waiters.load(Ordering::Acquire) == 0;
-        let mut fds = vec![PollFd::new(&fd, PollFlags::IN), PollFd::new(&self.stop, PollFlags::IN)];
+        let mut fds = vec![
+            PollFd::new(&fd, PollFlags::IN),
+            PollFd::new(&self.stop, PollFlags::IN),
+        ];
         if alone {
             fds.push(PollFd::new(&self.tcp, PollFlags::IN));
             fds.push(PollFd::new(&self.bell, PollFlags::IN));

@@ -41,6 +41,7 @@ impl<T: Transport> SmcConn<T> {
                 }
                 Err(v) => {
                     tracing::warn!(lgr = self.info.lgr_id, "SMC peer protocol violation: {v}");
+                    self.poison();
                     let eff = st.core.abort(AbortKind::Aborted);
                     self.apply(st, eff);
                     return Err(io::Error::new(
@@ -140,6 +141,7 @@ impl<T: Transport> SmcConn<T> {
     #[cold]
     pub(super) fn link_failed(&self, st: &mut State, what: &str, e: &io::Error) {
         tracing::warn!("{what} failed: {e}");
+        self.poison();
         let a = st.core.abort(AbortKind::Aborted);
         self.apply(st, a);
     }

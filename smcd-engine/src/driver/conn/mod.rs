@@ -192,6 +192,9 @@ pub struct SmcConn<T: Transport> {
     st: Mutex<State>,
     /// Set once the connection is over (aborted or closed): waits end.
     over: AtomicBool,
+    /// The peer broke the protocol in shared memory, or writing into its DMB failed: what
+    /// it shares with us is not to be trusted again (see [`SmcConn::is_poisoned`]).
+    poisoned: AtomicBool,
     nonblocking: AtomicBool,
     nodelay: AtomicBool,
     /// Timeouts in nanoseconds, 0 = none.
@@ -257,6 +260,7 @@ impl<T: Transport> SmcConn<T> {
                 rx_full: false,
             }),
             over: AtomicBool::new(false),
+            poisoned: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
             nodelay: AtomicBool::new(false),
             read_timeout: AtomicU64::new(0),
@@ -295,6 +299,20 @@ impl<T: Transport> SmcConn<T> {
     /// vanished: its buffers and link group are not to be trusted again.
     pub fn is_aborted(&self) -> bool {
         self.lock().core.aborted_locally()
+    }
+
+    /// Whether the connection ended because the peer wrote what the protocol forbids (an
+    /// invalid CDC) or its DMB could not be written. Only then is the link group given up:
+    /// an abort for any other reason (a reset, a vanished TCP connection, a close with data
+    /// unread) ends this connection alone, as in the kernel, whose `smc_conn_kill` leaves
+    /// the group to its other connections.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Marks the connection as ended by the peer's fault or the link's ([`Self::is_poisoned`]).
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
     }
 
     /// Wake-ups that found nothing changed so far.
