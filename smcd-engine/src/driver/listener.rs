@@ -1097,7 +1097,7 @@ impl ListenerCore {
     /// Counts a handshake's end; the connection, if it has one.
     fn count(&self, peer: SocketAddr, result: io::Result<Outcome>) -> Option<Accepted> {
         let status = self.engine.status();
-        let accepted = match result {
+        match result {
             Ok(outcome) => {
                 match &outcome {
                     Outcome::Smc { .. } => status.add(st::T_SRV_V2_SUCC, 1),
@@ -1113,8 +1113,7 @@ impl ListenerCore {
                 status.add(st::T_SRV_HS_ERR, 1);
                 None
             }
-        };
-        accepted
+        }
     }
 
     /// Takes the next connection: a finished handshake, or a new TCP connection (plain ones
