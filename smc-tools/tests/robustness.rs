@@ -383,3 +383,52 @@ fn an_aborted_connection_leaves_its_link_group_alone() {
     (&sc).read_exact(&mut got).unwrap();
     assert_eq!(&got, b"pong");
 }
+
+/// A closed connection whose buffers went back to the link group touches them no more, even
+/// while something still holds it (the liveness watcher does, when the TCP connection ends
+/// just then). Before, such a holder read the next connection's CDCs in the reused DMB as
+/// its own, took them for a protocol violation and wrote an abort into the peer's DMB, which
+/// the peer had reused too: crr at 512 connections broke a correct connection about once a
+/// second that way.
+#[test]
+fn a_closed_connection_leaves_its_reused_buffers_alone() {
+    let smcd = Smcd::start(BINS);
+    let (srv, cli) = (smcd.engine(), smcd.engine());
+    let l = smcd_engine::SmcListener::bind_with(&srv, "127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let a = SmcStream::connect_with(&cli, addr).unwrap();
+    let (sa, _) = l.accept().unwrap();
+    let old = a.smc_conn_handle().expect("SMC-D");
+    let (a_token, a_peer) = (old.info.local_token, old.info.peer_token);
+    // Both close (the server first, as in crr): both DMBs are free for reuse at once.
+    drop(sa);
+    let mut buf = [0u8; 16];
+    assert_eq!((&a).read(&mut buf).unwrap(), 0);
+    drop(a);
+    let b = SmcStream::connect_with(&cli, addr).unwrap();
+    let (sb, _) = l.accept().unwrap();
+    let ib = b.smc_conn().expect("SMC-D");
+    assert_eq!(ib.info.local_token, a_token, "the client reused a's DMB");
+    assert_eq!(ib.info.peer_token, a_peer, "the server reused its DMB of a");
+    (&sb).write_all(b"for b").unwrap();
+    (&b).write_all(b"from b").unwrap();
+    assert!(eventually(Duration::from_secs(2), || ib
+        .available()
+        .is_ok_and(|n| n == 5)));
+    // The old connection, still held, is asked to look at its (reused) buffers.
+    assert_eq!(old.available().unwrap_or(0), 0);
+    assert!(
+        !old.is_poisoned(),
+        "b's words are not a's protocol violation"
+    );
+    drop(old);
+    // b is intact on both ends.
+    let mut got = [0u8; 6];
+    (&b).read_exact(&mut got[..5]).unwrap();
+    assert_eq!(&got[..5], b"for b");
+    (&sb).read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"from b");
+    (&b).write_all(b"more").unwrap();
+    (&sb).read_exact(&mut got[..4]).unwrap();
+    assert_eq!(&got[..4], b"more");
+}

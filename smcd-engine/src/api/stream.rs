@@ -92,6 +92,8 @@ impl Drop for Inner {
         if let Kind::Smc { conn, lgr } = &self.kind {
             let reusable = conn.close_now() && conn.link().peer_closed();
             let aborted = conn.is_aborted();
+            let poisoned = conn.is_poisoned();
+            conn.retire();
             if let Some(a) = self.engine.attached_now() {
                 lgr.put_dmb(
                     a.ism.as_ref(),
@@ -105,7 +107,7 @@ impl Drop for Inner {
                 // next connection (ours is unregistered above for the same reason).
                 lgr.detach(conn.info.peer_token);
             }
-            if conn.is_poisoned() {
+            if poisoned {
                 // The peer wrote garbage: nothing of it is to be trusted again.
                 self.engine.lgrs.kill(lgr);
             }
@@ -255,6 +257,16 @@ impl SmcStream {
     pub fn smc_conn(&self) -> Option<&SmcConn<SmcdLink>> {
         match &self.inner.kind {
             Kind::Smc { conn, .. } => Some(conn),
+            Kind::Tcp { .. } => None,
+        }
+    }
+
+    /// The SMC-D connection itself, kept alive past the stream as the liveness watcher may
+    /// keep it (for tests of what such a holder may do).
+    #[doc(hidden)]
+    pub fn smc_conn_handle(&self) -> Option<Arc<SmcConn<SmcdLink>>> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => Some(Arc::clone(conn)),
             Kind::Tcp { .. } => None,
         }
     }

@@ -17,7 +17,7 @@ impl<T: Transport> SmcConn<T> {
     /// the rules aborts this connection.
     #[inline]
     pub(super) fn observe(&self, st: &mut State) -> io::Result<()> {
-        if !self.link.events_pending() {
+        if !self.link.events_pending() || st.retired {
             return Ok(());
         }
         self.observe_events(st)
@@ -87,6 +87,10 @@ impl<T: Transport> SmcConn<T> {
 
     #[inline(never)]
     fn apply_some(&self, st: &mut State, eff: Effects) {
+        if st.retired {
+            // The buffers are another connection's now (see `SmcConn::retire`).
+            return;
+        }
         if eff.writes() && !self.post_writes(st) {
             return;
         }

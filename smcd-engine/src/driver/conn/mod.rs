@@ -180,6 +180,9 @@ struct State {
     released: bool,
     /// The peer's ring was last seen full (to count the event once).
     rx_full: bool,
+    /// The buffers went back to the link group ([`SmcConn::retire`]): nothing is read from
+    /// or written to them any more.
+    retired: bool,
 }
 
 /// An established SMC connection over the transport `T`.
@@ -258,6 +261,7 @@ impl<T: Transport> SmcConn<T> {
                 shown_end: false,
                 released: false,
                 rx_full: false,
+                retired: false,
             }),
             over: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
@@ -506,6 +510,19 @@ impl<T: Transport> SmcConn<T> {
         let eff = st.core.close(crate::sys::core_now());
         self.apply(&mut st, eff);
         st.core.state() == SmcState::Closed && !st.core.aborted_locally()
+    }
+
+    /// The application's last handle is gone and the connection's buffers go back to the link
+    /// group, where the next connection may take them at once: from now on nothing of this
+    /// connection reads or writes them. A thread that still holds the connection (the
+    /// liveness watcher, looking at the TCP connection just then) would otherwise read the
+    /// next connection's CDCs as this one's, take them for a protocol violation, and write
+    /// an abort into the peer's DMB, which may be another connection's by then too (crr at
+    /// 512 connections saw one such violation a second).
+    pub fn retire(&self) {
+        let mut st = self.lock();
+        st.retired = true;
+        self.over.store(true, Ordering::Release);
     }
 
     /// Aborts the connection locally (`smc_close_active_abort`).
