@@ -486,7 +486,7 @@ impl ClientRun {
         };
         e.start_housekeeping();
         let dev = self.dev.as_ref();
-        let (own, own_reused) = match lgr.get_dmb(dev, self.settings.dmb_len()) {
+        let (own, own_reused) = match e.lgrs.dmb(&lgr, dev, self.settings.dmb_len()) {
             Ok(x) => x,
             Err(err) => {
                 tracing::debug!("DMB registration failed: {err}");
@@ -894,7 +894,7 @@ impl ServerRun {
                 e.lgrs.kill(lgr);
             }
         };
-        let (own, own_reused) = match lgr.get_dmb(dev, self.settings.dmb_len()) {
+        let (own, own_reused) = match e.lgrs.dmb(&lgr, dev, self.settings.dmb_len()) {
             Ok(x) => x,
             Err(err) => {
                 tracing::debug!("DMB registration failed: {err}");
@@ -928,7 +928,10 @@ impl ServerRun {
         let lgr = e
             .lgrs
             .join_server_now(info.peer_gid, self.dev.gid(), max_conns)?;
-        let Some(own) = lgr.pooled_dmb(self.dev.as_ref(), self.settings.dmb_len()) else {
+        let Some(own) = e
+            .lgrs
+            .pooled(&lgr, self.dev.as_ref(), self.settings.dmb_len())
+        else {
             e.lgrs.release(&lgr);
             return None;
         };

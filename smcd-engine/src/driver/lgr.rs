@@ -232,6 +232,27 @@ impl LinkGroup {
         }
     }
 
+    /// A pooled DMB moved here from `from`, a group with the same peer and role: its bytes
+    /// count here from now on. `None` if `from` has none of `len` bytes, or this group still
+    /// has its bell channel to hand over (that goes with a DMB registered for it).
+    fn adopt_from(
+        &self,
+        from: &LinkGroup,
+        dev: &dyn BufferProvider,
+        len: usize,
+    ) -> Option<Arc<Dmb>> {
+        if lock(&self.handover).is_some() {
+            return None;
+        }
+        let d = from.pooled_dmb(dev, len)?;
+        {
+            let mut p = lock(&from.pool);
+            p.dmb_bytes = p.dmb_bytes.saturating_sub(len);
+        }
+        lock(&self.pool).dmb_bytes += len;
+        Some(d)
+    }
+
     /// The peer's DMB `token` if it is attached already (a DMB the peer reuses); never waits.
     pub fn attached(&self, token: u64) -> Option<Arc<Dmb>> {
         lock(&self.pool).attached.get(&token).cloned()
@@ -387,6 +408,51 @@ impl LgrTable {
                 Join::New => return None,
             }
         }
+    }
+
+    /// A DMB of `len` bytes for a new connection in `g`: from its pool, else from the pool of
+    /// another of our groups with the same peer and role (smcd lets the peer attach it from
+    /// any of its groups: a DMB belongs to the peer GID, not to a group), else a new
+    /// registration ([`LinkGroup::get_dmb`]). The flag says it was reused.
+    ///
+    /// Which group a connection joins is the server's choice, so a client's free DMBs pile
+    /// up in the groups the server is not picking just then while the one it picks has none:
+    /// at 2,048 concurrent crr connections over nine groups the client registered a new DMB
+    /// for one connection in nine and gave another back (the idle bound was held by the
+    /// other groups' pools).
+    pub fn dmb(
+        &self,
+        g: &Arc<LinkGroup>,
+        dev: &dyn BufferProvider,
+        len: usize,
+    ) -> io::Result<(Arc<Dmb>, bool)> {
+        if let Some(d) = self.pooled(g, dev, len) {
+            return Ok((d, true));
+        }
+        g.get_dmb(dev, len)
+    }
+
+    /// [`Self::dmb`] without a registration: `None` when no pool has one (never waits).
+    pub fn pooled(
+        &self,
+        g: &Arc<LinkGroup>,
+        dev: &dyn BufferProvider,
+        len: usize,
+    ) -> Option<Arc<Dmb>> {
+        if let Some(d) = g.pooled_dmb(dev, len) {
+            return Some(d);
+        }
+        let siblings: Vec<Arc<LinkGroup>> = lock(&self.groups)
+            .values()
+            .filter(|o| {
+                o.id != g.id
+                    && o.role == g.role
+                    && o.peer_gid == g.peer_gid
+                    && o.local_gid == g.local_gid
+            })
+            .cloned()
+            .collect();
+        siblings.iter().find_map(|o| g.adopt_from(o, dev, len))
     }
 
     /// [`Self::join_server`] without waiting: a slot in a ready group below `max_conns`, or
