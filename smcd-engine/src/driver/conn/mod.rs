@@ -48,23 +48,35 @@ const SPURIOUS_PAUSE: Duration = Duration::from_millis(1);
 const UNWATCHED_LOOK: Duration = Duration::from_millis(10);
 
 /// A turn to spin: only while no other thread of the process sleeps in a wait, at most
-/// [`max_spinners`] threads at once, and only as often as spinning pays.
+/// [`max_spinners`] threads at once, and only while spinning pays.
 ///
 /// Spinning pays only while the thread that will answer has a CPU of its own and answers
-/// within the budget: a ping-pong on one connection. With more waiting threads than CPUs (a
-/// server with a thread per connection, crr with many connections) a spinner takes its
-/// budget from the threads that would end the waits, even when it is answered within it:
-/// on two cores, crr at 8 connections spent 116 µs of the client's CPU per connection with
-/// every wait spinning up to 50 µs, 72 µs with no spin, and one spinner at a time still
-/// spent 100. So a wait spins only when no other thread of ours is asleep in one (the
-/// process is not running several connections at once), and after a run of spins that
-/// ended in a sleep the process spins on only one wait in 2, 4, ... 64 until a spin is
-/// answered again.
+/// sooner than a sleep and a wake-up would cost: a ping-pong on one connection. With more
+/// runnable threads than CPUs (a server with a thread per connection, crr with many
+/// connections) a spinner takes its budget from the threads that would end the waits, even
+/// when it is answered within it: on two cores, crr at 8 connections spent 116 µs of the
+/// client's CPU per connection with every wait spinning up to 50 µs, 72 µs with no spin, and
+/// one spinner at a time still spent 100. So a wait spins only when no other thread of ours
+/// is asleep in one, and only while recent spins were answered within [`SPIN_WORTH`] on
+/// average (a moving average over the process's spins, each counted at most twice the worth,
+/// a spin that ran out too); otherwise one wait in [`SPIN_SAMPLE`] spins, to notice when it
+/// pays again.
 struct SpinSlot;
+
+/// About what sleeping and being woken costs the two threads involved (a futex wait and
+/// wake, two context switches): a spin answered later than this on average costs more
+/// than it saves.
+const SPIN_WORTH: Duration = Duration::from_micros(10);
+/// While spinning does not pay, one wait in this many spins anyway.
+const SPIN_SAMPLE: u32 = 64;
 
 static SPINNERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// Threads of the process asleep in a wait.
 static SLEEPERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Moving average (1/8 weight) of how long the process's spins took, in nanoseconds.
+static SPIN_AVG_NS: AtomicU64 = AtomicU64::new(0);
+/// Waits that could have spun while spinning does not pay, to pick one in [`SPIN_SAMPLE`].
+static SPIN_TICK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// A thread asleep in a wait, counted in [`SLEEPERS`] while it lives.
 struct Asleep;
@@ -81,11 +93,6 @@ impl Drop for Asleep {
         SLEEPERS.fetch_sub(1, Ordering::Relaxed);
     }
 }
-/// Spins in a row that ended in a sleep (at most [`MAX_SPIN_MISSES`]).
-static SPIN_MISSES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-/// Waits that could have spun, to pick one in `2^misses`.
-static SPIN_TICK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-const MAX_SPIN_MISSES: u32 = 6;
 
 /// Threads of the process that may spin at once: one CPU is left to the rest.
 fn max_spinners() -> usize {
@@ -100,13 +107,16 @@ fn max_spinners() -> usize {
 
 impl SpinSlot {
     fn take() -> Option<Self> {
-        let misses = SPIN_MISSES.load(Ordering::Relaxed);
-        if misses > 0 && SPIN_TICK.fetch_add(1, Ordering::Relaxed) & ((1 << misses) - 1) != 0 {
-            return None;
-        }
         // Another thread of ours asleep in a wait: the process runs several connections at
         // once, and a spin would take the CPU their answers need.
         if SLEEPERS.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        if SPIN_AVG_NS.load(Ordering::Relaxed) > SPIN_WORTH.as_nanos() as u64
+            && !SPIN_TICK
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(SPIN_SAMPLE)
+        {
             return None;
         }
         if SPINNERS.fetch_add(1, Ordering::AcqRel) < max_spinners() {
@@ -117,19 +127,17 @@ impl SpinSlot {
         }
     }
 
-    /// The spin was answered.
-    fn hit(&self) {
-        if SPIN_MISSES.load(Ordering::Relaxed) != 0 {
-            SPIN_MISSES.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// The spin ran out.
-    fn missed(&self) {
-        let m = SPIN_MISSES.load(Ordering::Relaxed);
-        if m < MAX_SPIN_MISSES {
-            SPIN_MISSES.store(m + 1, Ordering::Relaxed);
-        }
+    /// The spin ended, answered or run out; `until` is the end of its budget `spin` as set
+    /// at its first look at the clock (none: answered before that, at once). Its time goes
+    /// into the average.
+    fn ended(&self, until: Option<Instant>, spin: Duration) {
+        // Since the first look at the clock, one round after the spin began: near enough.
+        let took = until.map_or(Duration::ZERO, |u| (u - spin).elapsed());
+        // Clamped at twice the worth: a rare long wait (the peer preempted) among quick
+        // answers must not stop a ping-pong's spinning; a steady run of slow answers does.
+        let took = took.min(2 * SPIN_WORTH).as_nanos() as u64;
+        let avg = SPIN_AVG_NS.load(Ordering::Relaxed);
+        SPIN_AVG_NS.store(avg - avg / 8 + took / 8, Ordering::Relaxed);
     }
 }
 
@@ -560,7 +568,7 @@ impl<T: Transport> SmcConn<T> {
     /// [`UNWATCHED_LOOK`], then seen by the watcher). No lock is held.
     fn wait(&self, dir: Dir, deadline: Option<Instant>) -> Woken {
         if !self.params.spin.is_zero()
-            && let Some(_slot) = SpinSlot::take()
+            && let Some(slot) = SpinSlot::take()
         {
             // The first round looks before reading the clock: in a ping-pong the answer is
             // usually there within it, and a clock read costs as much as the rest of a read.
@@ -568,7 +576,7 @@ impl<T: Transport> SmcConn<T> {
             loop {
                 for _ in 0..64 {
                     if self.link.cdc_pending() || self.over.load(Ordering::Acquire) {
-                        _slot.hit();
+                        slot.ended(until, self.params.spin);
                         return Woken::Again;
                     }
                     std::hint::spin_loop();
@@ -578,7 +586,7 @@ impl<T: Transport> SmcConn<T> {
                     break;
                 }
             }
-            _slot.missed();
+            slot.ended(until, self.params.spin);
         }
         let mut run = 0u32;
         loop {
