@@ -504,7 +504,7 @@ impl ClientRun {
             peer: None,
         };
         let reason = (|| {
-            let (peer, cached) = lgr.attach(dev, acc.token).map_err(|err| {
+            let (peer, cached) = e.lgrs.attach(&lgr, dev, acc.token).map_err(|err| {
                 tracing::debug!("attaching the server's DMB failed: {err}");
                 ReasonCode::ERR_REGBUF
             })?;
@@ -790,7 +790,7 @@ impl ServerRun {
             Some(ServerEvent::NeedAttach(ci)) => {
                 let ok = match self.held.as_mut() {
                     None => false,
-                    Some(held) => match held.lgr.attached(ci.token) {
+                    Some(held) => match self.engine.lgrs.attached(&held.lgr, ci.token) {
                         None => {
                             self.work = Some(ServerEvent::NeedAttach(ci));
                             return false;
@@ -958,7 +958,7 @@ impl ServerRun {
             return false;
         };
         let dev = self.dev.as_ref();
-        let (peer, cached) = match held.lgr.attach(dev, ci.token) {
+        let (peer, cached) = match self.engine.lgrs.attach(&held.lgr, dev, ci.token) {
             Ok(x) => x,
             Err(err) => {
                 tracing::debug!("attaching the client's DMB failed: {err}");

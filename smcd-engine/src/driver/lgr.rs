@@ -432,6 +432,50 @@ impl LgrTable {
         g.get_dmb(dev, len)
     }
 
+    /// The peer's DMB `token` attached for `g`: from `g`'s cache, else from a sibling group's
+    /// (same peer and role: the peer may hand a DMB from one of its groups to another, see
+    /// [`Self::dmb`]), else attached through the device. The flag says it was cached.
+    pub fn attach(
+        &self,
+        g: &Arc<LinkGroup>,
+        dev: &dyn BufferProvider,
+        token: u64,
+    ) -> io::Result<(Arc<Dmb>, bool)> {
+        match self.attached(g, token) {
+            Some(d) => Ok((d, true)),
+            None => g.attach(dev, token),
+        }
+    }
+
+    /// [`Self::attach`] without asking the device: `None` if no group has it attached.
+    pub fn attached(&self, g: &Arc<LinkGroup>, token: u64) -> Option<Arc<Dmb>> {
+        if let Some(d) = g.attached(token) {
+            return Some(d);
+        }
+        let found = self
+            .siblings(g)
+            .iter()
+            .find_map(|o| o.attached(token))?;
+        let mut p = lock(&g.pool);
+        let d = Arc::clone(p.attached.entry(token).or_insert(found));
+        p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();
+        Some(d)
+    }
+
+    /// Our other groups with `g`'s peer and role.
+    fn siblings(&self, g: &LinkGroup) -> Vec<Arc<LinkGroup>> {
+        lock(&self.groups)
+            .values()
+            .filter(|o| {
+                o.id != g.id
+                    && o.role == g.role
+                    && o.peer_gid == g.peer_gid
+                    && o.local_gid == g.local_gid
+            })
+            .cloned()
+            .collect()
+    }
+
     /// [`Self::dmb`] without a registration: `None` when no pool has one (never waits).
     pub fn pooled(
         &self,
@@ -442,17 +486,9 @@ impl LgrTable {
         if let Some(d) = g.pooled_dmb(dev, len) {
             return Some(d);
         }
-        let siblings: Vec<Arc<LinkGroup>> = lock(&self.groups)
-            .values()
-            .filter(|o| {
-                o.id != g.id
-                    && o.role == g.role
-                    && o.peer_gid == g.peer_gid
-                    && o.local_gid == g.local_gid
-            })
-            .cloned()
-            .collect();
-        siblings.iter().find_map(|o| g.adopt_from(o, dev, len))
+        self.siblings(g)
+            .iter()
+            .find_map(|o| g.adopt_from(o, dev, len))
     }
 
     /// [`Self::join_server`] without waiting: a slot in a ready group below `max_conns`, or

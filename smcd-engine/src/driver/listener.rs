@@ -87,6 +87,17 @@ fn readable_within(hs: &Hs, t: Duration) -> bool {
     matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
 }
 
+/// Takes a connection from the kernel's queue with the client's address (no getpeername).
+fn accept_from(l: &TcpListener) -> rustix::io::Result<(TcpStream, SocketAddr)> {
+    let (fd, addr) = rustix::net::acceptfrom_with(l, rustix::net::SocketFlags::CLOEXEC)?;
+    let sock = TcpStream::from(fd);
+    let peer = match addr.and_then(|a| SocketAddr::try_from(a).ok()) {
+        Some(p) => p,
+        None => sock.peer_addr().map_err(|_| rustix::io::Errno::CONNABORTED)?,
+    };
+    Ok((sock, peer))
+}
+
 /// Handshake workers per listener: threads for the bounded work of handshakes (requests to
 /// smcd, a first contact's wait), never for waiting on the peer's bytes. Enough to overlap
 /// those waits, few enough that handshake CPU does not starve the connections already running.
@@ -504,10 +515,8 @@ impl ListenerCore {
                 }
             }
             if tcp_ready {
-                match rustix::net::accept_with(&self.tcp, rustix::net::SocketFlags::CLOEXEC) {
-                    Ok(fd) => {
-                        let sock = TcpStream::from(fd);
-                        let Ok(peer) = sock.peer_addr() else { continue };
+                match accept_from(&self.tcp) {
+                    Ok((sock, peer)) => {
                         if let Some(a) = self.sort(sock, peer, false) {
                             let mut st = lock(&self.state);
                             st.ready.push_back(a);
@@ -629,10 +638,15 @@ impl ListenerCore {
     /// message: see [`Self::drive`]). Returns the connection if it is done: plain, or its
     /// handshake ended here.
     fn sort(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, linger: bool) -> Option<Accepted> {
-        // smcd wrote the intent before it answered the client, and the client connected only
-        // after that answer: if there is one, it is in our socket buffer now.
-        self.drain_intents();
-        let gid = {
+        // The SMC option first (a client that marked its socket, and asked smcd nothing): one
+        // map lookup. A client of the intent path sent no option (the engine uses one path
+        // per connection), so only without it is the intent table looked at.
+        let gid = if self.option_says_smc(&sock) {
+            Some(None)
+        } else {
+            // smcd wrote the intent before it answered the client, and the client connected
+            // only after that answer: if there is one, it is in our socket buffer now.
+            self.drain_intents();
             let mut t = lock(&self.intents);
             let key = canon(peer);
             let g = t
@@ -642,16 +656,9 @@ impl ListenerCore {
             if t.get(&key).is_some_and(VecDeque::is_empty) {
                 t.remove(&key);
             }
-            g
+            g.map(Some)
         };
-        let _ = sock.set_nonblocking(false);
-        // No intent: the SMC option may still have announced it (a client that marked its
-        // socket instead of asking smcd).
-        let gid = match gid {
-            Some(g) => Some(Some(g)),
-            None if self.option_says_smc(&sock) => Some(None),
-            None => None,
-        };
+        // (Accepted sockets are blocking: accept4 without SOCK_NONBLOCK.)
         match gid {
             Some(gid) => self.start_handshake(sock, peer, gid, linger),
             None => {
@@ -1167,16 +1174,14 @@ impl ListenerCore {
                 ));
             }
             if room {
-                match rustix::net::accept_with(&self.tcp, rustix::net::SocketFlags::CLOEXEC) {
-                    Ok(fd) => {
+                match accept_from(&self.tcp) {
+                    Ok((sock, peer)) => {
                         // While threads wait for room, the new connections that came meanwhile
                         // woke nobody who could take them: pass the turn on (one wake-up
                         // each, only while the backlog runs full).
                         if self.starved.load(Ordering::SeqCst) > 0 {
                             self.ring_room();
                         }
-                        let sock = TcpStream::from(fd);
-                        let peer = sock.peer_addr()?;
                         let linger = !self.nonblocking.load(Ordering::Relaxed);
                         if let Some(a) = self.sort(sock, peer, linger) {
                             return Ok(a);
