@@ -303,7 +303,8 @@ fn write_header(c: &mut Conn, test: Test, msg: usize) -> io::Result<()> {
 fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
     let mut h = [0u8; 9];
     c.read_exact(&mut h)?;
-    let test = Test::from_code(h[0]).context("unknown test code")?;
+    let test = Test::from_code(h[0])
+        .with_context(|| format!("unknown test code {h:02x?} {}", c.transport()))?;
     let msg = u64::from_be_bytes(h[1..].try_into().expect("8 bytes")) as usize;
     if msg == 0 || msg > MAX_MSG {
         bail!("message size {msg} out of range");

@@ -452,10 +452,7 @@ impl LgrTable {
         if let Some(d) = g.attached(token) {
             return Some(d);
         }
-        let found = self
-            .siblings(g)
-            .iter()
-            .find_map(|o| o.attached(token))?;
+        let found = self.siblings(g).iter().find_map(|o| o.attached(token))?;
         let mut p = lock(&g.pool);
         let d = Arc::clone(p.attached.entry(token).or_insert(found));
         p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();

@@ -93,7 +93,9 @@ fn accept_from(l: &TcpListener) -> rustix::io::Result<(TcpStream, SocketAddr)> {
     let sock = TcpStream::from(fd);
     let peer = match addr.and_then(|a| SocketAddr::try_from(a).ok()) {
         Some(p) => p,
-        None => sock.peer_addr().map_err(|_| rustix::io::Errno::CONNABORTED)?,
+        None => sock
+            .peer_addr()
+            .map_err(|_| rustix::io::Errno::CONNABORTED)?,
     };
     Ok((sock, peer))
 }

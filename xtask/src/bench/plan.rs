@@ -265,7 +265,7 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                 smc("smc-hs-off", "SMC hs-limit off", "off", &[("limit_smc_hs", 0)]),
                 smc("smc-hs-on", "SMC hs-limit on", "on", &[("limit_smc_hs", 1)]),
             ],
-            points: pick(depth, vec![8, 64, 512], vec![8, 512], vec![8])
+            points: pick(depth, vec![8, 64, 512, 2048], vec![8, 512], vec![8])
                 .into_iter()
                 .map(|c| PointPlan {
                     msg_size: 64,
