@@ -902,22 +902,36 @@ impl ServerRun {
                 return Err(ReasonCode::MEM);
             }
         };
+        Ok((
+            self.hold(lgr, first_contact, own, own_reused),
+            first_contact,
+        ))
+    }
+
+    /// Holds `own` in `lgr` for this handshake (stamped with a fresh connection id) and
+    /// returns what the Accept offers of it.
+    fn hold(
+        &mut self,
+        lgr: Arc<LinkGroup>,
+        first_contact: bool,
+        own: Arc<Dmb>,
+        own_reused: bool,
+    ) -> LocalBuffer {
         let own_id = stamp(&own);
-        let held = Held {
-            lgr: Arc::clone(&lgr),
+        let buf = LocalBuffer {
+            token: own.token,
+            len: own.map.dmb_len(),
+            lgr_id: lgr.id,
+        };
+        self.held = Some(Held {
+            lgr,
             first_contact,
             own,
             own_reused,
             own_id,
             peer: None,
-        };
-        let buf = LocalBuffer {
-            token: held.own.token,
-            len: held.own.map.dmb_len(),
-            lgr_id: lgr.id,
-        };
-        self.held = Some(held);
-        Ok((buf, first_contact))
+        });
+        buf
     }
 
     /// [`Self::prepare`] where nothing waits: a ready group with room and a pooled DMB, or
@@ -936,21 +950,7 @@ impl ServerRun {
             return None;
         };
         self.eid = Some(info.eid);
-        let own_id = stamp(&own);
-        let buf = LocalBuffer {
-            token: own.token,
-            len: own.map.dmb_len(),
-            lgr_id: lgr.id,
-        };
-        self.held = Some(Held {
-            lgr,
-            first_contact: false,
-            own,
-            own_reused: true,
-            own_id,
-            peer: None,
-        });
-        Some((buf, false))
+        Some((self.hold(lgr, false, own, true), false))
     }
 
     fn attach(&mut self, ci: &ConfirmInfo) -> bool {

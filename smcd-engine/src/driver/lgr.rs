@@ -205,11 +205,16 @@ impl LinkGroup {
         if let Some(fd) = chan {
             self.install_bells(fd);
         }
-        let d = Arc::new(d);
+        Ok((self.keep_attached(token, Arc::new(d)), false))
+    }
+
+    /// Keeps the peer's DMB `token` attached for reuse (the one kept already, if another
+    /// thread was first) and counts it in the group's send buffers.
+    fn keep_attached(&self, token: u64, d: Arc<Dmb>) -> Arc<Dmb> {
         let mut p = lock(&self.pool);
-        let d = Arc::clone(p.attached.entry(token).or_insert_with(|| d));
+        let d = Arc::clone(p.attached.entry(token).or_insert(d));
         p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();
-        Ok((d, false))
+        d
     }
 
     /// Returns a connection's DMB: `reusable` when the peer has closed too, else it waits in
@@ -453,10 +458,7 @@ impl LgrTable {
             return Some(d);
         }
         let found = self.siblings(g).iter().find_map(|o| o.attached(token))?;
-        let mut p = lock(&g.pool);
-        let d = Arc::clone(p.attached.entry(token).or_insert(found));
-        p.sndbuf_bytes = p.attached.values().map(|d| d.map.dmb_len()).sum();
-        Some(d)
+        Some(g.keep_attached(token, found))
     }
 
     /// Our other groups with `g`'s peer and role.
