@@ -416,5 +416,57 @@ fn nlctrl_preset_for_the_engine() {
     assert_eq!(f.ops[2].flags, 0x0b); // SYSCTL_SET: admin do
     assert_eq!(f.ops[4].flags, 0x0c); // SOCK_DUMP
     assert_eq!(f.ops[6].flags, 0x0a); // INFO: do, readable by anyone
-    assert_eq!(f.maxattr, 10);
+    assert_eq!(f.maxattr, 14);
+}
+
+#[test]
+fn info_reply_with_path_counts_both_ways() {
+    let bytes = msg(
+        0,
+        3,
+        7,
+        &[
+            u8a(ENGINE_A_SYN_OPTION, 1),
+            s(ENGINE_A_SYN_OPTION_CGROUP, "/sys/fs/cgroup"),
+            s(ENGINE_A_SYN_OPTION_STATUS, "attached"),
+            u64a(11, 5),
+            u64a(12, 4),
+            u64a(13, 3),
+            u64a(14, 2),
+        ],
+    );
+    let m = parse(&bytes);
+    assert_eq!(
+        m.path_counts(),
+        Some(PathCounts {
+            option_client: 5,
+            option_server: 4,
+            intent_client: 3,
+            intent_server: 2,
+        })
+    );
+    let mut attrs = vec![
+        EngineAttr::SynOption(1),
+        EngineAttr::SynOptionCgroup("/sys/fs/cgroup".into()),
+        EngineAttr::SynOptionStatus("attached".into()),
+    ];
+    attrs.extend(EngineMessage::path_attrs(&m.path_counts().unwrap()));
+    assert_eq!(
+        emit(EngineMessage::new(EngineCmd::Info, attrs), 0, 3),
+        bytes
+    );
+    // An smcd that does not count: no counts, not zeros.
+    let old = parse(&msg(0, 3, 7, &[u8a(ENGINE_A_SYN_OPTION, 0)]));
+    assert_eq!(old.path_counts(), None);
+    // The request names the namespace.
+    let req = EngineMessage::info(Some(&NetnsSelector::Name("a".into())));
+    assert_eq!(
+        emit(req, NLM_F_REQUEST, 4),
+        msg(
+            NLM_F_REQUEST,
+            4,
+            7,
+            &[nest(ENGINE_A_NETNS, &[s(ENGINE_NETNS_SEL_NAME, "a")])]
+        )
+    );
 }

@@ -165,8 +165,19 @@ fn stats_with_connections_and_fallbacks() {
     ] {
         assert!(t.contains(section), "{section}: {t}");
     }
+    // This smcd runs without the option program: every SMC connection was decided by
+    // smcd's intents, none by the option.
+    let p = &j["capability_path"];
+    assert!(u(&p["intents"]["client"]) >= 2, "{j}");
+    assert!(u(&p["intents"]["server"]) >= 2, "{j}");
+    assert_eq!(u(&p["option"]["total"]), 0, "{j}");
     let d = smcd.ctl("stats -d");
     assert!(d.ok().contains("(client "), "{d:#?}");
+    assert!(
+        d.stdout.contains("Capability Path\n  TCP option "),
+        "{d:#?}"
+    );
+    assert!(stat_line(&d.stdout, "Intents") >= 4, "{d:#?}");
     assert!(d.stdout.contains("    v2 "));
     // -a is accepted (smc-tools compatibility) and shows the same.
     assert_eq!(
@@ -183,6 +194,11 @@ fn stats_with_connections_and_fallbacks() {
     let after = smcd.ctl("--json stats").json();
     assert_eq!(u(&after["connections"]["smc"]["total"]), 0, "{after}");
     assert_eq!(u(&after["fallback"]["total"]), 0, "{after}");
+    assert_eq!(
+        u(&after["capability_path"]["intents"]["total"]),
+        0,
+        "{after}"
+    );
 }
 
 #[test]

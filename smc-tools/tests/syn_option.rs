@@ -626,6 +626,20 @@ fn engines_connect_smc_d_by_the_option() {
     drop(s);
     let segs = cap.segments(port);
     assert_eq!(option_in(&segs), (true, true, false), "{segs:?}");
+    // Counted by path, one connection on each side.
+    let stats = smcd.ctl("--json stats").json();
+    let p = &stats["capability_path"];
+    assert_eq!(p["option"]["client"], 1, "{stats}");
+    assert_eq!(p["option"]["server"], 1, "{stats}");
+    assert_eq!(p["intents"]["total"], 0, "{stats}");
+    let text = smcd.ctl("-d stats");
+    let text = text.ok();
+    assert!(text.contains("Capability Path\n"), "{text}");
+    assert!(
+        text.contains("  TCP option                            2 (client 1, server 1)\n"),
+        "{text}"
+    );
+    assert!(!smcd.ctl("stats").ok().contains("Capability Path"));
 }
 
 /// An option-path client of a plain TCP server: plain at once with PEERNOSMC, and the server

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use serde::Serialize;
 use smc_proto::clc::ReasonCode;
 use smc_proto::netlink::engine::{
-    ENGINE_STATS_SCOPE_COUNTERS, ENGINE_STATS_SCOPE_FBACK, EngineMessage,
+    ENGINE_STATS_SCOPE_COUNTERS, ENGINE_STATS_SCOPE_FBACK, EngineMessage, PathCounts,
 };
 use smc_proto::netlink::smc::{FbackStats, RmbStats, SizeBuckets, SmcCmd, StatsReply, StatsTech};
 
@@ -223,6 +223,34 @@ pub struct Stats {
     pub tx: Direction,
     /// Extras.
     pub extras: Extras,
+    /// Connections by how they learned that the peer speaks SMC (smcd only: `null` with
+    /// `--kernel` or from an smcd that does not count them).
+    pub capability_path: Option<CapabilityPath>,
+}
+
+/// Connections by capability path: the SMC TCP option (BPF) or smcd's intents (its listener
+/// table and connect intents). Every SMC connection and every fallback decided by either is
+/// counted once on its side.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct CapabilityPath {
+    /// Decided by the SMC TCP option.
+    pub option: Split,
+    /// Decided by smcd's listener table or an intent.
+    pub intents: Split,
+}
+
+impl CapabilityPath {
+    fn from(c: &PathCounts) -> Self {
+        let split = |client: u64, server: u64| Split {
+            total: client.saturating_add(server),
+            client,
+            server,
+        };
+        CapabilityPath {
+            option: split(c.option_client, c.option_server),
+            intents: split(c.intent_client, c.intent_server),
+        }
+    }
 }
 
 fn reasons(slots: &[&FbackStats]) -> Vec<Reason> {
@@ -324,6 +352,7 @@ impl Stats {
                 splice: t.splice_cnt,
                 urgent_data: t.urg_data_cnt,
             },
+            capability_path: None,
         }
     }
 
@@ -406,6 +435,17 @@ impl Stats {
             let _ = writeln!(w, "    sendpage                 {:>12}", e.sendpage);
             let _ = writeln!(w, "    splice                   {:>12}", e.splice);
             let _ = writeln!(w, "    urgent data              {:>12}", e.urgent_data);
+        }
+        if d && let Some(p) = &self.capability_path {
+            let _ = writeln!(w);
+            let _ = writeln!(w, "Capability Path");
+            for (label, x) in [("TCP option", &p.option), ("Intents", &p.intents)] {
+                let _ = writeln!(
+                    w,
+                    "  {label:<27}{:>12} (client {}, server {})",
+                    x.total, x.client, x.server
+                );
+            }
         }
         s
     }
@@ -495,7 +535,16 @@ pub fn run(s: &mut Session, smcr: bool, reset: bool) -> Result<String, Error> {
         .iter()
         .find_map(|m| m.stats())
         .unwrap_or_default();
-    let stats = Stats::build(&reply, &fback, smcr);
+    let mut stats = Stats::build(&reply, &fback, smcr);
+    if !s.kernel && !smcr {
+        // Read before a reset; an older smcd without the counts leaves the block out.
+        let sel = s.selector();
+        stats.capability_path = s
+            .engine_query(EngineMessage::info(sel.as_ref()))
+            .ok()
+            .and_then(|r| r.iter().find_map(EngineMessage::path_counts))
+            .map(|c| CapabilityPath::from(&c));
+    }
     if reset {
         let sel = s.selector();
         let msg = EngineMessage::stats_reset(

@@ -142,11 +142,25 @@ enum Phase {
     Done,
 }
 
+/// How a connection learned whether its peer speaks SMC (`smcctl -d stats` counts both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// The SMC TCP option: the socket was marked, the SYN-ACK answered.
+    Option,
+    /// smcd: its listener table, or a connect intent.
+    Intent,
+}
+
+/// The socket, what it will be, whether its TCP connect is done, and by which path it was
+/// decided (`None`: neither was asked, no device).
+type Opened = (OwnedFd, Plan, bool, Option<Path>);
+
 /// A connect under way.
 #[derive(Debug)]
 pub struct Connecting {
     engine: Arc<Engine>,
     phase: Phase,
+    path: Option<Path>,
 }
 
 impl Connecting {
@@ -163,10 +177,11 @@ impl Connecting {
     }
 
     fn begin(engine: &Arc<Engine>, addr: SocketAddr, blocking: bool) -> io::Result<Self> {
-        let (sock, plan, connected) = Self::open(engine, addr, blocking)?;
+        let (sock, plan, connected, path) = Self::open(engine, addr, blocking)?;
         Ok(Self {
             engine: Arc::clone(engine),
             phase: Phase::Tcp(TcpStream::from(sock), plan, connected),
+            path,
         })
     }
 
@@ -174,24 +189,21 @@ impl Connecting {
         addr: &SocketAddr,
         reason: ReasonCode,
         blocking: bool,
-    ) -> io::Result<(OwnedFd, Plan, bool)> {
+        path: Option<Path>,
+    ) -> io::Result<Opened> {
         let sock = tcp_socket(addr, blocking)?;
         let Some(connected) = start_connect(&sock, addr)? else {
             return Err(io::Error::from(io::ErrorKind::AddrNotAvailable));
         };
-        Ok((sock, Plan::Plain(reason), connected))
+        Ok((sock, Plan::Plain(reason), connected, path))
     }
 
     /// The socket, what it will be, and whether its TCP connect is done already.
-    fn open(
-        engine: &Arc<Engine>,
-        addr: SocketAddr,
-        blocking: bool,
-    ) -> io::Result<(OwnedFd, Plan, bool)> {
+    fn open(engine: &Arc<Engine>, addr: SocketAddr, blocking: bool) -> io::Result<Opened> {
         let Some(attached) = engine.attached() else {
             // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before
             // it proposes anything.
-            return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking);
+            return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking, None);
         };
         let session = &attached.session;
         if let Some(maps) = session.option_path() {
@@ -203,7 +215,12 @@ impl Connecting {
                     let Some(connected) = start_connect(&sock, &addr)? else {
                         return Err(io::Error::from(io::ErrorKind::AddrNotAvailable));
                     };
-                    return Ok((sock, Plan::Option(attached.clone()), connected));
+                    return Ok((
+                        sock,
+                        Plan::Option(attached.clone()),
+                        connected,
+                        Some(Path::Option),
+                    ));
                 }
                 Err(e) => tracing::debug!("SMC option path unavailable: {e}"),
             }
@@ -213,10 +230,17 @@ impl Connecting {
         // handshake limitation never talk to smcd (the kernel's SYN-ACK without the option).
         if let Some(table) = &session.table {
             match table.lookup(addr, session.netns()) {
-                Lookup::None => return Self::plain(&addr, ReasonCode::PEERNOSMC, blocking),
+                Lookup::None => {
+                    return Self::plain(&addr, ReasonCode::PEERNOSMC, blocking, Some(Path::Intent));
+                }
                 Lookup::Found(e) if e.hs_limit => {
                     if session.listener_page(e.id).is_ok_and(|p| p.congested()) {
-                        return Self::plain(&addr, ReasonCode::PEERNOSMC, blocking);
+                        return Self::plain(
+                            &addr,
+                            ReasonCode::PEERNOSMC,
+                            blocking,
+                            Some(Path::Intent),
+                        );
                     }
                 }
                 Lookup::Found(_) | Lookup::Ask => {}
@@ -238,7 +262,7 @@ impl Connecting {
                     engine.smcd_failed(session);
                     // Not on the engine's port (see below).
                     drop(sock);
-                    return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking);
+                    return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking, None);
                 }
             };
             if !verdict.smc {
@@ -253,7 +277,12 @@ impl Connecting {
                 // this connection lives, so an intent for an address always belongs to the
                 // connection the listener takes next from it, or to none.
                 drop(sock);
-                return Self::plain(&addr, ReasonCode(verdict.reason), blocking);
+                return Self::plain(
+                    &addr,
+                    ReasonCode(verdict.reason),
+                    blocking,
+                    Some(Path::Intent),
+                );
             }
             let started = start_connect(&sock, &addr);
             if !matches!(started, Ok(Some(_))) {
@@ -263,10 +292,15 @@ impl Connecting {
             let Some(connected) = started? else {
                 continue;
             };
-            return Ok((sock, Plan::Smc(attached.clone(), verdict), connected));
+            return Ok((
+                sock,
+                Plan::Smc(attached.clone(), verdict),
+                connected,
+                Some(Path::Intent),
+            ));
         }
         // No usable port after many tries: go plain TCP rather than fail.
-        Self::plain(&addr, ReasonCode::INTERR, blocking)
+        Self::plain(&addr, ReasonCode::INTERR, blocking, None)
     }
 
     /// After the TCP connect of a marked socket: what the SYN-ACK said. Echoed: CLC runs
@@ -336,6 +370,11 @@ impl Connecting {
         }
         if let Ok(Some(o)) = &r {
             let status = self.engine.status();
+            match self.path {
+                Some(Path::Option) => status.add(st::T_CLNT_PATH_OPTION, 1),
+                Some(Path::Intent) => status.add(st::T_CLNT_PATH_INTENT, 1),
+                None => {}
+            }
             match o {
                 Outcome::Smc { .. } => status.add(st::T_CLNT_V2_SUCC, 1),
                 Outcome::Tcp(_, fb) => status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1),

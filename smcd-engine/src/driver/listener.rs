@@ -662,7 +662,15 @@ impl ListenerCore {
         };
         // (Accepted sockets are blocking: accept4 without SOCK_NONBLOCK.)
         match gid {
-            Some(gid) => self.start_handshake(sock, peer, gid, linger),
+            Some(gid) => {
+                let path = if gid.is_none() {
+                    st::T_SRV_PATH_OPTION
+                } else {
+                    st::T_SRV_PATH_INTENT
+                };
+                self.engine.status().add(path, 1);
+                self.start_handshake(sock, peer, gid, linger)
+            }
             None => {
                 let status = self.engine.status();
                 status.add(st::T_SRV_FBACK + st::fback_index(ReasonCode::PEERNOSMC), 1);

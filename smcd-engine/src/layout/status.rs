@@ -39,7 +39,8 @@ pub fn set_counting(on: bool) {
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SMCSTAT1");
 /// 2: 16,384 link-group slots (1,024 before, which capped `linkgroup show` per engine).
-const VERSION: u32 = 2;
+/// 3: the capability-path totals (`T_*_PATH_*`) before the fallback reasons.
+const VERSION: u32 = 3;
 const H_PID: usize = 12;
 const H_FOLD_SEQ: usize = 32;
 const TOTALS: usize = 64;
@@ -120,12 +121,22 @@ pub const T_RX_RMB: usize = T_TX_RMB + RMB_STATS;
 pub const T_TX_RMB_USAGE: usize = T_RX_RMB + RMB_STATS;
 /// Receive buffer bytes in use.
 pub const T_RX_RMB_USAGE: usize = T_TX_RMB_USAGE + 1;
+/// Client connections that learned from the SMC TCP option whether their peer speaks SMC
+/// (the socket was marked before `connect`; echoed or not).
+pub const T_CLNT_PATH_OPTION: usize = T_RX_RMB_USAGE + 1;
+/// Client connections that learned it from smcd (its listener table or a connect intent).
+pub const T_CLNT_PATH_INTENT: usize = T_CLNT_PATH_OPTION + 1;
+/// Accepted connections whose client the SMC option announced.
+pub const T_SRV_PATH_OPTION: usize = T_CLNT_PATH_INTENT + 1;
+/// Accepted connections whose client smcd announced (an intent).
+pub const T_SRV_PATH_INTENT: usize = T_SRV_PATH_OPTION + 1;
 /// Client fallbacks by reason.
-pub const T_CLNT_FBACK: usize = T_RX_RMB_USAGE + 1;
+pub const T_CLNT_FBACK: usize = T_SRV_PATH_INTENT + 1;
 /// Server fallbacks by reason.
 pub const T_SRV_FBACK: usize = T_CLNT_FBACK + FBACK_CODES;
 /// Number of total counters.
 pub const N_TOTALS: usize = T_SRV_FBACK + FBACK_CODES;
+const _: () = assert!(TOTALS + 8 * N_TOTALS <= CONN_BASE);
 
 /// RMB statistic: peer's buffer too small for a send.
 pub const RMB_SIZE_SM_PEER: usize = 0;

@@ -20,7 +20,7 @@
 //! | 4 | `NETNS_LIST` | dump | none | one message per namespace: `NETNS_ENTRY` |
 //! | 5 | `SOCK_DUMP` | dump | `NETNS`?, `SOCK_STATES`? | one message per socket: `SOCK` |
 //! | 6 | `STATS_RESET` | do, admin | `NETNS`?, `STATS_SCOPE`? | no reply message: success is the `NLMSG_ERROR` 0 ACK when `NLM_F_ACK` was set (as for the kernel's do commands), failure an `NLMSG_ERROR` with `-errno` |
-//! | 7 | `INFO` | do | none | one message: `SYN_OPTION` (1: the SMC TCP option program is attached, engines get its maps; 0: intents only), `SYN_OPTION_CGROUP`? (where it is attached), `SYN_OPTION_STATUS` (why, in words) |
+//! | 7 | `INFO` | do | `NETNS`? | one message: `SYN_OPTION` (1: the SMC TCP option program is attached, engines get its maps; 0: intents only), `SYN_OPTION_CGROUP`? (where it is attached), `SYN_OPTION_STATUS` (why, in words), and the namespace's connections by path since the last `STATS_RESET` of its counters: `PATH_OPTION_CLIENT`, `PATH_OPTION_SERVER`, `PATH_INTENT_CLIENT`, `PATH_INTENT_SERVER` |
 //!
 //! Without `NETNS` a request applies to the namespace of the process that sent it (the
 //! daemon identifies it by the peer's `/proc/<pid>/ns/net` inode).
@@ -78,8 +78,16 @@ pub const ENGINE_A_SYN_OPTION: u16 = 8;
 pub const ENGINE_A_SYN_OPTION_CGROUP: u16 = 9;
 /// string: why it is or is not in effect (`INFO`).
 pub const ENGINE_A_SYN_OPTION_STATUS: u16 = 10;
+/// u64: client connections decided by the SMC TCP option (`INFO`, per namespace).
+pub const ENGINE_A_PATH_OPTION_CLIENT: u16 = 11;
+/// u64: accepted connections whose client the SMC TCP option announced (`INFO`).
+pub const ENGINE_A_PATH_OPTION_SERVER: u16 = 12;
+/// u64: client connections decided by smcd's listener table or a connect intent (`INFO`).
+pub const ENGINE_A_PATH_INTENT_CLIENT: u16 = 13;
+/// u64: accepted connections whose client smcd announced by an intent (`INFO`).
+pub const ENGINE_A_PATH_INTENT_SERVER: u16 = 14;
 /// The highest top-level attribute.
-pub const ENGINE_A_MAX: u16 = ENGINE_A_SYN_OPTION_STATUS;
+pub const ENGINE_A_MAX: u16 = ENGINE_A_PATH_INTENT_SERVER;
 
 /// Namespace selector nest: u64 netns inode.
 pub const ENGINE_NETNS_SEL_INODE: u16 = 1;
@@ -471,6 +479,14 @@ attr_enum! {
         SynOptionCgroup(String) = ENGINE_A_SYN_OPTION_CGROUP => Str,
         /// Why it is or is not in effect.
         SynOptionStatus(String) = ENGINE_A_SYN_OPTION_STATUS => Str,
+        /// Client connections decided by the option.
+        PathOptionClient(u64) = ENGINE_A_PATH_OPTION_CLIENT => U64,
+        /// Accepted connections announced by the option.
+        PathOptionServer(u64) = ENGINE_A_PATH_OPTION_SERVER => U64,
+        /// Client connections decided by smcd.
+        PathIntentClient(u64) = ENGINE_A_PATH_INTENT_CLIENT => U64,
+        /// Accepted connections announced by smcd.
+        PathIntentServer(u64) = ENGINE_A_PATH_INTENT_SERVER => U64,
     }
 }
 
@@ -1098,6 +1114,11 @@ impl EngineMessage {
         )
     }
 
+    /// `INFO` request, about `netns` (`None`: the sender's namespace).
+    pub fn info(netns: Option<&NetnsSelector>) -> Self {
+        Self::new(EngineCmd::Info, with_netns(netns, Vec::new()))
+    }
+
     /// A sysctl reply message (`cmd` is the request's: list, get or set).
     pub fn sysctl_reply(cmd: EngineCmd, netns_inode: u64, sysctl: &SysctlInfo) -> Self {
         Self::new(
@@ -1195,6 +1216,48 @@ impl EngineMessage {
         });
         Some((on, cgroup, status))
     }
+
+    /// `INFO`: connections counted by capability path, `None` from an smcd that does not
+    /// count them.
+    pub fn path_counts(&self) -> Option<PathCounts> {
+        let mut c = PathCounts::default();
+        let mut any = false;
+        for a in &self.attrs {
+            let (slot, v) = match a {
+                EngineAttr::PathOptionClient(v) => (&mut c.option_client, v),
+                EngineAttr::PathOptionServer(v) => (&mut c.option_server, v),
+                EngineAttr::PathIntentClient(v) => (&mut c.intent_client, v),
+                EngineAttr::PathIntentServer(v) => (&mut c.intent_server, v),
+                _ => continue,
+            };
+            *slot = *v;
+            any = true;
+        }
+        any.then_some(c)
+    }
+
+    /// `INFO` attributes of `c`.
+    pub fn path_attrs(c: &PathCounts) -> [EngineAttr; 4] {
+        [
+            EngineAttr::PathOptionClient(c.option_client),
+            EngineAttr::PathOptionServer(c.option_server),
+            EngineAttr::PathIntentClient(c.intent_client),
+            EngineAttr::PathIntentServer(c.intent_server),
+        ]
+    }
+}
+
+/// Connections by how they learned whether the peer speaks SMC (`INFO`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathCounts {
+    /// Client connections decided by the SMC TCP option.
+    pub option_client: u64,
+    /// Accepted connections announced by the option.
+    pub option_server: u64,
+    /// Client connections decided by smcd (listener table or intent).
+    pub intent_client: u64,
+    /// Accepted connections announced by an intent.
+    pub intent_server: u64,
 }
 
 impl GenlFamily for EngineMessage {

@@ -11,7 +11,10 @@
 
 use super::dump::Walk;
 use super::{Ctx, ENGINE_FAMILY_ID, Errno, Op, Out, Request, netns};
-use crate::layout::status::{ConnRecord, Curs, LstRecord, N_TOTALS, T_CLNT_FBACK};
+use crate::layout::status::{
+    ConnRecord, Curs, LstRecord, N_TOTALS, T_CLNT_FBACK, T_CLNT_PATH_INTENT, T_CLNT_PATH_OPTION,
+    T_SRV_PATH_INTENT, T_SRV_PATH_OPTION,
+};
 use crate::settings::{KNOBS, Kind, Knob, knob_index};
 use netlink_packet_core::{NLA_TYPE_MASK, Nla};
 use netlink_packet_generic::GenlHeader;
@@ -19,8 +22,8 @@ use smc_proto::netlink::GenlPayload;
 use smc_proto::netlink::engine::{
     ConnInfo, Cursor, DiagMode, ENGINE_A_MAX, ENGINE_NETNS_SEL_NAME, ENGINE_STATS_SCOPE_COUNTERS,
     ENGINE_STATS_SCOPE_FBACK, ENGINE_SYSCTL_FLAGS, EngineAttr, EngineCmd, EngineMessage, NetnsInfo,
-    NetnsSelAttr, NetnsSelector, SmcdSockInfo, SockInfo, SysctlAttr, SysctlInfo, SysctlType,
-    SysctlValue,
+    NetnsSelAttr, NetnsSelector, PathCounts, SmcdSockInfo, SockInfo, SysctlAttr, SysctlInfo,
+    SysctlType, SysctlValue,
 };
 use std::collections::BTreeMap;
 
@@ -131,6 +134,14 @@ pub(crate) fn handle(ctx: &mut Ctx<'_>, req: &Request<'_>, out: &mut Out) -> Res
             let mut attrs = vec![EngineAttr::SynOption(u8::from(i.attached))];
             attrs.extend(i.cgroup.clone().map(EngineAttr::SynOptionCgroup));
             attrs.push(EngineAttr::SynOptionStatus(i.status.clone()));
+            let ns = netns::resolve(ctx, sel.as_ref())?;
+            let t = ctx.daemon.totals(ns);
+            attrs.extend(EngineMessage::path_attrs(&PathCounts {
+                option_client: t[T_CLNT_PATH_OPTION],
+                option_server: t[T_SRV_PATH_OPTION],
+                intent_client: t[T_CLNT_PATH_INTENT],
+                intent_server: t[T_SRV_PATH_INTENT],
+            }));
             out.reply(ENGINE_FAMILY_ID, h, EngineMessage::new(msg.cmd, attrs));
         }
         EngineCmd::Unknown(_) => return Err(libc::EOPNOTSUPP),
