@@ -808,3 +808,255 @@ fn option_client_is_served_while_nobody_accepts() {
         pingpong(&c, &s);
     }
 }
+
+/// One TCP segment as tshark decoded it (`tshark -T fields`, see [`Tshark::start`]).
+#[derive(Debug)]
+struct Decoded {
+    sport: u16,
+    dport: u16,
+    syn: bool,
+    ack: bool,
+    /// tshark named the experimental option the kernel's SMC one (exid `0xe2d4`).
+    smc_option: bool,
+    /// CLC message types tshark's SMC dissector found in the segment.
+    clc: Vec<u8>,
+    /// TCP payload bytes.
+    len: usize,
+}
+
+/// tshark capturing on `lo`, printing every decoded segment as it comes (`-l`).
+struct Tshark {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    /// Segments of the warm-up connections (still arriving) are left out.
+    warm_port: u16,
+}
+
+impl Tshark {
+    const FIELDS: [&str; 7] = [
+        "tcp.srcport",
+        "tcp.dstport",
+        "tcp.flags.syn",
+        "tcp.flags.ack",
+        "tcp.options.experimental.exid",
+        "smc.clc_msg",
+        "tcp.len",
+    ];
+
+    /// Starts it on the segments of `ports` and of a warm-up listener of its own, and
+    /// returns once it prints what it captures: dumpcap says "Capturing on" a little before
+    /// it does, so connections to the warm-up listener are made until one shows up.
+    fn start(ports: &[u16]) -> Tshark {
+        let warm = TcpListener::bind("127.0.0.1:0").unwrap();
+        let warm_port = warm.local_addr().unwrap().port();
+        let mut ports = ports.to_vec();
+        ports.push(warm_port);
+        let filter = ports
+            .iter()
+            .map(|p| format!("tcp port {p}"))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let mut cmd = std::process::Command::new("tshark");
+        cmd.args(["-i", "lo", "-n", "-l", "-f", &filter, "-T", "fields"]);
+        cmd.args([
+            "-E",
+            "separator=/t",
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+        ]);
+        for f in Self::FIELDS {
+            cmd.args(["-e", f]);
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tshark");
+        // dumpcap says "Capturing on 'Loopback: lo'" once the capture is open.
+        let stderr = child.stderr.take().unwrap();
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut said = Vec::new();
+            for l in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if l.contains("Capturing on") {
+                    let _ = ready_tx.send(Ok(()));
+                }
+                said.push(l);
+            }
+            let _ = ready_tx.send(Err(said.join("\n")));
+        });
+        match ready.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(())) => {}
+            other => panic!("tshark did not start capturing: {other:?}"),
+        }
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let warm_line = format!("{warm_port}\t");
+        'live: loop {
+            assert!(Instant::now() < deadline, "tshark captures nothing on lo");
+            let _c = TcpStream::connect(warm.local_addr().unwrap()).unwrap();
+            while let Ok(l) = lines.recv_timeout(Duration::from_millis(200)) {
+                if l.starts_with(&warm_line) || l.contains(&format!("\t{warm_port}\t")) {
+                    break 'live;
+                }
+            }
+        }
+        Tshark {
+            child,
+            lines,
+            warm_port,
+        }
+    }
+
+    /// Every segment decoded until (and with) the SYN to `sentinel`: a connection made after
+    /// everything else, so all segments before it have been captured and printed (lo
+    /// delivers in order; no timing decides, the deadline only bounds a broken run).
+    fn until_syn_to(mut self, sentinel: u16) -> Vec<Decoded> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("tshark: no SYN to {sentinel} ({e}): {out:#?}"));
+            let f: Vec<&str> = line.split('\t').collect();
+            assert_eq!(f.len(), Self::FIELDS.len(), "{line:?}");
+            let flag = |s: &str| s == "1" || s == "True";
+            let d = Decoded {
+                sport: f[0].parse().unwrap(),
+                dport: f[1].parse().unwrap(),
+                syn: flag(f[2]),
+                ack: flag(f[3]),
+                smc_option: f[4].split(',').any(|x| x == "0xe2d4"),
+                clc: f[5]
+                    .split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(|x| x.parse().unwrap())
+                    .collect(),
+                len: f[6].parse().unwrap_or(0),
+            };
+            if d.sport == self.warm_port || d.dport == self.warm_port {
+                continue;
+            }
+            let done = d.syn && !d.ack && d.dport == sentinel;
+            out.push(d);
+            if done {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return out;
+            }
+        }
+    }
+}
+
+/// The capture test, decoded by Wireshark's dissectors (tshark on `lo`): an SMC-D
+/// connection between engines has the option in its SYN and SYN-ACK, and its CLC Proposal,
+/// Accept and Confirm follow; an engine client of `python3 -m http.server` has it in its SYN,
+/// not in the SYN-ACK, and sends no CLC byte (its first payload is the HTTP request).
+#[test]
+fn tshark_shows_the_option_and_clc_only_where_both_sides_had_it() {
+    let test = "tshark_shows_the_option_and_clc_only_where_both_sides_had_it";
+    if smc_tests::skip_unless_tool(test, "tshark") || smc_tests::skip_unless_tool(test, "python3") {
+        return;
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = smc_tests::listen(&se);
+    let smc_port = l.local_addr().unwrap().port();
+    let free_port = || {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let py_port = free_port();
+    let mut py = std::process::Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1"])
+        .arg(py_port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sentinel = TcpListener::bind("127.0.0.1:0").unwrap();
+    let sentinel_port = sentinel.local_addr().unwrap().port();
+    // python is up once a plain connect succeeds (before the capture starts).
+    while TcpStream::connect(("127.0.0.1", py_port)).is_err() {
+        assert!(
+            py.try_wait().unwrap().is_none(),
+            "python3 http.server exited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tshark = Tshark::start(&[smc_port, py_port, sentinel_port]);
+
+    let c = smcd_engine::SmcStream::connect_with(&ce, ("127.0.0.1", smc_port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert!(c.is_smc() && s.is_smc(), "{} / {}", c.mode(), s.mode());
+    pingpong(&c, &s);
+    drop(c);
+    drop(s);
+
+    let http = smcd_engine::SmcStream::connect_with(&ce, ("127.0.0.1", py_port)).unwrap();
+    assert!(!http.is_smc(), "{}", http.mode());
+    (&http).write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut reply = Vec::new();
+    (&http).read_to_end(&mut reply).unwrap();
+    assert!(reply.starts_with(b"HTTP/1.0 200"), "{reply:?}");
+    drop(http);
+
+    let _sentinel = TcpStream::connect(sentinel.local_addr().unwrap()).unwrap();
+    let segs = tshark.until_syn_to(sentinel_port);
+    let _ = py.kill();
+    let _ = py.wait();
+
+    let of = |port: u16| -> Vec<&Decoded> {
+        segs.iter()
+            .filter(|d| d.sport == port || d.dport == port)
+            .collect()
+    };
+    let (smc, web) = (of(smc_port), of(py_port));
+    let syn = |v: &[&Decoded]| v.iter().find(|d| d.syn && !d.ack).map(|d| d.smc_option);
+    let syn_ack = |v: &[&Decoded]| v.iter().find(|d| d.syn && d.ack).map(|d| d.smc_option);
+    let clc = |v: &[&Decoded]| v.iter().flat_map(|d| d.clc.clone()).collect::<Vec<u8>>();
+    // SMC-D: option both ways, then Proposal (1), Accept (2), Confirm (3), in that order.
+    assert_eq!(syn(&smc), Some(true), "{smc:#?}");
+    assert_eq!(syn_ack(&smc), Some(true), "{smc:#?}");
+    let types = clc(&smc);
+    assert_eq!(types.get(..3), Some(&[1u8, 2, 3][..]), "{smc:#?}");
+    // No other segment of the connection carries the option.
+    assert_eq!(smc.iter().filter(|d| d.smc_option).count(), 2, "{smc:#?}");
+    // python: the option in the SYN only, no CLC byte: the client's first payload is the
+    // request itself (19 bytes), and tshark finds no SMC message anywhere in the stream.
+    assert_eq!(syn(&web), Some(true), "{web:#?}");
+    assert_eq!(syn_ack(&web), Some(false), "{web:#?}");
+    assert!(clc(&web).is_empty(), "{web:#?}");
+    let first = web
+        .iter()
+        .find(|d| d.len > 0)
+        .unwrap_or_else(|| panic!("{web:#?}"));
+    assert_eq!((first.dport, first.len), (py_port, 18), "{web:#?}");
+    // The sentinel is a plain TCP client: no option.
+    assert_eq!(syn(&of(sentinel_port)), Some(false));
+}
