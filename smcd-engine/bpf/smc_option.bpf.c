@@ -316,7 +316,6 @@ static __always_inline void active_established(struct bpf_sock_ops *skops)
 
 static __always_inline void passive_established(struct bpf_sock_ops *skops)
 {
-	struct tcp_base_hdr *th = skops->skb_data;
 	struct smc_req_key k = {};
 	struct smc_sk_state *st;
 	__u32 *rec, v = 0;
@@ -325,19 +324,21 @@ static __always_inline void passive_established(struct bpf_sock_ops *skops)
 	stop_hdr_cb(skops);
 	if (!find_listener(skops))
 		return;
-	/* skb is the ACK that ends the handshake: its sequence number is the client's ISN + 1. */
-	if (th && (void *)(th + 1) <= skops->skb_data_end) {
-		k.netns_cookie = bpf_get_netns_cookie(skops);
-		local_addr(skops, k.laddr);
-		remote_addr(skops, k.raddr);
-		k.lport = skops->local_port;
-		k.rport = skops->remote_port;
-		k.isn = be32(th->seq) - 1;
-		rec = bpf_map_lookup_elem(&smc_reqs, &k);
-		if (rec) {
-			v = *rec & (SMC_SK_PEER_OPT | SMC_SK_ECHOED);
-			bpf_map_delete_elem(&smc_reqs, &k);
-		}
+	/* The child's rcv_nxt is the client's ISN + 1 here (tcp_create_openreq_child; the
+	 * segment that made the child is queued after this callback). Not the segment's own
+	 * sequence number: when the accept queue was full the ACK that ended the handshake was
+	 * dropped, and the segment that makes the child may be a later one, after the client's
+	 * Proposal (its sequence number then is the ISN + 1 + the Proposal's length). */
+	k.netns_cookie = bpf_get_netns_cookie(skops);
+	local_addr(skops, k.laddr);
+	remote_addr(skops, k.raddr);
+	k.lport = skops->local_port;
+	k.rport = skops->remote_port;
+	k.isn = skops->rcv_nxt - 1;
+	rec = bpf_map_lookup_elem(&smc_reqs, &k);
+	if (rec) {
+		v = *rec & (SMC_SK_PEER_OPT | SMC_SK_ECHOED);
+		bpf_map_delete_elem(&smc_reqs, &k);
 	}
 	st = sk_state(skops, 1);
 	if (st)
