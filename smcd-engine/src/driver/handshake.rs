@@ -404,13 +404,17 @@ impl ClientRun {
             if let Some(done) = self.done.take() {
                 return self.finish(done).map(Some);
             }
-            if let Some(ev) = self.hs.handle_timeout(core_now()) {
-                self.on_event(ev);
-                continue;
-            }
+            // Bytes first, the timer only when none are there: a thread that runs late (a
+            // busy machine) must not time out an answer that came in time.
             let want = self.hs.wants();
             match read_some(sock, &mut buf, want)? {
-                None => return Ok(None),
+                None => {
+                    if let Some(ev) = self.hs.handle_timeout(core_now()) {
+                        self.on_event(ev);
+                        continue;
+                    }
+                    return Ok(None);
+                }
                 Some(0) => {
                     let ev = self.hs.on_eof();
                     self.on_event(ev);
@@ -659,17 +663,19 @@ impl ServerRun {
         }
         let mut buf = [0u8; 1024];
         if self.hs.is_none() {
-            if Instant::now() >= self.started + CLC_WAIT_TIME {
-                return Err(handshake_error(HandshakeError::TimedOut));
-            }
             // Whether the stream starts with CLC, without consuming it: a connection taken
             // for an announced SMC client but not carrying CLC (which only a stale
-            // announcement could cause) stays plain TCP with every byte intact.
+            // announcement could cause) stays plain TCP with every byte intact. The deadline
+            // counts only when the bytes are not there (a late thread, not a late client).
+            let late = Instant::now() >= self.started + CLC_WAIT_TIME;
             let sock = self.sock.as_ref().expect("until the end");
             let mut peek = [0u8; 4];
             let n = match rustix::net::recv(sock, &mut peek, RecvFlags::PEEK | RecvFlags::DONTWAIT)
             {
                 Ok((n, _)) => n,
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) if late => {
+                    return Err(handshake_error(HandshakeError::TimedOut));
+                }
                 Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {
                     return Ok(ServerStep::Wait);
                 }
@@ -686,6 +692,7 @@ impl ServerRun {
                         None => ServerHandshake::unannounced(caps, at),
                     });
                 }
+                None if n > 0 && late => return Err(handshake_error(HandshakeError::TimedOut)),
                 None if n > 0 => return Ok(ServerStep::Wait),
                 _ => {
                     let sock = self.sock.take().expect("until the end");
@@ -697,10 +704,6 @@ impl ServerRun {
             }
         }
         loop {
-            let hs = self.hs.as_mut().expect("made above");
-            if let Some(ev) = hs.handle_timeout(core_now()) {
-                self.on_event(ev);
-            }
             let hs = self.hs.as_mut().expect("made above");
             if let Some(b) = hs.poll_transmit() {
                 self.out.buf.extend_from_slice(&b);
@@ -715,9 +718,13 @@ impl ServerRun {
             if self.work.is_some() {
                 return Ok(ServerStep::Work);
             }
+            // Bytes first, the timer only when none are there (see the client's step).
             let want = hs.wants();
             match read_some(sock, &mut buf, want)? {
-                None => return Ok(ServerStep::Wait),
+                None => match hs.handle_timeout(core_now()) {
+                    Some(ev) => self.on_event(ev),
+                    None => return Ok(ServerStep::Wait),
+                },
                 Some(0) => {
                     let ev = hs.on_eof();
                     self.on_event(ev);
@@ -1021,16 +1028,20 @@ impl DeclineRun {
 
     /// Makes what progress the socket allows without waiting (never [`ServerStep::Work`]).
     pub fn step(&mut self) -> io::Result<ServerStep> {
-        if Instant::now() >= self.deadline() {
-            return Err(handshake_error(HandshakeError::TimedOut));
-        }
+        let late = Instant::now() >= self.deadline();
         let sock = self.sock.as_ref().expect("until the end");
         if !self.out.flush(sock)? {
-            return Ok(ServerStep::Wait);
+            return if late {
+                Err(handshake_error(HandshakeError::TimedOut))
+            } else {
+                Ok(ServerStep::Wait)
+            };
         }
         let mut buf = [0u8; 1024];
         loop {
             match read_some(sock, &mut buf, self.reader.wants())? {
+                // Bytes first, the deadline only when none are there.
+                None if late => return Err(handshake_error(HandshakeError::TimedOut)),
                 None => return Ok(ServerStep::Wait),
                 Some(0) => break,
                 Some(n) => {
