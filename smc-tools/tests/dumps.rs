@@ -22,6 +22,7 @@ use smcd_engine::ipc::channel::{self, Channel, MAX_RECORD};
 use smcd_engine::layout::region::Region;
 use smcd_engine::layout::status::{
     CONN_SLOT, CONN_SLOTS, ConnIdentity, LGR_SLOT, LGR_SLOTS, LgrRecord, STATUS_LEN, StatusArea,
+    VERSION,
 };
 use smcd_engine::{SmcListener, SmcStream};
 use std::collections::HashSet;
@@ -319,7 +320,7 @@ fn hostile_status_area_costs_only_its_own_records() {
     let (r, fd) = Region::create("smc-status", STATUS_LEN).unwrap();
     r.u64_at(0)
         .store(u64::from_le_bytes(*b"SMCSTAT1"), Ordering::Relaxed);
-    r.u32_at(8).store(2, Ordering::Relaxed); // the layout version
+    r.u32_at(8).store(VERSION, Ordering::Relaxed); // the layout version
     for off in (12..64).step_by(4) {
         r.u32_at(off).store(u32::MAX, Ordering::Relaxed); // pid, slot counts, sequence
     }

@@ -38,9 +38,10 @@ pub fn set_counting(on: bool) {
 }
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SMCSTAT1");
+/// The layout version in the header (smcd reads only areas of its own version).
 /// 2: 16,384 link-group slots (1,024 before, which capped `linkgroup show` per engine).
 /// 3: the capability-path totals (`T_*_PATH_*`) before the fallback reasons.
-const VERSION: u32 = 3;
+pub const VERSION: u32 = 3;
 const H_PID: usize = 12;
 const H_FOLD_SEQ: usize = 32;
 const TOTALS: usize = 64;
