@@ -7,28 +7,11 @@
 
 mod common;
 
-use common::{BINS, Smcd, listen};
+use common::{BINS, Smcd, listen, read_clc};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use smc_proto::clc::{AcceptConfirm, ClcMessage, Decline, ReasonCode, SMC_V2, SmcdAcceptConfirm};
 use smcd_engine::ipc::SmcdSession as LoopbackDevice;
 
-/// Reads one CLC message, blocking: the header, then exactly the length it gives.
-fn read_clc(s: &TcpStream) -> std::io::Result<Result<ClcMessage, smc_proto::clc::ClcError>> {
-    use std::io::Read;
-    let mut r = smc_core::handshake::ClcReader::new();
-    let mut buf = [0u8; 1024];
-    loop {
-        let want = r.wants().min(buf.len());
-        let mut s = s;
-        let n = s.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        if let Some(m) = r.push(&buf[..n]) {
-            return Ok(m);
-        }
-    }
-}
 use smcd_engine::{Engine, EngineConfig, Fallback, Mode, SmcStream};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

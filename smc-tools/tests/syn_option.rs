@@ -865,6 +865,146 @@ fn congested_option_listener_sends_clients_plain() {
     );
 }
 
+/// Handshake limitation on the option path with a listener that is really congested (not a
+/// flag set by hand): stalled handshakes hold every worker, the listener marks itself
+/// congested in the map, its SYN-ACKs go out without the option, and a new client is plain
+/// TCP with PEERNOSMC at once. `accept` hands it over while the stalled handshakes are still
+/// in progress, and neither side waited on a timer. Once the stalled clients leave, clients
+/// get SMC-D again.
+#[test]
+fn stalled_handshakes_congest_an_option_listener_and_new_clients_go_plain_at_once() {
+    let test = "stalled_handshakes_congest_an_option_listener_and_new_clients_go_plain_at_once";
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    // As in fallback.rs: the stalled handshakes' work ends SERVE_WITHIN after their accept
+    // at the latest; a set-up that took longer (a loaded machine) proves nothing and is made
+    // again with a fresh listener.
+    let mut attempts = 0;
+    let (l, stalled, c, stalled_n) = loop {
+        attempts += 1;
+        assert!(
+            attempts <= 5,
+            "the set-up never finished within SERVE_WITHIN"
+        );
+        if let Some(x) = congest_by_option(&smcd, &se, &ce) {
+            break x;
+        }
+    };
+    let plain = smcd_engine::Mode::Tcp(smcd_engine::Fallback::local(
+        smc_proto::clc::ReasonCode::PEERNOSMC,
+    ));
+    // No echo, so no CLC: PEERNOSMC, not a handshake that ran into a deadline.
+    assert_eq!(c.mode(), plain);
+    // The plain client that found the listener congested comes first, then ours; both are
+    // handed over while the stalled handshakes are still in progress.
+    let me = c.local_addr().unwrap();
+    let s = loop {
+        let (s, peer) = l.accept().unwrap();
+        assert_eq!(s.mode(), plain);
+        if peer == me {
+            break s;
+        }
+    };
+    assert_eq!(l.handshakes_in_progress(), stalled_n, "accept did not wait");
+    pingpong(&c, &s);
+    drop(stalled);
+    assert!(
+        smc_tests::eventually(Duration::from_secs(10), || l.handshakes_in_progress() == 0),
+        "{} handshakes in progress",
+        l.handshakes_in_progress()
+    );
+    let c2 = smcd_engine::SmcStream::connect_with(&ce, l.local_addr().unwrap()).unwrap();
+    assert!(c2.is_smc(), "{}", c2.mode());
+    let me = c2.local_addr().unwrap();
+    let s2 = loop {
+        let (s, peer) = l.accept().unwrap();
+        if peer == me {
+            break s;
+        }
+    };
+    assert!(s2.is_smc(), "{}", s2.mode());
+    pingpong(&c2, &s2);
+}
+
+/// The option path's version of fallback.rs's `congest`: clients of a fake engine mark their
+/// sockets, connect and propose while their SYN-ACKs carry the option; the first gets its
+/// Accept and never confirms, so its link group stays in first contact, and every later
+/// Proposal of that engine waits for it on a worker. The first SYN-ACK without the option
+/// means the listener is congested. Returns the listener, the stalled clients (and last the
+/// plain one that found it congested), an engine client connected then, and the number of
+/// stalled handshakes; `None` when the set-up outlasted the stalled handshakes' work.
+#[allow(clippy::type_complexity)]
+fn congest_by_option(
+    smcd: &Smcd,
+    se: &std::sync::Arc<smcd_engine::Engine>,
+    ce: &std::sync::Arc<smcd_engine::Engine>,
+) -> Option<(
+    smcd_engine::SmcListener,
+    Vec<TcpStream>,
+    smcd_engine::SmcStream,
+    usize,
+)> {
+    use smc_proto::clc::ClcMessage;
+    let l = smcd_engine::SmcListener::bind_with_options(
+        se,
+        "127.0.0.1:0",
+        smcd_engine::driver::listener::ListenOptions {
+            backlog: 128,
+            limit_hs: Some(true),
+        },
+    )
+    .unwrap();
+    let to = l.local_addr().unwrap();
+    let fake = smcd.engine();
+    let a = fake.attached().expect("smcd is up");
+    let maps = a.session.option_path().expect("the option path");
+    let proposal = ClcMessage::from(smc_core::handshake::decide::client_proposal(
+        &fake.caps(a.ism.as_ref()),
+    ))
+    .to_vec();
+    let mut stalled: Vec<TcpStream> = Vec::new();
+    let mut first: Option<Instant> = None;
+    loop {
+        assert!(
+            stalled.len() <= 2 * smcd_engine::driver::listener::max_workers() + 4,
+            "never congested"
+        );
+        let sock = tcp_socket(to);
+        maps.mark_client(&sock).unwrap();
+        let mut s = connect(sock, to);
+        if maps.sock_option(&s).unwrap().clc_runs() != Some(true) {
+            // No echo: congested. This one is a plain connection the listener hands to
+            // `accept`; it stays open with the stalled ones.
+            stalled.push(s);
+            break;
+        }
+        first.get_or_insert_with(Instant::now);
+        s.write_all(&proposal).unwrap();
+        if stalled.is_empty() {
+            // The first contact: its Accept comes, its Confirm never does.
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let answer = smc_tests::read_clc(&s).unwrap().unwrap();
+            assert!(matches!(answer, ClcMessage::Accept(_)), "{answer:?}");
+        }
+        stalled.push(s);
+        let n = stalled.len();
+        assert!(
+            smc_tests::eventually(Duration::from_secs(5), || l.handshakes_in_progress() >= n),
+            "{} handshakes in progress, {n} clients",
+            l.handshakes_in_progress()
+        );
+    }
+    let stalled_n = stalled.len() - 1;
+    assert!(stalled_n >= 2, "congested after {stalled_n} handshakes");
+    let c = smcd_engine::SmcStream::connect_with(ce, to).unwrap();
+    if first.is_some_and(|t| t.elapsed() >= smcd_engine::driver::handshake::SERVE_WITHIN) {
+        return None;
+    }
+    Some((l, stalled, c, stalled_n))
+}
+
 /// The program attached to a cgroup this process is not in: engines get the maps, but their
 /// marked SYNs go out without the option. The first such connect is plain (PEERNOSMC, as its
 /// SYN-ACK had nothing), and the engine goes back to intents: the next one is SMC-D.

@@ -1027,3 +1027,24 @@ pub fn announced_socket(
     let v = session.connect_intent(local, to).unwrap();
     (s, local, v)
 }
+
+/// Reads one CLC message from `s` (blocking): the message, or the decoder's error for bytes
+/// that are not one; an I/O error (`UnexpectedEof` at the end of the stream) otherwise.
+pub fn read_clc(
+    s: &std::net::TcpStream,
+) -> std::io::Result<Result<smc_proto::clc::ClcMessage, smc_proto::clc::ClcError>> {
+    use std::io::Read;
+    let mut r = smc_core::handshake::ClcReader::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let want = r.wants().min(buf.len());
+        let mut s = s;
+        let n = s.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if let Some(m) = r.push(&buf[..n]) {
+            return Ok(m);
+        }
+    }
+}
