@@ -886,7 +886,7 @@ fn stalled_handshakes_congest_an_option_listener_and_new_clients_go_plain_at_onc
         attempts += 1;
         assert!(
             attempts <= 5,
-            "the set-up never finished within SERVE_WITHIN"
+            "no attempt congested the listener within SERVE_WITHIN"
         );
         if let Some(x) = congest_by_option(&smcd, &se, &ce) {
             break x;
@@ -934,7 +934,8 @@ fn stalled_handshakes_congest_an_option_listener_and_new_clients_go_plain_at_onc
 /// Proposal of that engine waits for it on a worker. The first SYN-ACK without the option
 /// means the listener is congested. Returns the listener, the stalled clients (and last the
 /// plain one that found it congested), an engine client connected then, and the number of
-/// stalled handshakes; `None` when the set-up outlasted the stalled handshakes' work.
+/// stalled handshakes; `None` when the set-up outlasted the stalled handshakes' work or
+/// stalled more clients than the workers hold without congestion.
 #[allow(clippy::type_complexity)]
 fn congest_by_option(
     smcd: &Smcd,
@@ -967,10 +968,17 @@ fn congest_by_option(
     let mut stalled: Vec<TcpStream> = Vec::new();
     let mut first: Option<Instant> = None;
     loop {
-        assert!(
-            stalled.len() <= 2 * smcd_engine::driver::listener::max_workers() + 4,
-            "never congested"
-        );
+        // Past SERVE_WITHIN the first stalled handshakes' work ends (declined), workers come
+        // free, and more clients prove nothing: a busy machine made the set-up too slow. So
+        // does an attempt that stalled more clients than workers could hold without the
+        // listener saying so (on a busy machine a stalled one can end before the next
+        // arrives). The caller tries again; a listener that never marks itself congested
+        // fails every attempt.
+        if first.is_some_and(|t| t.elapsed() >= smcd_engine::driver::handshake::SERVE_WITHIN)
+            || stalled.len() > 2 * smcd_engine::driver::listener::max_workers() + 4
+        {
+            return None;
+        }
         let sock = tcp_socket(to);
         maps.mark_client(&sock).unwrap();
         let mut s = connect(sock, to);
