@@ -317,17 +317,10 @@ fn congested_listener_with_handshake_limitation() {
     // loaded machine the set-up can take longer, and then the listener is no longer congested
     // when the client comes. Such an attempt proves nothing and is made again (with a fresh
     // listener).
-    let mut attempts = 0;
-    let (l, stalled, c, stalled_n) = loop {
-        attempts += 1;
-        assert!(
-            attempts <= 5,
-            "the set-up never finished within SERVE_WITHIN"
-        );
-        if let Some(x) = congest(&smcd, &se, &ce) {
-            break x;
-        }
-    };
+    let (l, stalled, c, stalled_n) =
+        common::retry_set_up(5, "the set-up never finished within SERVE_WITHIN", || {
+            congest(&smcd, &se, &ce)
+        });
     let to = l.local_addr().unwrap();
     assert_eq!(c.mode(), Mode::Tcp(Fallback::local(ReasonCode::PEERNOSMC)));
     let (s, _) = l.accept().unwrap();
@@ -351,13 +344,7 @@ fn congested_listener_with_handshake_limitation() {
     );
     let c2 = SmcStream::connect_with(&ce, to).unwrap();
     assert!(c2.is_smc(), "{:?}", c2.mode());
-    let me = c2.local_addr().unwrap();
-    let s2 = loop {
-        let (s, peer) = l.accept().unwrap();
-        if peer == me {
-            break s;
-        }
-    };
+    let s2 = common::accept_from(&l, c2.local_addr().unwrap(), |_| {});
     assert!(s2.is_smc());
     (&c2).write_all(b"smc again").unwrap();
     let mut got = [0u8; 9];

@@ -881,17 +881,11 @@ fn stalled_handshakes_congest_an_option_listener_and_new_clients_go_plain_at_onc
     // As in fallback.rs: the stalled handshakes' work ends SERVE_WITHIN after their accept
     // at the latest; a set-up that took longer (a loaded machine) proves nothing and is made
     // again with a fresh listener.
-    let mut attempts = 0;
-    let (l, stalled, c, stalled_n) = loop {
-        attempts += 1;
-        assert!(
-            attempts <= 5,
-            "no attempt congested the listener within SERVE_WITHIN"
-        );
-        if let Some(x) = congest_by_option(&smcd, &se, &ce) {
-            break x;
-        }
-    };
+    let (l, stalled, c, stalled_n) = smc_tests::retry_set_up(
+        5,
+        "no attempt congested the listener within SERVE_WITHIN",
+        || congest_by_option(&smcd, &se, &ce),
+    );
     let plain = smcd_engine::Mode::Tcp(smcd_engine::Fallback::local(
         smc_proto::clc::ReasonCode::PEERNOSMC,
     ));
@@ -899,14 +893,9 @@ fn stalled_handshakes_congest_an_option_listener_and_new_clients_go_plain_at_onc
     assert_eq!(c.mode(), plain);
     // The plain client that found the listener congested comes first, then ours; both are
     // handed over while the stalled handshakes are still in progress.
-    let me = c.local_addr().unwrap();
-    let s = loop {
-        let (s, peer) = l.accept().unwrap();
+    let s = smc_tests::accept_from(&l, c.local_addr().unwrap(), |s| {
         assert_eq!(s.mode(), plain);
-        if peer == me {
-            break s;
-        }
-    };
+    });
     assert_eq!(l.handshakes_in_progress(), stalled_n, "accept did not wait");
     pingpong(&c, &s);
     drop(stalled);
@@ -917,13 +906,7 @@ fn stalled_handshakes_congest_an_option_listener_and_new_clients_go_plain_at_onc
     );
     let c2 = smcd_engine::SmcStream::connect_with(&ce, l.local_addr().unwrap()).unwrap();
     assert!(c2.is_smc(), "{}", c2.mode());
-    let me = c2.local_addr().unwrap();
-    let s2 = loop {
-        let (s, peer) = l.accept().unwrap();
-        if peer == me {
-            break s;
-        }
-    };
+    let s2 = smc_tests::accept_from(&l, c2.local_addr().unwrap(), |_| {});
     assert!(s2.is_smc(), "{}", s2.mode());
     pingpong(&c2, &s2);
 }

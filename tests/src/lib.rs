@@ -1048,3 +1048,32 @@ pub fn read_clc(
         }
     }
 }
+
+/// Runs a set-up that a busy machine can spoil (`f` returns `None`: the attempt proves
+/// nothing) until one attempt holds, at most `attempts` times; panics with `what` when none
+/// did.
+#[track_caller]
+pub fn retry_set_up<T>(attempts: usize, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..attempts {
+        if let Some(x) = f() {
+            return x;
+        }
+    }
+    panic!("{what} (in {attempts} attempts)");
+}
+
+/// Accepts from `l` until the connection from `peer` comes (others queued before it are
+/// dropped); `check` sees every accepted connection, that one included.
+pub fn accept_from(
+    l: &SmcListener,
+    peer: std::net::SocketAddr,
+    mut check: impl FnMut(&SmcStream),
+) -> SmcStream {
+    loop {
+        let (s, from) = l.accept().unwrap();
+        check(&s);
+        if from == peer {
+            return s;
+        }
+    }
+}
