@@ -462,6 +462,27 @@ fn peer_abort_wakes_and_errors() {
     assert!(p.s[1].conn.send_check().is_err());
 }
 
+#[test]
+fn an_active_closer_is_not_aborted_by_its_own_tcp_shutdown() {
+    // crr with an event-loop server: it closes first and shuts its TCP connection down both
+    // ways, so its liveness watch sees the socket hung up before the client's close arrives.
+    let mut p = Pair::smcd(smcd_cfgs(16352, 16352));
+    p.close(0);
+    assert_eq!(p.s[0].tcp, TcpAction::Shutdown);
+    assert_eq!(p.s[0].conn.state(), SmcState::PeerCloseWait1);
+    let eff = p.s[0].conn.tcp_gone();
+    assert_eq!(eff.tcp(), TcpAction::None);
+    assert!(!p.s[0].conn.aborted_locally());
+    assert_eq!(p.s[0].conn.state(), SmcState::PeerCloseWait1);
+    // The peer's close still ends it in order.
+    p.deliver(1);
+    p.close(1);
+    p.deliver(0);
+    assert_eq!(p.s[0].conn.state(), SmcState::Closed);
+    assert_eq!(p.s[0].conn.error(), None);
+    assert!(!p.s[0].conn.aborted_locally());
+}
+
 // ----------------------------------------------------------------------------------------
 // Random sequences.
 

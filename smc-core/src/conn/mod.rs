@@ -720,9 +720,15 @@ impl Connection {
     }
 
     /// The TCP connection ended (EOF or reset). A peer that closed wrote its close flags first;
-    /// if they are here this is the orderly end, otherwise the peer vanished.
+    /// if they are here this is the orderly end, otherwise the peer vanished. Once this side
+    /// sent its close it shut the TCP connection down itself (`smc_close_active` does, so the
+    /// peer does not enter TIME_WAIT), and what the socket shows then says nothing about the
+    /// peer: an active closer waiting for the peer's close is not aborted by its own shutdown.
     pub fn tcp_gone(&mut self) -> Effects {
-        if self.close.received().any_close() || self.close.error().is_some() {
+        if self.close.received().any_close()
+            || self.close.error().is_some()
+            || self.close.sent().any_close()
+        {
             return Effects::default();
         }
         self.abort(AbortKind::Reset)
