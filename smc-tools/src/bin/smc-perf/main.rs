@@ -42,6 +42,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+mod events;
+
 #[derive(Debug, Parser)]
 // clap names the program after the package: `--version` printed `smcd-engine 0.1.0` while the
 // binary lived there, and still does.
@@ -78,6 +80,10 @@ enum Cmd {
         /// Do not count in the data path (to measure what counting costs).
         #[arg(long)]
         no_stats: bool,
+        /// One event loop (epoll) accepts and serves crr, as nginx does; other tests still get a
+        /// thread each.
+        #[arg(long)]
+        events: bool,
     },
     /// Run one test against a server.
     Client {
@@ -112,6 +118,13 @@ enum Cmd {
         /// it too).
         #[arg(long)]
         no_stats: bool,
+        /// crr: drive the connections from event loops (epoll), as wrk does, instead of a
+        /// thread each.
+        #[arg(long)]
+        events: bool,
+        /// With --events: how many event loops share the connections.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
     /// Drip-feed CLC Proposals at an SMC listener (an attacker for soak tests; needs smcd).
     Drip {
@@ -309,6 +322,11 @@ fn serve_conn(mut c: Conn) -> anyhow::Result<()> {
     if msg == 0 || msg > MAX_MSG {
         bail!("message size {msg} out of range");
     }
+    serve_test(c, test, msg)
+}
+
+/// Serves one connection whose header was read: `test` with messages of `msg` bytes.
+fn serve_test(mut c: Conn, test: Test, msg: usize) -> anyhow::Result<()> {
     match test {
         Test::Bw => {
             // Read and check until end of stream; report (bytes, errors).
@@ -449,6 +467,27 @@ fn echo_nonblocking(c: &mut Conn, pending: &mut Vec<u8>) -> bool {
     open
 }
 
+/// Prints a served connection's error, unless it is the client going away.
+fn report_conn_error(e: &anyhow::Error) {
+    if !matches!(
+        e.downcast_ref::<io::Error>().map(io::Error::kind),
+        Some(
+            io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::BrokenPipe
+        )
+    ) {
+        eprintln!("smc-perf: connection: {e:#}");
+    }
+}
+
+/// The server's listener, either kind.
+enum Listen {
+    Smc(SmcListener),
+    Tcp(TcpListener),
+}
+use Listen as L;
+
 /// Listen backlog of both servers. The same for TCP and SMC so crr compares transports, not
 /// queue lengths (`std`'s `TcpListener::bind` uses 128, which overflows at 512 concurrent
 /// connects and turns into resets).
@@ -475,6 +514,7 @@ fn server(
     tcp: bool,
     cpu: Option<usize>,
     limit_hs: Option<bool>,
+    events: bool,
 ) -> anyhow::Result<()> {
     // Before any thread starts: `cargo xtask bench` counts the server's wake-ups with it.
     smcd_engine::sys::report_context_switches_on_sigusr1("smc-perf")?;
@@ -482,10 +522,6 @@ fn server(
     let addr: SocketAddr = format!("{bind}:{port}")
         .parse()
         .context("bad bind address")?;
-    enum L {
-        Smc(SmcListener),
-        Tcp(TcpListener),
-    }
     let l = Arc::new(if tcp {
         L::Tcp(tcp_listener(addr, BACKLOG)?)
     } else {
@@ -506,6 +542,10 @@ fn server(
         "smc-perf: serving {} on {bound}",
         if tcp { "tcp" } else { "smc" }
     );
+    if events {
+        let l = Arc::into_inner(l).expect("not shared yet");
+        return events::serve(l, cpu);
+    }
     // A pool of accepting threads that grows when all are busy, so short connections do not
     // pay a thread creation each.
     let busy = Arc::new(AtomicUsize::new(0));
@@ -540,17 +580,8 @@ fn server(
                 if now_busy >= total.load(Ordering::SeqCst) && total.load(Ordering::SeqCst) < 4096 {
                     spawn(Arc::clone(&l), Arc::clone(&busy), Arc::clone(&total), cpu);
                 }
-                if let Err(e) = serve_conn(c)
-                    && !matches!(
-                        e.downcast_ref::<io::Error>().map(io::Error::kind),
-                        Some(
-                            io::ErrorKind::UnexpectedEof
-                                | io::ErrorKind::ConnectionReset
-                                | io::ErrorKind::BrokenPipe
-                        )
-                    )
-                {
-                    eprintln!("smc-perf: connection: {e:#}");
+                if let Err(e) = serve_conn(c) {
+                    report_conn_error(&e);
                 }
                 busy.fetch_sub(1, Ordering::SeqCst);
             }
@@ -1204,9 +1235,10 @@ fn main() -> anyhow::Result<()> {
             pin: cpu,
             limit_hs,
             no_stats,
+            events,
         } => {
             smcd_engine::layout::status::set_counting(!no_stats);
-            server(port, &bind, tcp, cpu, limit_hs)
+            server(port, &bind, tcp, cpu, limit_hs, events)
         }
         Cmd::Client {
             target,
@@ -1219,6 +1251,8 @@ fn main() -> anyhow::Result<()> {
             count,
             pin: cpu,
             no_stats,
+            events,
+            threads,
         } => {
             smcd_engine::layout::status::set_counting(!no_stats);
             if msg_size == 0 || msg_size > MAX_MSG {
@@ -1235,6 +1269,16 @@ fn main() -> anyhow::Result<()> {
                 Test::Bw => client_bw(addr, tcp, msg_size, time, warmup)?,
                 Test::Lat => client_lat(addr, tcp, msg_size, time, warmup)?,
                 Test::Crr => match count {
+                    None if events => events::client_crr(
+                        addr,
+                        tcp,
+                        msg_size,
+                        time,
+                        warmup,
+                        concurrency,
+                        threads,
+                        cpu,
+                    )?,
                     Some(n) => client_crr_count(addr, tcp, msg_size, n, concurrency, cpu)?,
                     None => client_crr(addr, tcp, msg_size, time, warmup, concurrency, cpu)?,
                 },
