@@ -12,7 +12,7 @@ use rustix::event::epoll;
 use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
 
 /// A connection the watcher watches.
@@ -49,10 +49,17 @@ pub struct WatchGuard {
     key: u64,
     /// The watched socket's number, open for as long as the guard lives.
     fd: RawFd,
+    /// Still registered ([`WatchGuard::disarm`] ends the watch before the guard goes).
+    armed: AtomicBool,
 }
 
-impl Drop for WatchGuard {
-    fn drop(&mut self) {
+impl WatchGuard {
+    /// Ends the watch now (once; the guard's drop then does nothing): for a connection whose
+    /// end is already known, so that the TCP connection's end, which follows, wakes no one.
+    pub fn disarm(&self) {
+        if !self.armed.swap(false, Ordering::AcqRel) {
+            return;
+        }
         let w = Watcher::get();
         // SAFETY: the owner keeps the socket open until the guard is gone (see above).
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
@@ -61,6 +68,17 @@ impl Drop for WatchGuard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.key);
+    }
+
+    /// Whether the watch is still on.
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.disarm();
     }
 }
 
@@ -94,6 +112,7 @@ impl Watcher {
         let guard = WatchGuard {
             key,
             fd: tcp.as_raw_fd(),
+            armed: AtomicBool::new(true),
         };
         epoll::add(
             &self.ep,

@@ -196,6 +196,10 @@ impl<T: Transport> SmcConn<T> {
             }
         }
         let cm = st.core.close_machine();
+        if cm.received().any_close() {
+            // The peer's close or abort is here: its TCP end, next, tells nothing new.
+            self.unwatch();
+        }
         let shut = u8::from(cm.rcv_shutdown() || st.core.read_is_shut())
             | u8::from(st.core.send_check().is_err()) << 1;
         self.slot.set_state(st.core.state() as u8, shut);
