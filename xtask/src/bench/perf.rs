@@ -119,6 +119,8 @@ pub(super) struct PerfServer {
     pub(super) port: u16,
     /// The sysctls in effect when it started (SMC server only).
     pub(super) settings: BTreeMap<String, u64>,
+    /// Whether it serves from one event loop (`--events`) rather than a thread each.
+    pub(super) events: bool,
     /// Its `rusage` lines as they arrive, and how many so far.
     rusage: Arc<Mutex<RusageSeen>>,
 }
@@ -143,11 +145,11 @@ impl PerfServer {
 /// The port is picked below the ephemeral range, not with `--port 0`: on a shared machine
 /// other programs' TIME_WAIT sockets can fill the ephemeral range, and then bind(0) fails.
 /// A port that is taken is skipped.
-pub(super) fn start_server(env: &Env, smc: bool) -> anyhow::Result<PerfServer> {
+pub(super) fn start_server(env: &Env, smc: bool, events: bool) -> anyhow::Result<PerfServer> {
     let mut last = String::new();
     for _ in 0..64 {
         let port = env.ports.next();
-        match start_server_on(env, smc, port)? {
+        match start_server_on(env, smc, events, port)? {
             Ok(s) => return Ok(s),
             Err(why) if why.contains("Address already in use") => last = why,
             Err(why) => bail!(
@@ -160,7 +162,12 @@ pub(super) fn start_server(env: &Env, smc: bool) -> anyhow::Result<PerfServer> {
 }
 
 /// One attempt: `Ok(Err(why))` when the server exited or never said it listens.
-fn start_server_on(env: &Env, smc: bool, port: u16) -> anyhow::Result<Result<PerfServer, String>> {
+fn start_server_on(
+    env: &Env,
+    smc: bool,
+    events: bool,
+    port: u16,
+) -> anyhow::Result<Result<PerfServer, String>> {
     let name = if smc {
         "server-smc.log"
     } else {
@@ -174,6 +181,9 @@ fn start_server_on(env: &Env, smc: bool, port: u16) -> anyhow::Result<Result<Per
     cmd.args(["server", "--port", &port.to_string(), "--bind", "127.0.0.1"]);
     if !smc {
         cmd.arg("--tcp");
+    }
+    if events {
+        cmd.arg("--events");
     }
     if let Some(c) = env.server_cpu {
         cmd.args(["--pin", &c.to_string()]);
@@ -220,6 +230,7 @@ fn start_server_on(env: &Env, smc: bool, port: u16) -> anyhow::Result<Result<Per
                 child,
                 port,
                 settings: BTreeMap::new(),
+                events,
                 rusage,
             }));
         }
@@ -336,6 +347,9 @@ pub(super) fn run_client(
         .env("SMCD_SOCKET", &env.sock);
     if !v.smc {
         cmd.arg("--tcp");
+    }
+    if v.events {
+        cmd.arg("--events");
     }
     if let Some(c) = p.concurrency {
         cmd.args(["--concurrency", &c.to_string()]);

@@ -99,6 +99,17 @@ pub struct Variant {
     pub smc: bool,
     /// Sysctls set through `smcctl sysctl set` before the SMC server and client start.
     pub settings: Vec<(String, u64)>,
+    /// Client and server run event loops (`smc-perf --events`: wrk against nginx) instead of
+    /// a thread per connection.
+    pub events: bool,
+}
+
+impl Variant {
+    /// The same variant with event-loop client and server.
+    fn events(mut self) -> Variant {
+        self.events = true;
+        self
+    }
 }
 
 fn tcp() -> Variant {
@@ -108,6 +119,7 @@ fn tcp() -> Variant {
         short: "TCP".into(),
         smc: false,
         settings: Vec::new(),
+        events: false,
     }
 }
 
@@ -118,6 +130,7 @@ fn smc(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Varian
         short: short.into(),
         smc: true,
         settings: settings.iter().map(|&(k, v)| (k.into(), v)).collect(),
+        events: false,
     }
 }
 
@@ -168,6 +181,16 @@ const KIB: usize = 1024;
 
 fn doubling(from: usize, to: usize) -> Vec<usize> {
     std::iter::successors(Some(from), |&s| (s < to).then_some(s * 2)).collect()
+}
+
+fn crr_points(concurrency: Vec<usize>) -> Vec<PointPlan> {
+    concurrency
+        .into_iter()
+        .map(|c| PointPlan {
+            msg_size: 64,
+            concurrency: Some(c),
+        })
+        .collect()
 }
 
 fn sizes(v: Vec<usize>) -> Vec<PointPlan> {
@@ -251,29 +274,43 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                 max_time: None,
             }]
         }
-        "crr" => vec![TablePlan {
-            id: "crr/close".into(),
-            title: "crr: connect, 64 B request/response, close; conn/s by concurrency (hs-limit = limit_smc_hs)"
-                .into(),
-            mirrors: "wrk with Connection: close (handshake limitation patches)".into(),
-            test: Test::Crr,
-            primary: "conns_per_s",
-            shown: vec!["conns_per_s", "smc_share"],
-            higher_is_better: true,
-            variants: vec![
-                tcp(),
-                smc("smc-hs-off", "SMC hs-limit off", "off", &[("limit_smc_hs", 0)]),
-                smc("smc-hs-on", "SMC hs-limit on", "on", &[("limit_smc_hs", 1)]),
-            ],
-            points: pick(depth, vec![8, 64, 512, 2048], vec![8, 512], vec![8])
-                .into_iter()
-                .map(|c| PointPlan {
-                    msg_size: 64,
-                    concurrency: Some(c),
-                })
-                .collect(),
-            max_time: None,
-        }],
+        "crr" => vec![
+            TablePlan {
+                id: "crr/close".into(),
+                title: "crr: connect, 64 B request/response, close; conn/s by concurrency (hs-limit = limit_smc_hs)"
+                    .into(),
+                mirrors: "wrk with Connection: close (handshake limitation patches)".into(),
+                test: Test::Crr,
+                primary: "conns_per_s",
+                shown: vec!["conns_per_s", "smc_share"],
+                higher_is_better: true,
+                variants: vec![
+                    tcp(),
+                    smc("smc-hs-off", "SMC hs-limit off", "off", &[("limit_smc_hs", 0)]),
+                    smc("smc-hs-on", "SMC hs-limit on", "on", &[("limit_smc_hs", 1)]),
+                ],
+                points: crr_points(pick(depth, vec![8, 64, 512, 2048], vec![8, 512], vec![8])),
+                max_time: None,
+            },
+            TablePlan {
+                id: "crr/events".into(),
+                title: "crr from event loops (smc-perf --events: one epoll loop each side); conn/s by concurrency"
+                    .into(),
+                mirrors: "wrk -c N -H 'Connection: close' against nginx (short-lived series, -c 10000)"
+                    .into(),
+                test: Test::Crr,
+                primary: "conns_per_s",
+                shown: vec!["conns_per_s", "smc_share"],
+                higher_is_better: true,
+                variants: vec![
+                    tcp().events(),
+                    smc("smc-ev-hs-off", "SMC hs-limit off", "off", &[("limit_smc_hs", 0)]).events(),
+                    smc("smc-ev-hs-on", "SMC hs-limit on", "on", &[("limit_smc_hs", 1)]).events(),
+                ],
+                points: crr_points(pick(depth, vec![8, 512, 2048, 10_000], vec![8, 2048], vec![8])),
+                max_time: None,
+            },
+        ],
         "ablation" => vec![
             TablePlan {
                 id: "ablation/autocork".into(),

@@ -34,7 +34,7 @@ impl<'a> Bench<'a> {
     /// Starts smcd and the TCP server (the SMC server starts with the first SMC run).
     pub(super) fn start(env: &'a Env, cfg: &'a Cfg, plans: &[SuitePlan]) -> anyhow::Result<Self> {
         let smcd = perf::start_smcd(env)?;
-        let tcp = perf::start_server(env, false)?;
+        let tcp = perf::start_server(env, false, false)?;
         let mut ctl = Control::new(env);
         let counters_before = ctl.stats().ok().map(|(flat, _)| flat);
         Ok(Bench {
@@ -192,18 +192,21 @@ impl<'a> Bench<'a> {
     /// the SMC server if they changed; for TCP, the TCP server (restarted if it died).
     fn server_for(&mut self, v: &Variant) -> anyhow::Result<(u16, Applied)> {
         if !v.smc {
-            if procs::has_exited(&mut self.tcp.child) {
-                eprintln!("bench: TCP server exited; restarting it");
-                self.tcp = perf::start_server(self.env, false)?;
+            let exited = procs::has_exited(&mut self.tcp.child);
+            if exited || self.tcp.events != v.events {
+                if exited {
+                    eprintln!("bench: TCP server exited; restarting it");
+                }
+                self.tcp.stop();
+                self.tcp = perf::start_server(self.env, false, v.events)?;
             }
             return Ok((self.tcp.port, Applied::default()));
         }
         let applied = self.ctl.apply(&v.settings);
         let current = &self.ctl.current;
-        let stale = self
-            .smc
-            .as_mut()
-            .is_none_or(|s| &s.settings != current || procs::has_exited(&mut s.child));
+        let stale = self.smc.as_mut().is_none_or(|s| {
+            &s.settings != current || s.events != v.events || procs::has_exited(&mut s.child)
+        });
         if stale {
             if let Some(mut old) = self.smc.take() {
                 if procs::has_exited(&mut old.child) {
@@ -211,7 +214,7 @@ impl<'a> Bench<'a> {
                 }
                 old.stop();
             }
-            let mut s = perf::start_server(self.env, true)?;
+            let mut s = perf::start_server(self.env, true, v.events)?;
             s.settings = self.ctl.current.clone();
             self.smc = Some(s);
         }

@@ -263,7 +263,7 @@ pub fn run(args: SoakArgs) -> anyhow::Result<bool> {
     });
     let mut phases = Vec::new();
     for &smc in &transports {
-        let mut server = perf::start_server(&env, smc)?;
+        let mut server = perf::start_server(&env, smc, false)?;
         let (smcd_pid, server_pid) = (smcd.child.id(), server.child.id());
         // smcd's and the server's first-time costs (code pages, allocator arenas, the first
         // dump's) before the first baseline.
