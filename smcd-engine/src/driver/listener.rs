@@ -27,6 +27,17 @@
 //! deadline) and attaching the client's DMB. A client that holds N connections half-way costs
 //! N records, not N threads.
 //!
+//! **An event loop drives its own handshakes.** Once the application made the listener
+//! non-blocking and asked for its readiness descriptor (an epoll server: nginx, tokio), the
+//! handshakes that wait for bytes wait in a second epoll instance nested in that descriptor,
+//! with a timer for their deadlines, instead of in the reactor: the application's loop wakes
+//! when a Proposal or a Confirm arrives, and its next `accept()` runs that step on its own
+//! thread, so an SMC connection costs the server no other thread's wake-up (the reactor and
+//! the acceptor woke 2 times per connection for such a loop). The acceptor then leaves the
+//! kernel's queue to the loop. In this mode a handshake advances only while the application
+//! calls `accept()` when the descriptor says so, as any event-driven server does; a blocking
+//! `accept()` hands the handshakes back to the reactor.
+//!
 //! In-progress handshakes plus ready connections are bounded by the backlog: at the bound no
 //! further connection is taken from the kernel's queue (the kernel drops the child instead;
 //! for the client the effect is the same, its SYN waits). With handshake limitation on, the
@@ -283,6 +294,61 @@ pub struct ListenerCore {
     option: Mutex<Option<OptionReg>>,
     /// The congested flag last written to the option program's map.
     option_congested: AtomicBool,
+    /// Handshakes the application's event loop drives (see the module docs).
+    inline: Mutex<Inline>,
+    /// How many are in `inline` (read without its lock on every `accept`).
+    inline_count: AtomicUsize,
+}
+
+/// The handshakes waiting for bytes in the application's readiness descriptor: a nested epoll
+/// instance (one-shot per wait: a handshake is taken out while a thread steps it), and a
+/// timer for the earliest deadline, both in the readiness set.
+#[derive(Debug, Default)]
+struct Inline {
+    ep: Option<OwnedFd>,
+    timer: Option<OwnedFd>,
+    /// When the timer goes off (`None`: disarmed).
+    armed: Option<Instant>,
+    table: HashMap<u64, (Hs, Instant)>,
+    timers: BTreeSet<(Instant, u64)>,
+    next: u64,
+}
+
+impl Inline {
+    /// Arms the timer for the earliest deadline (or disarms it), if that changed.
+    fn rearm(&mut self) {
+        let first = self.timers.first().map(|(at, _)| *at);
+        if first == self.armed {
+            return;
+        }
+        let Some(timer) = &self.timer else { return };
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let value = match first {
+            // Relative, at least a microsecond: zero would disarm it.
+            Some(at) => {
+                let left = at
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_micros(1));
+                rustix::time::Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                }
+            }
+            None => zero,
+        };
+        let spec = rustix::time::Itimerspec {
+            it_interval: zero,
+            it_value: value,
+        };
+        if rustix::time::timerfd_settime(timer, rustix::time::TimerfdTimerFlags::empty(), &spec)
+            .is_ok()
+        {
+            self.armed = first;
+        }
+    }
 }
 
 /// A listener's registration with the SMC option program.
@@ -365,6 +431,8 @@ impl ListenerCore {
             room_rung: AtomicBool::new(false),
             option: Mutex::new(None),
             option_congested: AtomicBool::new(false),
+            inline: Mutex::new(Inline::default()),
+            inline_count: AtomicUsize::new(0),
         });
         core.register();
         Ok(core)
@@ -497,7 +565,8 @@ impl ListenerCore {
             ];
             // Threads in accept() take the connections themselves (one woken per connection);
             // the acceptor joins in only while nobody accepts.
-            if pending && room && self.waiters.load(Ordering::Acquire) == 0 {
+            // An event loop that drives its handshakes takes its connections itself too.
+            if pending && room && self.waiters.load(Ordering::Acquire) == 0 && !self.driven() {
                 fds.push(PollFd::new(&self.tcp, PollFlags::IN));
             }
             if let Err(e) = rustix::event::poll(&mut fds, None)
@@ -712,7 +781,7 @@ impl ListenerCore {
             st.in_progress += 1;
             self.publish_load(&st);
         }
-        self.drive(Hs { run, peer }, linger)
+        self.drive(Hs { run, peer }, linger, false)
     }
 
     /// Runs a handshake on the accepting thread as far as it goes without a hand-over: its
@@ -728,7 +797,10 @@ impl ListenerCore {
     /// so a client that does not answer delays nobody (it goes to the reactor). A client
     /// answers in a round trip, and the hand-overs it saves (reactor, worker, the `accept`
     /// waiter woken for the result) cost more than that.
-    fn drive(self: &Arc<Self>, mut hs: Hs, linger: bool) -> Option<Accepted> {
+    ///
+    /// `expired`: the handshake's deadline had passed when it was taken up; if it still
+    /// waits, it ends as a timeout.
+    fn drive(self: &Arc<Self>, mut hs: Hs, linger: bool, expired: bool) -> Option<Accepted> {
         let until = Instant::now() + ACCEPT_LINGER;
         loop {
             match hs.step() {
@@ -737,6 +809,12 @@ impl ListenerCore {
                         self.submit(hs);
                         return None;
                     }
+                }
+                Ok(ServerStep::Wait) if expired && Instant::now() >= hs.deadline() => {
+                    let peer = hs.peer;
+                    drop(hs);
+                    let e = io::Error::new(io::ErrorKind::TimedOut, "CLC handshake timed out");
+                    return self.finished(peer, Err(e));
                 }
                 Ok(ServerStep::Wait) => {
                     if !(linger && hs.waits_to_read() && self.linger(&hs, until)) {
@@ -788,7 +866,21 @@ impl ListenerCore {
         if self.closed.load(Ordering::Acquire) {
             return self.finish(hs.peer, Err(io::Error::other("listener closed")));
         }
+        let hs = if self.driven() {
+            match self.park(hs) {
+                None => return,
+                // It could not be parked: the reactor takes it.
+                Some(hs) => hs,
+            }
+        } else {
+            hs
+        };
         lock(&self.reactor.queue).push(hs);
+        self.start_reactor_and_ring();
+    }
+
+    /// Tells the reactor about its queue, starting it with the first handshake.
+    fn start_reactor_and_ring(self: &Arc<Self>) {
         if !self.reactor.started.swap(true, Ordering::AcqRel) {
             let c = Arc::clone(self);
             if let Err(e) = std::thread::Builder::new()
@@ -807,6 +899,134 @@ impl ListenerCore {
             }
         }
         self.reactor.bell.ring();
+    }
+
+    /// Whether the application's event loop drives the handshakes: a non-blocking listener
+    /// whose readiness descriptor was handed out.
+    fn driven(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed) && self.readiness.get().is_some()
+    }
+
+    /// Parks a handshake that waits for bytes in the readiness descriptor's nested set
+    /// ([`Inline`]); gives it back if that cannot be done.
+    fn park(&self, hs: Hs) -> Option<Hs> {
+        use rustix::event::epoll;
+        let mut inl = lock(&self.inline);
+        let (Some(ep), Some(fd)) = (inl.ep.as_ref(), hs.fd()) else {
+            drop(inl);
+            return Some(hs);
+        };
+        let id = inl.next;
+        // One shot: the event takes it out of the set (a registration added while its socket
+        // is ready reports at once, so nothing that came before is missed). Writability only
+        // when it waits for room: a connected socket is always writable, and each new
+        // registration would report it again.
+        let mut flags = epoll::EventFlags::IN
+            | epoll::EventFlags::RDHUP
+            | epoll::EventFlags::ET
+            | epoll::EventFlags::ONESHOT;
+        if !hs.waits_to_read() {
+            flags |= epoll::EventFlags::OUT;
+        }
+        if epoll::add(ep, fd, epoll::EventData::new_u64(id), flags).is_err() {
+            drop(inl);
+            return Some(hs);
+        }
+        inl.next += 1;
+        let at = hs.deadline();
+        inl.timers.insert((at, id));
+        inl.table.insert(id, (hs, at));
+        self.inline_count.store(inl.table.len(), Ordering::Release);
+        inl.rearm();
+        None
+    }
+
+    /// Runs the parked handshakes whose sockets are ready or whose deadlines passed, on the
+    /// calling thread (an `accept()` of the event loop); what finishes joins the ready queue.
+    fn step_inline(self: &Arc<Self>) {
+        use rustix::event::epoll;
+        if self.inline_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut due = Vec::new();
+        {
+            let mut inl = lock(&self.inline);
+            let Some(ep) = inl.ep.as_ref() else { return };
+            let mut events = Vec::with_capacity(64);
+            let zero = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            let _ = epoll::wait(ep, rustix::buffer::spare_capacity(&mut events), Some(&zero));
+            let now = Instant::now();
+            let mut take = |inl: &mut Inline, id: u64, expired: bool| {
+                if let Some((hs, at)) = inl.table.remove(&id) {
+                    inl.timers.remove(&(at, id));
+                    if let (Some(ep), Some(fd)) = (inl.ep.as_ref(), hs.fd()) {
+                        let _ = epoll::delete(ep, fd);
+                    }
+                    due.push((hs, expired));
+                }
+            };
+            for ev in &events {
+                take(&mut inl, ev.data.u64(), false);
+            }
+            while let Some(&(at, id)) = inl.timers.first() {
+                if at > now {
+                    break;
+                }
+                take(&mut inl, id, true);
+            }
+            if inl.armed.is_some_and(|t| t <= now)
+                && let Some(timer) = &inl.timer
+            {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(timer, &mut b);
+                inl.armed = None;
+            }
+            inl.rearm();
+            self.inline_count.store(inl.table.len(), Ordering::Release);
+        }
+        let mut done = Vec::new();
+        for (hs, expired) in due {
+            if let Some(a) = self.drive(hs, false, expired) {
+                done.push(a);
+            }
+        }
+        if !done.is_empty() {
+            let mut st = lock(&self.state);
+            st.ready.extend(done);
+            self.bell.ring();
+        }
+    }
+
+    /// The parked handshakes go to the reactor (the listener became blocking, or closes).
+    fn unpark_all(self: &Arc<Self>) {
+        let all: Vec<Hs> = {
+            let mut inl = lock(&self.inline);
+            inl.timers.clear();
+            let all: Vec<Hs> = inl.table.drain().map(|(_, (hs, _))| hs).collect();
+            if let Some(ep) = inl.ep.as_ref() {
+                for hs in &all {
+                    if let Some(fd) = hs.fd() {
+                        let _ = rustix::event::epoll::delete(ep, fd);
+                    }
+                }
+            }
+            inl.rearm();
+            self.inline_count.store(0, Ordering::Release);
+            all
+        };
+        for hs in all {
+            if self.closed.load(Ordering::Acquire) {
+                let peer = hs.peer;
+                drop(hs);
+                self.finish(peer, Err(io::Error::other("listener closed")));
+            } else {
+                lock(&self.reactor.queue).push(hs);
+                self.start_reactor_and_ring();
+            }
+        }
     }
 
     /// The reactor: every handshake that waits for its peer's bytes (or room to write) is
@@ -1164,6 +1384,13 @@ impl ListenerCore {
     /// are returned at once), waiting unless non-blocking.
     pub fn accept(self: &Arc<Self>) -> io::Result<Accepted> {
         self.reregister_if_needed();
+        if self.inline_count.load(Ordering::Acquire) > 0 {
+            if self.driven() {
+                self.step_inline();
+            } else {
+                self.unpark_all();
+            }
+        }
         loop {
             let room = {
                 let mut st = lock(&self.state);
@@ -1247,6 +1474,8 @@ impl ListenerCore {
     /// Non-blocking accept.
     pub fn set_nonblocking(&self, on: bool) {
         self.nonblocking.store(on, Ordering::Relaxed);
+        // Whether the acceptor takes connections depends on it (`driven`).
+        self.kick.ring();
     }
 
     /// A descriptor `poll`/`epoll` can wait on: readable when `accept` has something (a new
@@ -1280,7 +1509,34 @@ impl ListenerCore {
             epoll::EventData::new_u64(2),
             epoll::EventFlags::IN | epoll::EventFlags::ET,
         )?;
+        // The handshakes an event loop drives, and their deadlines (level-triggered: the set
+        // shows ready while one of them is).
+        {
+            let mut inl = lock(&self.inline);
+            if inl.ep.is_none() {
+                let hs_ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+                let timer = rustix::time::timerfd_create(
+                    rustix::time::TimerfdClockId::Monotonic,
+                    rustix::time::TimerfdFlags::NONBLOCK | rustix::time::TimerfdFlags::CLOEXEC,
+                )?;
+                epoll::add(
+                    &ep,
+                    &hs_ep,
+                    epoll::EventData::new_u64(3),
+                    epoll::EventFlags::IN,
+                )?;
+                epoll::add(
+                    &ep,
+                    &timer,
+                    epoll::EventData::new_u64(4),
+                    epoll::EventFlags::IN,
+                )?;
+                inl.ep = Some(hs_ep);
+                inl.timer = Some(timer);
+            }
+        }
         let _ = self.readiness.set(ep);
+        self.kick.ring();
         Ok(self.readiness.get().expect("just set").as_fd())
     }
 
@@ -1298,5 +1554,17 @@ impl ListenerCore {
         self.stop.ring();
         self.reactor.bell.ring();
         self.cond.notify_all();
+        // Parked handshakes end with the listener (their clients see the close).
+        let parked: Vec<Hs> = {
+            let mut inl = lock(&self.inline);
+            inl.timers.clear();
+            self.inline_count.store(0, Ordering::Release);
+            inl.table.drain().map(|(_, (hs, _))| hs).collect()
+        };
+        for hs in parked {
+            let peer = hs.peer;
+            drop(hs);
+            self.finish(peer, Err(io::Error::other("listener closed")));
+        }
     }
 }
