@@ -306,6 +306,9 @@ impl Engine {
     }
 }
 
+/// How often the housekeeping thread drains the link groups' bell channels, at most.
+const BELL_DRAIN_EVERY: Duration = Duration::from_millis(20);
+
 /// The housekeeping thread (see [`Engine::start_housekeeping`]). `kick` is the read end of
 /// the table's doorbell; its hang-up means the engine is gone. It also drains the link
 /// groups' bell channels as records arrive (`transport::smcd::Bells`).
@@ -314,6 +317,7 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
     let mut events: Option<(Arc<SmcdSession>, crate::ipc::channel::Channel)> = None;
     let mut subscribed_at: Option<Instant> = None;
     let mut bell_ep: Option<rustix::fd::OwnedFd> = None;
+    let mut drained_at: Option<Instant> = None;
     loop {
         let nap = {
             let Some(e) = weak.upgrade() else { return };
@@ -345,6 +349,18 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
                     std_until(t).clamp(Duration::from_millis(10), Duration::from_secs(60))
                 })
         };
+        // The bell channels at most every BELL_DRAIN_EVERY: a connection that rings a bell
+        // takes it from the channel itself, so this drain only keeps bells nobody asked for
+        // from filling the sender's queue. Drained as each record arrived, it cost a wake-up
+        // of this thread per connection an event loop served.
+        let drain_in = drained_at.map_or(Duration::ZERO, |t| {
+            BELL_DRAIN_EVERY.saturating_sub(t.elapsed())
+        });
+        let nap = if drain_in.is_zero() {
+            nap
+        } else {
+            nap.min(drain_in)
+        };
         let ts = rustix::time::Timespec {
             tv_sec: nap.as_secs() as i64,
             tv_nsec: i64::from(nap.subsec_nanos()),
@@ -359,7 +375,7 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
                 .and_then(|ep| rustix::io::fcntl_dupfd_cloexec(ep, 0).ok());
         }
         let mut fds = vec![PollFd::new(kick, PollFlags::IN)];
-        if let Some(ep) = &bell_ep {
+        if let Some(ep) = bell_ep.as_ref().filter(|_| drain_in.is_zero()) {
             fds.push(PollFd::new(ep, PollFlags::IN));
         }
         let at_events = fds.len();
@@ -385,6 +401,7 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
             && let Some(e) = weak.upgrade()
         {
             e.lgrs.drain_bells();
+            drained_at = Some(Instant::now());
         }
         if !kicked.is_empty() {
             let mut b = [0u8; 64];

@@ -191,6 +191,9 @@ impl ClientLoop {
         if c.transport() == "smcd" {
             self.n.smc.fetch_add(1, Ordering::Relaxed);
         }
+        // The descriptor first, as an event loop registers a socket before it reads: a
+        // read that finds nothing then only announces the wait.
+        c.readiness_fd()?;
         self.slots[i].since = Instant::now();
         self.slots[i].phase = Phase::Talking { c, sent: 0, got: 0 };
         self.talk(i)

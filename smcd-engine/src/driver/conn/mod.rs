@@ -463,11 +463,10 @@ impl<T: Transport> SmcConn<T> {
     fn watch_tcp(&self) -> io::Result<()> {
         if self.watch.get().is_none() {
             let me: Weak<dyn Watched> = self.me.get().expect("set at creation").clone();
+            // A TCP connection that ended before it was watched is reported by the watch at
+            // once (a registration added while its socket is ready reports it): no look here.
             let guard = Watcher::get().watch(self.clcsock.as_fd(), me)?;
-            if self.watch.set(guard).is_ok() && self.clcsock_dead() {
-                // It may have ended before it was watched.
-                self.tcp_gone();
-            }
+            let _ = self.watch.set(guard);
         }
         Ok(())
     }
