@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! smc-perf server [--port P] [--bind ADDR] [--tcp] [--pin CPU] [--limit-hs BOOL] [--no-stats]
+//!                 [--events]
 //! smc-perf client HOST:PORT --test bw|lat|crr|idle --msg-size N --time SECONDS [--tcp]
 //!                 [--concurrency C] [--count N] [--pin CPU] [--warmup SECONDS] [--no-stats]
+//!                 [--events [--threads N]]
 //! smc-perf drip HOST:PORT [--attackers N] [--time SECONDS]
 //! ```
 //!
@@ -21,6 +23,9 @@
 //!   the client's ephemeral ports are free again at once. With `--count N` it makes exactly
 //!   N connections (over the `concurrency` loops) and exits, reporting each one's connect
 //!   time (`connect_us`) and what each became: the short-lived client process of a soak.
+//!   With `--events` the client keeps the connections in `--threads` epoll loops (one by
+//!   default) instead of a thread each, as wrk does, and `server --events` accepts and serves
+//!   crr from one epoll loop, as nginx does (see `events.rs`).
 //! * `idle`: opens `--count` connections, checks each with one echo, holds them open and
 //!   silent for `--time` seconds, checks each with a second echo and closes them. The server
 //!   keeps idle connections in one epoll loop, not a thread each.
