@@ -834,6 +834,55 @@ fn try_finish_after_refused_keeps_failing() {
     }
 }
 
+/// A connect in flight costs its process one descriptor, the socket (an event loop at 10,000
+/// connects used to pay a duplicate each as well), and that socket is what an event loop
+/// registers. Once the connect failed, the socket is closed and the descriptor is a
+/// placeholder that is valid and never ready.
+#[test]
+fn a_connect_in_flight_costs_its_socket_alone() {
+    let smcd = Smcd::start(BINS);
+    let ce = smcd.engine();
+    // A listener that never accepts: the TCP connects complete in its backlog.
+    let quiet = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = quiet.local_addr().unwrap();
+    // The engine's own descriptors (smcd's session, status area) come with its first connect.
+    drop(finish_with_poll(
+        SmcStream::connect_nonblocking_with(&ce, addr).unwrap(),
+    ));
+    let pid = std::process::id();
+    let before = open_fds(pid);
+    let n = 16;
+    let cs: Vec<_> = (0..n)
+        .map(|_| SmcStream::connect_nonblocking_with(&ce, addr).unwrap())
+        .collect();
+    let grew = open_fds(pid) - before;
+    // Other threads of the test process may open one or two meanwhile; a duplicate each
+    // would be n more.
+    assert!(
+        (n..n + 4).contains(&grew),
+        "{n} connects opened {grew} descriptors"
+    );
+    for c in &cs {
+        let kind = rustix::fs::fstat(c.as_fd()).unwrap().st_mode & libc::S_IFMT;
+        assert_eq!(kind, libc::S_IFSOCK, "the descriptor is the socket");
+    }
+    drop(cs);
+    drop(quiet);
+
+    let refused = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let Ok(mut c) = SmcStream::connect_nonblocking_with(&ce, refused) else {
+        return; // refused at once: no descriptor to look at
+    };
+    let e = finish_with_poll_ref(&mut c).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    let fd = c.as_fd();
+    rustix::io::fcntl_getfd(fd).expect("a valid descriptor after the failure");
+    assert!(poll_now(fd).is_empty(), "the placeholder is never ready");
+}
+
 /// The descriptor of an `SmcConnecting` can still be asked for after `try_finish` gave the
 /// stream: `AsyncFd` (and any owner that deregisters on drop) asks its inner value for the
 /// descriptor again when it is dropped, and tokio's `AsyncFd::register` requires the same

@@ -13,7 +13,7 @@ use smc_core::close::SmcState;
 use smc_proto::clc::ReasonCode;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// `SIOCATMARK` (`linux/sockios.h`; the libc crate does not name it).
@@ -157,14 +157,13 @@ impl SmcStream {
         engine: &Arc<Engine>,
         addr: SocketAddr,
     ) -> io::Result<SmcConnecting> {
+        // Made before the connect, so that a failed connect always has it (see `as_fd`).
+        gone_fd()?;
         let c = Connecting::start(engine, addr)?;
-        // The descriptor an event loop registers must stay valid as long as this object,
-        // after the socket went into the stream or the connect failed.
-        let fd = rustix::io::fcntl_dupfd_cloexec(c.fd(), 0)?;
         Ok(SmcConnecting {
             engine: Arc::clone(engine),
             c,
-            fd,
+            done: None,
         })
     }
 
@@ -587,14 +586,29 @@ impl SmcStream {
 /// A connect that has not finished ([`SmcStream::connect_nonblocking`]): the socket to wait on
 /// and what to wait for change as it goes (the TCP connect, then the CLC handshake).
 ///
-/// Its descriptor is a duplicate of the connect's socket, valid for the life of this object
-/// (so an event loop's registration outlives the finish); drop it once the connect finished,
-/// since it keeps the socket open.
+/// Its descriptor is the connect's socket itself (no duplicate: at 10,000 connects in flight
+/// a duplicate each was half the process's descriptors). After the finish it is still that
+/// socket, now the stream's, whose clone this object keeps, so an event loop can take its
+/// registration out; drop this object once the connect finished, since the clone keeps the
+/// connection open. After a failed connect the socket is closed, which took it out of every
+/// epoll set, and the descriptor is a placeholder that is never ready.
 #[derive(Debug)]
 pub struct SmcConnecting {
     engine: Arc<Engine>,
     c: Connecting,
-    fd: rustix::fd::OwnedFd,
+    /// The finished stream (a clone of what `try_finish` returned).
+    done: Option<SmcStream>,
+}
+
+/// The process's placeholder for the descriptor of a failed connect: an empty epoll
+/// instance, neither readable nor writable, ever (an eventfd would be writable).
+fn gone_fd() -> io::Result<BorrowedFd<'static>> {
+    static GONE: OnceLock<rustix::fd::OwnedFd> = OnceLock::new();
+    if let Some(fd) = GONE.get() {
+        return Ok(fd.as_fd());
+    }
+    let fd = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)?;
+    Ok(GONE.get_or_init(|| fd).as_fd())
 }
 
 impl SmcConnecting {
@@ -622,21 +636,34 @@ impl SmcConnecting {
     /// TCP), `Ok(None)` means wait again, an error is the connect's error (what `SO_ERROR`
     /// would say).
     pub fn try_finish(&mut self) -> io::Result<Option<SmcStream>> {
-        Ok(self
+        if self.done.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the connect already finished",
+            ));
+        }
+        let s = self
             .c
             .step()?
-            .map(|o| SmcStream::from_outcome(&self.engine, o, false)))
+            .map(|o| SmcStream::from_outcome(&self.engine, o, false));
+        self.done.clone_from(&s);
+        Ok(s)
     }
 }
 
 impl AsFd for SmcConnecting {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        match &self.done {
+            Some(s) => s.tcp().as_fd(),
+            None if self.c.in_progress() => self.c.fd(),
+            // Made before the connect started, so it exists.
+            None => gone_fd().expect("made at the start of the connect"),
+        }
     }
 }
 
 impl AsRawFd for SmcConnecting {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.as_fd().as_raw_fd()
     }
 }

@@ -336,6 +336,11 @@ impl Connecting {
         }
     }
 
+    /// Whether it still has its socket (neither finished nor failed).
+    pub fn in_progress(&self) -> bool {
+        matches!(self.phase, Phase::Tcp(..) | Phase::Clc(_))
+    }
+
     /// What to wait for before the next [`Self::step`].
     pub fn interest(&self) -> PollFlags {
         match &self.phase {
