@@ -54,10 +54,12 @@ fn proposal() -> Vec<u8> {
 /// One attacker: announced through smcd (as the intent path requires), connected; the drip
 /// runs on a thread. Returns when the listener closed the connection, measured from before
 /// the connect, or `None` if the whole Proposal went out without the listener closing it.
+/// `drip: None` is a silent attacker: it sends nothing and waits for the close (at most five
+/// `CLC_WAIT_TIME`s).
 fn attacker(
     dev: &SmcdSession,
     to: SocketAddr,
-    drip: Duration,
+    drip: Option<Duration>,
 ) -> std::thread::JoinHandle<Option<Duration>> {
     let (s, _, v) = common::announced_socket(dev, to);
     assert!(v.smc, "smcd knows the listener: {v:?}");
@@ -66,6 +68,23 @@ fn attacker(
     dev.intent_done(v.intent, true);
     let mut s = TcpStream::from(s);
     std::thread::spawn(move || {
+        let Some(drip) = drip else {
+            let t = rustix::time::Timespec {
+                tv_sec: (CLC_WAIT_TIME * 5).as_secs() as i64,
+                tv_nsec: 0,
+            };
+            let mut fds = [PollFd::new(&s, PollFlags::IN)];
+            if rustix::event::poll(&mut fds, Some(&t)).unwrap_or(0) == 0 {
+                return None;
+            }
+            let mut buf = [0u8; 256];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return Some(start.elapsed()),
+                    Ok(_) => {}
+                }
+            }
+        };
         for b in proposal() {
             // A write into a connection the listener closed fails at the latest on the
             // second try; the read below sees the close first.
@@ -108,6 +127,103 @@ fn serve(l: SmcListener) {
     });
 }
 
+/// Accepts from an epoll loop on the listener's readiness descriptor, as nginx does (no
+/// timeout: only the descriptor wakes it, so the handshakes' deadlines must too); answers each
+/// connection's "ping" with "pong" on a thread.
+fn serve_from_epoll(l: Arc<SmcListener>) {
+    use rustix::event::epoll;
+    l.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+        epoll::add(
+            &ep,
+            l.readiness_fd().unwrap(),
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )
+        .unwrap();
+        let mut events = Vec::with_capacity(4);
+        loop {
+            events.clear();
+            let _ = epoll::wait(&ep, rustix::buffer::spare_capacity(&mut events), None);
+            loop {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        std::thread::spawn(move || {
+                            s.set_nonblocking(false).unwrap();
+                            let mut b = [0u8; 4];
+                            if (&s).read_exact(&mut b).is_ok() && &b == b"ping" {
+                                let _ = (&s).write_all(b"pong");
+                            }
+                        });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(_) => return,
+                }
+            }
+        }
+    });
+}
+
+/// An event-loop listener drives its own handshakes: drip-feeding and silent attackers wait
+/// in the loop's set (not the reactor's), the loop's wake-ups come from the descriptor alone,
+/// and yet every attacker is closed at its deadline (a silent one only by the deadline's
+/// timer), while legitimate clients beside them get SMC-D.
+#[test]
+fn an_event_loop_listener_keeps_the_deadlines_of_the_handshakes_it_drives() {
+    let smcd = Smcd::start(BINS);
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = SmcListener::bind_with_options(
+        &se,
+        "127.0.0.1:0",
+        ListenOptions {
+            backlog: 128,
+            limit_hs: Some(false),
+        },
+    )
+    .unwrap();
+    let to = l.local_addr().unwrap();
+    let l = Arc::new(l);
+    let p = proposal().len();
+    let drip = CLC_WAIT_TIME * 5 / p as u32;
+    let dev = SmcdSession::open(&smcd.socket).unwrap();
+    serve_from_epoll(Arc::clone(&l));
+    let n = 4;
+    let mut attackers: Vec<_> = (0..n).map(|_| attacker(&dev, to, Some(drip))).collect();
+    attackers.extend((0..n).map(|_| attacker(&dev, to, None)));
+    assert!(
+        common::eventually(Duration::from_secs(30), || l.handshakes_parked() >= 2 * n),
+        "{} handshakes parked in the loop's set, {} attackers",
+        l.handshakes_parked(),
+        2 * n
+    );
+    for i in 0..CLIENTS {
+        let ce = Arc::clone(&ce);
+        let r = within(Duration::from_secs(60), move || -> std::io::Result<Mode> {
+            let c = SmcStream::connect_with(&ce, to)?;
+            (&c).write_all(b"ping")?;
+            let mut b = [0u8; 4];
+            (&c).read_exact(&mut b)?;
+            assert_eq!(&b, b"pong");
+            Ok(c.mode())
+        })
+        .unwrap_or_else(|| panic!("legitimate client {i} hung"));
+        let m = r.unwrap_or_else(|e| panic!("legitimate client {i}: {e}"));
+        assert!(matches!(m, Mode::SmcD(_)), "legitimate client {i}: {m:?}");
+    }
+    for (i, a) in attackers.into_iter().enumerate() {
+        let kind = if i < n { "dripping" } else { "silent" };
+        let Some(at) = a.join().unwrap() else {
+            panic!("{kind} attacker {i}: never closed")
+        };
+        assert!(
+            at >= CLC_WAIT_TIME,
+            "{kind} attacker {i} closed after {at:?}, before CLC_WAIT_TIME"
+        );
+    }
+    assert_eq!(l.handshakes_parked(), 0, "nothing left parked");
+}
+
 /// Drip-feeding attackers beside legitimate clients; `limit_hs` is the listener's handshake
 /// limitation. Returns the legitimate clients' modes.
 fn drip_beside_clients(limit_hs: bool) -> Vec<Mode> {
@@ -130,7 +246,7 @@ fn drip_beside_clients(limit_hs: bool) -> Vec<Mode> {
     let drip = CLC_WAIT_TIME * 5 / p as u32;
     assert!(drip * 4 < CLC_WAIT_TIME, "{p}-byte Proposal");
     let dev = SmcdSession::open(&smcd.socket).unwrap();
-    let drips: Vec<_> = (0..n).map(|_| attacker(&dev, to, drip)).collect();
+    let drips: Vec<_> = (0..n).map(|_| attacker(&dev, to, Some(drip))).collect();
     // The listener takes them (its acceptor does, for announced clients) before the
     // legitimate clients come.
     assert!(

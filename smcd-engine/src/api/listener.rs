@@ -132,6 +132,12 @@ impl SmcListener {
     pub fn handshakes_in_progress(&self) -> usize {
         self.core.handshakes_in_progress()
     }
+
+    /// Of those, the ones waiting for bytes in the application's own readiness descriptor
+    /// (an event loop drives them, see `docs/engine.md`); for tests and diagnostics.
+    pub fn handshakes_parked(&self) -> usize {
+        self.core.handshakes_parked()
+    }
 }
 
 impl AsRawFd for SmcListener {

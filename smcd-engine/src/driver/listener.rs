@@ -901,6 +901,11 @@ impl ListenerCore {
         self.reactor.bell.ring();
     }
 
+    /// Handshakes parked in the readiness descriptor's nested set (see [`Inline`]).
+    pub fn handshakes_parked(&self) -> usize {
+        self.inline_count.load(Ordering::Acquire)
+    }
+
     /// Whether the application's event loop drives the handshakes: a non-blocking listener
     /// whose readiness descriptor was handed out.
     fn driven(&self) -> bool {
