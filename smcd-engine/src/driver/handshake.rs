@@ -394,9 +394,12 @@ impl ClientRun {
     pub fn step(&mut self) -> io::Result<Option<Outcome>> {
         let mut buf = [0u8; 1024];
         loop {
-            if let Some(b) = self.hs.poll_transmit() {
+            let sent = if let Some(b) = self.hs.poll_transmit() {
                 self.out.buf.extend_from_slice(&b);
-            }
+                true
+            } else {
+                false
+            };
             let sock = self.sock.as_ref().expect("until the end");
             if !self.out.flush(sock)? {
                 return Ok(None);
@@ -407,6 +410,11 @@ impl ClientRun {
             // Bytes first, the timer only when none are there: a thread that runs late (a
             // busy machine) must not time out an answer that came in time.
             let want = self.hs.wants();
+            if sent && want > 0 {
+                // The answer to what just went out cannot be here yet: wait for it rather
+                // than read (a read now fails with EAGAIN, one system call per message).
+                return Ok(None);
+            }
             match read_some(sock, &mut buf, want)? {
                 None => {
                     if let Some(ev) = self.hs.handle_timeout(core_now()) {
@@ -705,9 +713,12 @@ impl ServerRun {
         }
         loop {
             let hs = self.hs.as_mut().expect("made above");
-            if let Some(b) = hs.poll_transmit() {
+            let sent = if let Some(b) = hs.poll_transmit() {
                 self.out.buf.extend_from_slice(&b);
-            }
+                true
+            } else {
+                false
+            };
             let sock = self.sock.as_ref().expect("until the end");
             if !self.out.flush(sock)? {
                 return Ok(ServerStep::Wait);
@@ -720,6 +731,10 @@ impl ServerRun {
             }
             // Bytes first, the timer only when none are there (see the client's step).
             let want = hs.wants();
+            if sent && want > 0 {
+                // As in the client's step: the answer cannot be here yet.
+                return Ok(ServerStep::Wait);
+            }
             match read_some(sock, &mut buf, want)? {
                 None => match hs.handle_timeout(core_now()) {
                     Some(ev) => self.on_event(ev),

@@ -143,6 +143,10 @@ type Announced = (Gid, u64, Instant);
 struct Hs {
     run: Run,
     peer: SocketAddr,
+    /// Its socket is registered in the readiness descriptor's nested set ([`Inline`]): a
+    /// one-shot registration that stays, disabled, between its waits (re-armed with
+    /// `EPOLL_CTL_MOD`), and goes when the socket closes.
+    parked: bool,
 }
 
 #[derive(Debug)]
@@ -315,11 +319,18 @@ struct Inline {
 }
 
 impl Inline {
-    /// Arms the timer for the earliest deadline (or disarms it), if that changed.
+    /// Arms the timer for the earliest deadline, or disarms it when there is none. An armed
+    /// timer is left alone while it goes off no later than `TIMER_SLACK` after the earliest
+    /// deadline: deadlines come in order, so the earliest mostly moves later as handshakes
+    /// finish, and a timer that goes off early only makes the next `accept()` look and arm it
+    /// again (one `timerfd_settime` per connection before).
     fn rearm(&mut self) {
+        const TIMER_SLACK: Duration = Duration::from_millis(100);
         let first = self.timers.first().map(|(at, _)| *at);
-        if first == self.armed {
-            return;
+        match (first, self.armed) {
+            (None, None) => return,
+            (Some(at), Some(armed)) if armed <= at + TIMER_SLACK => return,
+            _ => {}
         }
         let Some(timer) = &self.timer else { return };
         let zero = rustix::time::Timespec {
@@ -781,7 +792,15 @@ impl ListenerCore {
             st.in_progress += 1;
             self.publish_load(&st);
         }
-        self.drive(Hs { run, peer }, linger, false)
+        self.drive(
+            Hs {
+                run,
+                peer,
+                parked: false,
+            },
+            linger,
+            false,
+        )
     }
 
     /// Runs a handshake on the accepting thread as far as it goes without a hand-over: its
@@ -933,10 +952,18 @@ impl ListenerCore {
         if !hs.waits_to_read() {
             flags |= epoll::EventFlags::OUT;
         }
-        if epoll::add(ep, fd, epoll::EventData::new_u64(id), flags).is_err() {
+        let data = epoll::EventData::new_u64(id);
+        let r = if hs.parked {
+            epoll::modify(ep, fd, data, flags)
+        } else {
+            epoll::add(ep, fd, data, flags)
+        };
+        if r.is_err() {
             drop(inl);
             return Some(hs);
         }
+        let mut hs = hs;
+        hs.parked = true;
         inl.next += 1;
         let at = hs.deadline();
         inl.timers.insert((at, id));
@@ -964,12 +991,11 @@ impl ListenerCore {
             };
             let _ = epoll::wait(ep, rustix::buffer::spare_capacity(&mut events), Some(&zero));
             let now = Instant::now();
+            // A one-shot registration that fired is disabled already; one taken for its
+            // deadline may fire, find it gone, and be ignored.
             let mut take = |inl: &mut Inline, id: u64, expired: bool| {
                 if let Some((hs, at)) = inl.table.remove(&id) {
                     inl.timers.remove(&(at, id));
-                    if let (Some(ep), Some(fd)) = (inl.ep.as_ref(), hs.fd()) {
-                        let _ = epoll::delete(ep, fd);
-                    }
                     due.push((hs, expired));
                 }
             };
@@ -1010,12 +1036,13 @@ impl ListenerCore {
         let all: Vec<Hs> = {
             let mut inl = lock(&self.inline);
             inl.timers.clear();
-            let all: Vec<Hs> = inl.table.drain().map(|(_, (hs, _))| hs).collect();
+            let mut all: Vec<Hs> = inl.table.drain().map(|(_, (hs, _))| hs).collect();
             if let Some(ep) = inl.ep.as_ref() {
-                for hs in &all {
+                for hs in &mut all {
                     if let Some(fd) = hs.fd() {
                         let _ = rustix::event::epoll::delete(ep, fd);
                     }
+                    hs.parked = false;
                 }
             }
             inl.rearm();
