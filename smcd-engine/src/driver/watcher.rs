@@ -19,7 +19,14 @@ use std::sync::{Mutex, OnceLock, Weak};
 pub trait Watched: Send + Sync {
     /// Its TCP connection signalled something (end of stream, reset, unexpected bytes).
     fn tcp_event(&self);
+    /// [`Watcher::watch_later`]'s delay is over: register the watch now (unless it is no
+    /// longer needed).
+    fn start_watch(&self);
 }
+
+/// How long [`Watcher::watch_later`] waits before the connection is registered: an event
+/// loop's short connections (crr) end before that and cost the watcher's set nothing.
+pub const WATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The process's liveness watcher.
 #[derive(Debug)]
@@ -27,6 +34,10 @@ pub struct Watcher {
     ep: OwnedFd,
     targets: Mutex<HashMap<u64, WeakTarget>>,
     next: AtomicU64,
+    /// Connections to register once their time comes, oldest first.
+    later: Mutex<std::collections::VecDeque<(WeakTarget, std::time::Instant)>>,
+    /// In `ep` (key 0): rung when `later` gets its first entry, so the thread starts its timer.
+    kick: crate::sys::Doorbell,
 }
 
 struct WeakTarget(Weak<dyn Watched>);
@@ -91,7 +102,16 @@ impl Watcher {
                 ep: epoll::create(epoll::CreateFlags::CLOEXEC).expect("an epoll instance"),
                 targets: Mutex::new(HashMap::new()),
                 next: AtomicU64::new(1),
+                later: Mutex::new(std::collections::VecDeque::new()),
+                kick: crate::sys::Doorbell::new().expect("an eventfd"),
             }));
+            epoll::add(
+                &w.ep,
+                &w.kick,
+                epoll::EventData::new_u64(0),
+                epoll::EventFlags::IN,
+            )
+            .expect("the watcher's doorbell in its set");
             std::thread::Builder::new()
                 .name("smc-liveness".into())
                 .spawn(move || w.run())
@@ -123,16 +143,64 @@ impl Watcher {
         Ok(guard)
     }
 
+    /// Registers `target` with [`Watched::start_watch`] after [`WATCH_DELAY`].
+    pub fn watch_later(&self, target: Weak<dyn Watched>) {
+        let mut later = self.later.lock().unwrap_or_else(|e| e.into_inner());
+        let first = later.is_empty();
+        later.push_back((WeakTarget(target), std::time::Instant::now() + WATCH_DELAY));
+        drop(later);
+        if first {
+            self.kick.ring();
+        }
+    }
+
+    /// The delayed registrations that are due; how long until the next one.
+    fn start_due(&self) -> Option<std::time::Duration> {
+        let now = std::time::Instant::now();
+        let mut due = Vec::new();
+        let next = {
+            let mut later = self.later.lock().unwrap_or_else(|e| e.into_inner());
+            while later.front().is_some_and(|(_, at)| *at <= now) {
+                due.push(later.pop_front().expect("looked").0);
+            }
+            later
+                .front()
+                .map(|(_, at)| at.saturating_duration_since(now))
+        };
+        for t in due {
+            if let Some(t) = t.0.upgrade() {
+                t.start_watch();
+            }
+        }
+        next
+    }
+
     fn run(&self) {
         let mut events = Vec::with_capacity(64);
         loop {
+            let timeout = self.start_due().map(|d| {
+                // Rounded up to the millisecond: waking before the time would only loop.
+                let d = d + std::time::Duration::from_micros(999);
+                rustix::time::Timespec {
+                    tv_sec: d.as_secs() as i64,
+                    tv_nsec: i64::from(d.subsec_millis()) * 1_000_000,
+                }
+            });
             events.clear();
-            match epoll::wait(&self.ep, rustix::buffer::spare_capacity(&mut events), None) {
+            match epoll::wait(
+                &self.ep,
+                rustix::buffer::spare_capacity(&mut events),
+                timeout.as_ref(),
+            ) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return,
             }
             for ev in &events {
                 let key = ev.data.u64();
+                if key == 0 {
+                    self.kick.drain();
+                    continue;
+                }
                 let target = self
                     .targets
                     .lock()

@@ -199,6 +199,11 @@ pub struct SmcConn<T: Transport> {
     link: T,
     /// Declared before `clcsock`, so dropped while it is open (see [`WatchGuard`]).
     watch: OnceLock<WatchGuard>,
+    /// The watch was asked for (it starts after [`super::watcher::WATCH_DELAY`], see
+    /// [`Watcher::watch_later`]).
+    watch_asked: AtomicBool,
+    /// The connection's end is known: no watch is needed from now on ([`Self::unwatch`]).
+    unwatched: AtomicBool,
     clcsock: TcpStream,
     st: Mutex<State>,
     /// Set once the connection is over (aborted or closed): waits end.
@@ -280,6 +285,8 @@ impl<T: Transport> SmcConn<T> {
             params,
             spurious: AtomicU64::new(0),
             watch: OnceLock::new(),
+            watch_asked: AtomicBool::new(false),
+            unwatched: AtomicBool::new(false),
             me: OnceLock::new(),
             info,
             slot,
@@ -408,7 +415,7 @@ impl<T: Transport> SmcConn<T> {
     /// change. From then on the connection's TCP connection is watched so that its end shows
     /// here even while nobody calls into the connection.
     pub fn readiness_fd(&self) -> io::Result<BorrowedFd<'_>> {
-        self.watch_tcp()?;
+        self.watch_tcp(false)?;
         if let Some(r) = self.link.readiness() {
             return Ok(r.fd());
         }
@@ -458,23 +465,48 @@ impl<T: Transport> SmcConn<T> {
         }
     }
 
-    /// Starts watching the TCP connection (once): its end then ends the connection even while
-    /// nobody calls in.
-    fn watch_tcp(&self) -> io::Result<()> {
-        if self.watch.get().is_none() {
+    /// Has the TCP connection watched (once): its end then ends the connection even while
+    /// nobody calls in. `now` registers it at once (a blocking wait that has slept long);
+    /// otherwise the watcher registers it after [`super::watcher::WATCH_DELAY`], so a short
+    /// connection an event loop serves ends before it costs a registration (two `epoll_ctl`
+    /// per connection and side). A peer that vanishes meanwhile is seen when the registration
+    /// is made (it reports a socket that is already ready).
+    fn watch_tcp(&self, now: bool) -> io::Result<()> {
+        if self.watch.get().is_some() || self.unwatched.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if now {
+            return self.watch_now();
+        }
+        if !self.watch_asked.swap(true, Ordering::AcqRel) {
             let me: Weak<dyn Watched> = self.me.get().expect("set at creation").clone();
-            // A TCP connection that ended before it was watched is reported by the watch at
-            // once (a registration added while its socket is ready reports it): no look here.
-            let guard = Watcher::get().watch(self.clcsock.as_fd(), me)?;
-            let _ = self.watch.set(guard);
+            Watcher::get().watch_later(me);
         }
         Ok(())
     }
 
-    /// Whether the liveness watcher watches this connection (then non-blocking calls need not
-    /// look at the TCP connection themselves).
+    /// Registers the watch (under the connection's lock: one registration per socket, never
+    /// two racing for its number).
+    fn watch_now(&self) -> io::Result<()> {
+        let _st = self.lock();
+        if self.watch.get().is_some() || self.unwatched.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let me: Weak<dyn Watched> = self.me.get().expect("set at creation").clone();
+        // A TCP connection that ended before it was watched is reported by the watch at
+        // once (a registration added while its socket is ready reports it): no look here.
+        let guard = Watcher::get().watch(self.clcsock.as_fd(), me)?;
+        let _ = self.watch.set(guard);
+        self.watch_asked.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether the liveness watcher watches this connection, or will shortly (then
+    /// non-blocking calls need not look at the TCP connection themselves).
     fn watched(&self) -> bool {
-        self.watch.get().is_some_and(WatchGuard::is_armed)
+        !self.unwatched.load(Ordering::Acquire)
+            && (self.watch_asked.load(Ordering::Acquire)
+                || self.watch.get().is_some_and(WatchGuard::is_armed))
     }
 
     /// The connection's end is known (the application closed it, or the peer's close or abort
@@ -482,6 +514,7 @@ impl<T: Transport> SmcConn<T> {
     /// this every connection an event loop used woke the watcher thread once more at its end
     /// (crr from an epoll server: 1.5 wake-ups per connection).
     pub(super) fn unwatch(&self) {
+        self.unwatched.store(true, Ordering::Release);
         if let Some(w) = self.watch.get() {
             w.disarm();
         }
@@ -641,7 +674,7 @@ impl<T: Transport> SmcConn<T> {
                         self.tcp_gone();
                         return Woken::Again;
                     }
-                    let _ = self.watch_tcp();
+                    let _ = self.watch_tcp(true);
                     continue;
                 }
                 Err(_) => return Woken::Again,
@@ -676,6 +709,17 @@ impl<T: Transport> Watched for SmcConn<T> {
     fn tcp_event(&self) {
         if self.clcsock_dead() {
             self.tcp_gone();
+        }
+    }
+
+    fn start_watch(&self) {
+        if self.watch_now().is_err() {
+            // No registration (out of descriptors for the watcher's set): look now, and
+            // non-blocking calls look themselves from now on.
+            self.watch_asked.store(false, Ordering::Release);
+            if self.clcsock_dead() {
+                self.tcp_gone();
+            }
         }
     }
 }
