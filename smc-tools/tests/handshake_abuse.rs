@@ -127,6 +127,21 @@ fn serve(l: SmcListener) {
     });
 }
 
+/// Legitimate client `i`: connects, sends "ping", expects "pong" (within a minute, or the
+/// test fails as hung); what its connection became.
+fn ping(ce: &Arc<smcd_engine::Engine>, to: SocketAddr, i: usize) -> std::io::Result<Mode> {
+    let ce = Arc::clone(ce);
+    within(Duration::from_secs(60), move || -> std::io::Result<Mode> {
+        let c = SmcStream::connect_with(&ce, to)?;
+        (&c).write_all(b"ping")?;
+        let mut b = [0u8; 4];
+        (&c).read_exact(&mut b)?;
+        assert_eq!(&b, b"pong");
+        Ok(c.mode())
+    })
+    .unwrap_or_else(|| panic!("legitimate client {i} hung"))
+}
+
 /// Accepts from an epoll loop on the listener's readiness descriptor, as nginx does (no
 /// timeout: only the descriptor wakes it, so the handshakes' deadlines must too); answers each
 /// connection's "ping" with "pong" on a thread.
@@ -198,17 +213,7 @@ fn an_event_loop_listener_keeps_the_deadlines_of_the_handshakes_it_drives() {
         2 * n
     );
     for i in 0..CLIENTS {
-        let ce = Arc::clone(&ce);
-        let r = within(Duration::from_secs(60), move || -> std::io::Result<Mode> {
-            let c = SmcStream::connect_with(&ce, to)?;
-            (&c).write_all(b"ping")?;
-            let mut b = [0u8; 4];
-            (&c).read_exact(&mut b)?;
-            assert_eq!(&b, b"pong");
-            Ok(c.mode())
-        })
-        .unwrap_or_else(|| panic!("legitimate client {i} hung"));
-        let m = r.unwrap_or_else(|e| panic!("legitimate client {i}: {e}"));
+        let m = ping(&ce, to, i).unwrap_or_else(|e| panic!("legitimate client {i}: {e}"));
         assert!(matches!(m, Mode::SmcD(_)), "legitimate client {i}: {m:?}");
     }
     for (i, a) in attackers.into_iter().enumerate() {
@@ -257,17 +262,7 @@ fn drip_beside_clients(limit_hs: bool) -> Vec<Mode> {
     serve(l);
     let mut modes = Vec::new();
     for i in 0..CLIENTS {
-        let ce = Arc::clone(&ce);
-        let r = within(Duration::from_secs(60), move || -> std::io::Result<Mode> {
-            let c = SmcStream::connect_with(&ce, to)?;
-            (&c).write_all(b"ping")?;
-            let mut b = [0u8; 4];
-            (&c).read_exact(&mut b)?;
-            assert_eq!(&b, b"pong");
-            Ok(c.mode())
-        })
-        .unwrap_or_else(|| panic!("legitimate client {i} hung"));
-        match r {
+        match ping(&ce, to, i) {
             Ok(m) => modes.push(m),
             Err(e) => panic!("legitimate client {i} failed beside {n} drip-feeding attackers: {e}"),
         }
