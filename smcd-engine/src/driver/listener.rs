@@ -319,6 +319,14 @@ struct Inline {
 }
 
 impl Inline {
+    /// Takes `hs`'s socket out of the nested set, if it is in it.
+    fn unregister(&self, hs: &mut Hs) {
+        if let (true, Some(ep), Some(fd)) = (hs.parked, self.ep.as_ref(), hs.fd()) {
+            let _ = rustix::event::epoll::delete(ep, fd);
+        }
+        hs.parked = false;
+    }
+
     /// Arms the timer for the earliest deadline, or disarms it when there is none. An armed
     /// timer is left alone while it goes off no later than `TIMER_SLACK` after the earliest
     /// deadline: deadlines come in order, so the earliest mostly moves later as handshakes
@@ -991,11 +999,16 @@ impl ListenerCore {
             };
             let _ = epoll::wait(ep, rustix::buffer::spare_capacity(&mut events), Some(&zero));
             let now = Instant::now();
-            // A one-shot registration that fired is disabled already; one taken for its
-            // deadline may fire, find it gone, and be ignored.
+            // A one-shot registration that fired is disabled already. One taken for its
+            // deadline is still armed and leaves the set: if the handshake then finished,
+            // its socket's next event (the connection's end) would make the set ready with
+            // nothing parked, and `accept()` looks into the set only while something is.
             let mut take = |inl: &mut Inline, id: u64, expired: bool| {
-                if let Some((hs, at)) = inl.table.remove(&id) {
+                if let Some((mut hs, at)) = inl.table.remove(&id) {
                     inl.timers.remove(&(at, id));
+                    if expired {
+                        inl.unregister(&mut hs);
+                    }
                     due.push((hs, expired));
                 }
             };
@@ -1031,25 +1044,22 @@ impl ListenerCore {
         }
     }
 
+    /// Every parked handshake, out of the nested set (the timer disarmed).
+    fn take_parked(&self) -> Vec<Hs> {
+        let mut inl = lock(&self.inline);
+        inl.timers.clear();
+        let mut all: Vec<Hs> = inl.table.drain().map(|(_, (hs, _))| hs).collect();
+        for hs in &mut all {
+            inl.unregister(hs);
+        }
+        inl.rearm();
+        self.inline_count.store(0, Ordering::Release);
+        all
+    }
+
     /// The parked handshakes go to the reactor (the listener became blocking, or closes).
     fn unpark_all(self: &Arc<Self>) {
-        let all: Vec<Hs> = {
-            let mut inl = lock(&self.inline);
-            inl.timers.clear();
-            let mut all: Vec<Hs> = inl.table.drain().map(|(_, (hs, _))| hs).collect();
-            if let Some(ep) = inl.ep.as_ref() {
-                for hs in &mut all {
-                    if let Some(fd) = hs.fd() {
-                        let _ = rustix::event::epoll::delete(ep, fd);
-                    }
-                    hs.parked = false;
-                }
-            }
-            inl.rearm();
-            self.inline_count.store(0, Ordering::Release);
-            all
-        };
-        for hs in all {
+        for hs in self.take_parked() {
             if self.closed.load(Ordering::Acquire) {
                 let peer = hs.peer;
                 drop(hs);
@@ -1587,13 +1597,7 @@ impl ListenerCore {
         self.reactor.bell.ring();
         self.cond.notify_all();
         // Parked handshakes end with the listener (their clients see the close).
-        let parked: Vec<Hs> = {
-            let mut inl = lock(&self.inline);
-            inl.timers.clear();
-            self.inline_count.store(0, Ordering::Release);
-            inl.table.drain().map(|(_, (hs, _))| hs).collect()
-        };
-        for hs in parked {
+        for hs in self.take_parked() {
             let peer = hs.peer;
             drop(hs);
             self.finish(peer, Err(io::Error::other("listener closed")));
