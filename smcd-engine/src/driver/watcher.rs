@@ -80,11 +80,6 @@ impl WatchGuard {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.key);
     }
-
-    /// Whether the watch is still on.
-    pub fn is_armed(&self) -> bool {
-        self.armed.load(Ordering::Acquire)
-    }
 }
 
 impl Drop for WatchGuard {

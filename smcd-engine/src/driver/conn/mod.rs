@@ -504,9 +504,8 @@ impl<T: Transport> SmcConn<T> {
     /// Whether the liveness watcher watches this connection, or will shortly (then
     /// non-blocking calls need not look at the TCP connection themselves).
     fn watched(&self) -> bool {
-        !self.unwatched.load(Ordering::Acquire)
-            && (self.watch_asked.load(Ordering::Acquire)
-                || self.watch.get().is_some_and(WatchGuard::is_armed))
+        // A registered watch was asked for too (`watch_now`); only `unwatch` disarms it.
+        !self.unwatched.load(Ordering::Acquire) && self.watch_asked.load(Ordering::Acquire)
     }
 
     /// The connection's end is known (the application closed it, or the peer's close or abort
