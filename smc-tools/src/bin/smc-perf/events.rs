@@ -58,8 +58,8 @@ enum Phase {
 
 struct Slot {
     phase: Phase,
-    /// The descriptor registered for this slot, if any.
-    fd: Option<i32>,
+    /// The descriptor registered for this slot and for what, if any.
+    fd: Option<(i32, epoll::EventFlags)>,
     since: Instant,
 }
 
@@ -103,10 +103,12 @@ impl ClientLoop {
     ) -> io::Result<()> {
         let raw = fd.as_raw_fd();
         match self.slots[i].fd {
-            Some(old) if old == raw => {
+            // Registered as wanted already: no system call (a wait per message).
+            Some((old, had)) if old == raw && had == flags => return Ok(()),
+            Some((old, _)) if old == raw => {
                 epoll::modify(&self.ep, fd, epoll::EventData::new_u64(i as u64), flags)?
             }
-            Some(old) => {
+            Some((old, _)) => {
                 // SAFETY: `old` is registered and still open: its owner is dropped only
                 // after `deregister`.
                 let _ = epoll::delete(&self.ep, unsafe { BorrowedFd::borrow_raw(old) });
@@ -114,13 +116,13 @@ impl ClientLoop {
             }
             None => epoll::add(&self.ep, fd, epoll::EventData::new_u64(i as u64), flags)?,
         }
-        self.slots[i].fd = Some(raw);
+        self.slots[i].fd = Some((raw, flags));
         Ok(())
     }
 
     /// Takes the slot's descriptor out of the set (before its owner is dropped).
     fn deregister(&mut self, i: usize) {
-        if let Some(old) = self.slots[i].fd.take() {
+        if let Some((old, _)) = self.slots[i].fd.take() {
             // SAFETY: as in `register`: the owner is still in the slot.
             let _ = epoll::delete(&self.ep, unsafe { BorrowedFd::borrow_raw(old) });
         }
@@ -258,7 +260,8 @@ impl ClientLoop {
         ) {
             Phase::SmcConnecting(mut c) => match c.try_finish_nonblocking() {
                 Ok(Some(s)) => {
-                    // The connecting descriptor is a duplicate: out of the set before it closes.
+                    // The connect's socket is the stream's now; the loop waits on the stream's
+                    // readiness descriptor instead.
                     self.deregister(i);
                     drop(c);
                     self.connected(i, Conn::Smc(s))
@@ -269,7 +272,7 @@ impl ClientLoop {
                     r
                 }
                 Err(e) => {
-                    // Out of the set before the duplicate closes (its socket may live on).
+                    // The failed connect closed its socket, which left the set with it.
                     self.deregister(i);
                     drop(c);
                     Err(e)
@@ -486,6 +489,8 @@ struct Served {
     got: usize,
     sent: usize,
     since: Instant,
+    /// Registered for writability too.
+    out: bool,
 }
 
 enum Step {
@@ -567,15 +572,13 @@ pub fn serve(l: Listen, cpu: Option<usize>) -> anyhow::Result<()> {
     let mut paused_until: Option<Instant> = None;
     let mut last_sweep = Instant::now();
     let close = |ep: &OwnedFd, conns: &mut Vec<Option<Served>>, free: &mut Vec<usize>, i: usize| {
-        if let Some(s) = conns[i].take() {
-            // SAFETY: the stream in `s` owns the descriptor and is dropped after this.
-            let _ = epoll::delete(ep, unsafe { BorrowedFd::borrow_raw(s.fd) });
-            free.push(i);
-            s
-        } else {
-            unreachable!("closing a free slot")
-        }
+        let s = conns[i].take().expect("closing a slot in use");
+        // SAFETY: the stream in `s` owns the descriptor and is dropped after this.
+        let _ = epoll::delete(ep, unsafe { BorrowedFd::borrow_raw(s.fd) });
+        free.push(i);
+        s
     };
+    let mut fresh = Vec::new();
     loop {
         events.clear();
         let timeout = rustix::time::Timespec {
@@ -599,7 +602,7 @@ pub fn serve(l: Listen, cpu: Option<usize>) -> anyhow::Result<()> {
                 epoll::EventFlags::IN,
             )?;
         }
-        let mut fresh = Vec::new();
+        fresh.clear();
         for ev in events.iter() {
             let token = ev.data.u64();
             if token != LISTENER {
@@ -651,6 +654,7 @@ pub fn serve(l: Listen, cpu: Option<usize>) -> anyhow::Result<()> {
                     got: 0,
                     sent: 0,
                     since: Instant::now(),
+                    out: false,
                 });
                 // SAFETY: the stream just stored owns `fd`.
                 let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
@@ -669,11 +673,13 @@ pub fn serve(l: Listen, cpu: Option<usize>) -> anyhow::Result<()> {
                 fresh.push(i);
             }
         }
-        for i in fresh {
+        for &i in &fresh {
             let Some(s) = conns.get_mut(i).and_then(Option::as_mut) else {
                 continue;
             };
             match s.step() {
+                // Registered as wanted already: no system call (a wait per message).
+                Ok(Step::Wait { out }) if out == s.out => {}
                 Ok(Step::Wait { out }) => {
                     let flags = if out {
                         epoll::EventFlags::IN | epoll::EventFlags::OUT
@@ -682,7 +688,9 @@ pub fn serve(l: Listen, cpu: Option<usize>) -> anyhow::Result<()> {
                     };
                     // SAFETY: as above.
                     let bfd = unsafe { BorrowedFd::borrow_raw(s.fd) };
-                    let _ = epoll::modify(&ep, bfd, epoll::EventData::new_u64(i as u64), flags);
+                    if epoll::modify(&ep, bfd, epoll::EventData::new_u64(i as u64), flags).is_ok() {
+                        s.out = out;
+                    }
                 }
                 Ok(Step::Close) => drop(close(&ep, &mut conns, &mut free, i)),
                 Ok(Step::HandOff(test, msg)) => {
