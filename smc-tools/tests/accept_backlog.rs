@@ -11,10 +11,9 @@
 mod common;
 
 use common::{BINS, Smcd};
+use smcd_engine::SmcStream;
 use smcd_engine::driver::handshake::CLC_WAIT_TIME;
-use smcd_engine::driver::listener::ListenOptions;
 use smcd_engine::ipc::SmcdSession;
-use smcd_engine::{SmcListener, SmcStream};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -30,17 +29,7 @@ fn a_full_backlog_leaves_no_connection_behind() {
     const CLIENTS: usize = 16;
     const EACH: usize = 25;
     let smcd = Smcd::start(BINS);
-    let l = Arc::new(
-        SmcListener::bind_with_options(
-            &smcd.engine(),
-            "127.0.0.1:0",
-            ListenOptions {
-                backlog: 2,
-                limit_hs: Some(false),
-            },
-        )
-        .unwrap(),
-    );
+    let l = Arc::new(smc_tests::local_listener(&smcd.engine(), 2, false));
     let addr = l.local_addr().unwrap();
     let served = Arc::new(AtomicUsize::new(0));
     for _ in 0..8 {
@@ -95,17 +84,7 @@ fn a_full_backlog_leaves_no_connection_behind() {
 #[test]
 fn room_left_by_an_ending_handshake_wakes_a_waiting_accept() {
     let smcd = Smcd::start(BINS);
-    let l = Arc::new(
-        SmcListener::bind_with_options(
-            &smcd.engine(),
-            "127.0.0.1:0",
-            ListenOptions {
-                backlog: 1,
-                limit_hs: Some(false),
-            },
-        )
-        .unwrap(),
-    );
+    let l = Arc::new(smc_tests::local_listener(&smcd.engine(), 1, false));
     let addr = l.local_addr().unwrap();
     {
         let l = Arc::clone(&l);

@@ -400,15 +400,7 @@ fn listener_takes_limit_smc_hs_when_it_listens() {
     assert!(!off.limit_hs(), "listener created while limit_smc_hs = 0");
     assert!(on.limit_hs(), "an existing listener keeps its setting");
     // The per-listener option overrides the namespace either way.
-    let forced = smcd_engine::SmcListener::bind_with_options(
-        &smcd.engine(),
-        "127.0.0.1:0",
-        smcd_engine::driver::listener::ListenOptions {
-            backlog: 16,
-            limit_hs: Some(true),
-        },
-    )
-    .unwrap();
+    let forced = smc_tests::local_listener(&smcd.engine(), 16, true);
     assert!(forced.limit_hs());
 }
 

@@ -367,15 +367,7 @@ fn congest(
     se: &Arc<smcd_engine::Engine>,
     ce: &Arc<smcd_engine::Engine>,
 ) -> Option<(smcd_engine::SmcListener, Vec<TcpStream>, SmcStream, usize)> {
-    let l = smcd_engine::SmcListener::bind_with_options(
-        se,
-        "127.0.0.1:0",
-        smcd_engine::driver::listener::ListenOptions {
-            backlog: 128,
-            limit_hs: Some(true),
-        },
-    )
-    .unwrap();
+    let l = smc_tests::local_listener(se, 128, true);
     let to = l.local_addr().unwrap();
     // The fake engine: registered with smcd (a GID, intents) but its CLC is written here.
     let fake = smcd.engine();

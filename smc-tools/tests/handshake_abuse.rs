@@ -19,7 +19,6 @@ use common::{BINS, Smcd, within};
 use rustix::event::{PollFd, PollFlags};
 use smc_proto::clc::{ClcMessage, ReasonCode};
 use smcd_engine::driver::handshake::CLC_WAIT_TIME;
-use smcd_engine::driver::listener::ListenOptions;
 use smcd_engine::ipc::SmcdSession;
 use smcd_engine::{Fallback, Mode, SmcListener, SmcStream};
 use std::io::{Read, Write};
@@ -148,15 +147,17 @@ fn ping(ce: &Arc<smcd_engine::Engine>, to: SocketAddr, i: usize) -> std::io::Res
 fn serve_from_epoll(l: Arc<SmcListener>) {
     use rustix::event::epoll;
     l.set_nonblocking(true).unwrap();
+    // Before the caller goes on: from now on the loop drives the handshakes (a thread that
+    // starts late on a busy machine would leave the first ones to the reactor).
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+    epoll::add(
+        &ep,
+        l.readiness_fd().unwrap(),
+        epoll::EventData::new_u64(0),
+        epoll::EventFlags::IN,
+    )
+    .unwrap();
     std::thread::spawn(move || {
-        let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
-        epoll::add(
-            &ep,
-            l.readiness_fd().unwrap(),
-            epoll::EventData::new_u64(0),
-            epoll::EventFlags::IN,
-        )
-        .unwrap();
         let mut events = Vec::with_capacity(4);
         loop {
             events.clear();
@@ -188,15 +189,7 @@ fn serve_from_epoll(l: Arc<SmcListener>) {
 fn an_event_loop_listener_keeps_the_deadlines_of_the_handshakes_it_drives() {
     let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
-    let l = SmcListener::bind_with_options(
-        &se,
-        "127.0.0.1:0",
-        ListenOptions {
-            backlog: 128,
-            limit_hs: Some(false),
-        },
-    )
-    .unwrap();
+    let l = smc_tests::local_listener(&se, 128, false);
     let to = l.local_addr().unwrap();
     let l = Arc::new(l);
     let p = proposal().len();
@@ -234,15 +227,7 @@ fn an_event_loop_listener_keeps_the_deadlines_of_the_handshakes_it_drives() {
 fn drip_beside_clients(limit_hs: bool) -> Vec<Mode> {
     let smcd = Smcd::start(BINS);
     let (se, ce) = (smcd.engine(), smcd.engine());
-    let l = SmcListener::bind_with_options(
-        &se,
-        "127.0.0.1:0",
-        ListenOptions {
-            backlog: 128,
-            limit_hs: Some(limit_hs),
-        },
-    )
-    .unwrap();
+    let l = smc_tests::local_listener(&se, 128, limit_hs);
     let to = l.local_addr().unwrap();
     let n = attackers();
     let p = proposal().len();

@@ -931,15 +931,7 @@ fn congest_by_option(
     usize,
 )> {
     use smc_proto::clc::ClcMessage;
-    let l = smcd_engine::SmcListener::bind_with_options(
-        se,
-        "127.0.0.1:0",
-        smcd_engine::driver::listener::ListenOptions {
-            backlog: 128,
-            limit_hs: Some(true),
-        },
-    )
-    .unwrap();
+    let l = smc_tests::local_listener(se, 128, true);
     let to = l.local_addr().unwrap();
     let fake = smcd.engine();
     let a = fake.attached().expect("smcd is up");

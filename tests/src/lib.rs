@@ -1062,6 +1062,20 @@ pub fn retry_set_up<T>(attempts: usize, what: &str, mut f: impl FnMut() -> Optio
     panic!("{what} (in {attempts} attempts)");
 }
 
+/// An SMC listener on 127.0.0.1 (a free port) of `engine` with this backlog and handshake
+/// limitation.
+pub fn local_listener(engine: &Arc<Engine>, backlog: u32, limit_hs: bool) -> SmcListener {
+    SmcListener::bind_with_options(
+        engine,
+        "127.0.0.1:0",
+        smcd_engine::driver::listener::ListenOptions {
+            backlog,
+            limit_hs: Some(limit_hs),
+        },
+    )
+    .expect("an SMC listener on 127.0.0.1")
+}
+
 /// Accepts from `l` until the connection from `peer` comes (others queued before it are
 /// dropped); `check` sees every accepted connection, that one included.
 pub fn accept_from(
