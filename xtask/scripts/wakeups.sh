@@ -1,5 +1,5 @@
 #!/bin/bash
-# Usage: xtask/scripts/wakeups.sh [CONCURRENCY]  (after cargo build --release): one crr run of 3 s,
+# Usage: [TCP=1] [EV=1] xtask/scripts/wakeups.sh [CONCURRENCY]  (after cargo build --release; EV=1: smc-perf --events on both sides): one crr run of 3 s,
 # wake-ups (voluntary context switches) per connection of the client, the server by thread
 # name and smcd
 # per-thread wake-ups (voluntary switches) of the server and smcd during one crr run
@@ -7,12 +7,12 @@ B=${B:-$(cd "$(dirname "$0")/../.." && pwd)/target/release}
 D=$(mktemp -d); export SMCD_SOCKET=$D/smcd.sock
 $B/smcd --socket $D/smcd.sock >$D/smcd.log 2>&1 & SMCD=$!
 sleep 0.5
-$B/smc-perf server ${TCP:+--tcp} --port 17811 --pin 1 2>$D/srv.log & SRV=$!
+$B/smc-perf server ${TCP:+--tcp} ${EV:+--events} --port 17811 --pin 1 2>$D/srv.log & SRV=$!
 sleep 0.5
 snap() { for t in /proc/$1/task/*; do echo "$(cat $t/comm | tr ' ' _) $(awk '/^voluntary_ctxt/{print $2}' $t/status)"; done | awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' | sort; }
 kill -USR1 $SRV $SMCD; sleep 0.2
 snap $SRV > $D/s0; snap $SMCD > $D/d0
-$B/smc-perf client ${TCP:+--tcp} --test crr --concurrency ${1:-8} --time 3 --pin 0 127.0.0.1:17811 > $D/cli.json
+$B/smc-perf client ${TCP:+--tcp} ${EV:+--events} --test crr --concurrency ${1:-8} --time 3 --pin 0 127.0.0.1:17811 > $D/cli.json
 snap $SRV > $D/s1; snap $SMCD > $D/d1
 kill -USR1 $SRV $SMCD; sleep 0.2
 python3 - $D <<'PY'
