@@ -59,6 +59,17 @@ fn child_entry() {
             bells_body(engine(), engine(), smcd_pid, n);
             common::say("DONE", 1);
         }
+        // The counting half of `a_connect_in_flight_costs_its_socket_alone`, alone in a
+        // process: the other tests of this binary open and close descriptors meanwhile.
+        Ok("connects") => {
+            let socket = std::path::PathBuf::from(std::env::var("SMCD_SOCKET").unwrap());
+            let ce = Engine::new(smcd_engine::EngineConfig {
+                socket,
+                ..smcd_engine::EngineConfig::default()
+            });
+            connects_body(&ce);
+            common::say("DONE", 1);
+        }
         _ => common::child_main(),
     }
 }
@@ -841,34 +852,11 @@ fn try_finish_after_refused_keeps_failing() {
 #[test]
 fn a_connect_in_flight_costs_its_socket_alone() {
     let smcd = Smcd::start(BINS);
-    let ce = smcd.engine();
-    // A listener that never accepts: the TCP connects complete in its backlog.
-    let quiet = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = quiet.local_addr().unwrap();
-    // The engine's own descriptors (smcd's session, status area) come with its first connect.
-    drop(finish_with_poll(
-        SmcStream::connect_nonblocking_with(&ce, addr).unwrap(),
-    ));
-    let pid = std::process::id();
-    let before = open_fds(pid);
-    let n = 16;
-    let cs: Vec<_> = (0..n)
-        .map(|_| SmcStream::connect_nonblocking_with(&ce, addr).unwrap())
-        .collect();
-    let grew = open_fds(pid) - before;
-    // Other threads of the test process may open one or two meanwhile; a duplicate each
-    // would be n more.
-    assert!(
-        (n..n + 4).contains(&grew),
-        "{n} connects opened {grew} descriptors"
-    );
-    for c in &cs {
-        let kind = rustix::fs::fstat(c.as_fd()).unwrap().st_mode & libc::S_IFMT;
-        assert_eq!(kind, libc::S_IFSOCK, "the descriptor is the socket");
-    }
-    drop(cs);
-    drop(quiet);
+    let mut child = Peer::spawn(&smcd.socket, "connects", &[]);
+    assert_eq!(child.expect("DONE"), "1");
+    assert!(child.wait(LIVENESS * 3).success());
 
+    let ce = smcd.engine();
     let refused = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
@@ -881,6 +869,37 @@ fn a_connect_in_flight_costs_its_socket_alone() {
     let fd = c.as_fd();
     rustix::io::fcntl_getfd(fd).expect("a valid descriptor after the failure");
     assert!(poll_now(fd).is_empty(), "the placeholder is never ready");
+}
+
+/// 16 connects in flight to a listener that never accepts: 16 descriptors more (the sockets),
+/// each of them the socket itself.
+fn connects_body(ce: &Arc<Engine>) {
+    // A listener that never accepts: the TCP connects complete in its backlog.
+    let quiet = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = quiet.local_addr().unwrap();
+    // The engine's own descriptors (smcd's session, status area) come with its first connect.
+    drop(finish_with_poll(
+        SmcStream::connect_nonblocking_with(ce, addr).unwrap(),
+    ));
+    let pid = std::process::id();
+    let before = open_fds(pid);
+    let n = 16;
+    let cs: Vec<_> = (0..n)
+        .map(|_| SmcStream::connect_nonblocking_with(ce, addr).unwrap())
+        .collect();
+    let grew = open_fds(pid) - before;
+    // The engine's own threads may open one or two meanwhile; a duplicate each would be n
+    // more.
+    assert!(
+        (n..n + 4).contains(&grew),
+        "{n} connects opened {grew} descriptors"
+    );
+    for c in &cs {
+        let kind = rustix::fs::fstat(c.as_fd()).unwrap().st_mode & libc::S_IFMT;
+        assert_eq!(kind, libc::S_IFSOCK, "the descriptor is the socket");
+    }
+    drop(cs);
+    drop(quiet);
 }
 
 /// The descriptor of an `SmcConnecting` can still be asked for after `try_finish` gave the
