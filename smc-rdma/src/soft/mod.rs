@@ -1,0 +1,482 @@
+//! A RoCEv2 device in user space: the kernel's rxe (`drivers/infiniband/sw/rxe/`) without the
+//! kernel. Packets are real RoCEv2 ([`crate::wire`]) in UDP datagrams to port 4791; GIDs are
+//! the IPv4-mapped addresses the device is bound to.
+//!
+//! # Who does what
+//!
+//! - The thread that posts a send segments it at the path MTU and transmits what the window
+//!   allows at once (rxe's requester, `rxe_req.c`), from a copy of the data taken at post time.
+//! - One thread per device receives every datagram: requests from peers (rxe's responder,
+//!   `rxe_resp.c`: in-order execution, ACKs, NAKs), acknowledgements of our requests (rxe's
+//!   completer, `rxe_comp.c`: completions, retransmission), and runs the retransmission and
+//!   RNR timers.
+//!
+//! # Reliability (as rxe)
+//!
+//! - The requester sets AckReq on the last packet of every message and after every
+//!   [`PKTS_PER_ACK`] packets, and keeps at most [`MAX_UNACKED_PSNS`] unacknowledged.
+//! - The responder executes only the expected PSN. An earlier PSN is a duplicate: acknowledged
+//!   again (when it asks) and not executed. A later PSN is a gap: one PSN-sequence NAK per gap,
+//!   then silence until the expected PSN arrives. A SEND with no posted receive gets an RNR NAK.
+//! - ACKs are cumulative. A sequence NAK or the local ACK timeout (4.096 µs × 2^timeout) rewinds
+//!   the requester to the first unacknowledged PSN (go-back-N); after `retry_cnt` rewinds
+//!   without progress the request fails with `RetryExcErr`, after `rnr_retry` RNR NAKs (7:
+//!   never) with `RnrRetryExcErr`, and the QP goes to ERROR, flushing the rest.
+//! - A send completes only when its ACK arrived: a completion means the peer has the data.
+//!
+//! # Addressing
+//!
+//! A device binds one UDP socket to its address and port 4791 (unconnected, DF set, so the
+//! IPv4 header the ICRC covers is known: [`crate::wire`]). One device per address and network
+//! namespace can exist this way; the rest is in `docs/smcr.md`.
+
+mod cq;
+mod qp;
+
+pub use cq::SoftCq;
+pub use qp::SoftQp;
+
+use crate::verbs::{
+    Access, Device, DeviceInfo, Gid, GidType, Memory, MemoryRegion, Mtu, Pd, PortInfo, PortState,
+    QpInit, VerbsError,
+};
+use crate::wire::{Ipv4Udp, Packet, ROCEV2_UDP_PORT};
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::net::{RecvFlags, SendFlags};
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+/// AckReq at least every this many packets (rxe's `RXE_MAX_PKT_PER_ACK`).
+pub const PKTS_PER_ACK: u32 = 64;
+/// Unacknowledged PSNs a requester may have (rxe's `RXE_MAX_UNACKED_PSNS`).
+pub const MAX_UNACKED_PSNS: u32 = 128;
+/// The first QPN handed out (rxe starts at 16; 0 and 1 are the special QPs).
+const FIRST_QPN: u32 = 16;
+/// Largest inline payload the device takes.
+pub const MAX_INLINE: u32 = 256;
+/// Largest queue depths.
+pub const MAX_WR: u32 = 16_384;
+
+/// How a soft device is opened.
+#[derive(Debug, Clone)]
+pub struct SoftConfig {
+    /// Device name (`sroce0`).
+    pub name: String,
+    /// The IPv4 address it is bound to; its GID is this address, mapped.
+    pub addr: Ipv4Addr,
+    /// The netdev that address is on (its MAC and MTU are read from `/sys/class/net`); `None`
+    /// looks it up.
+    pub netdev: Option<String>,
+}
+
+/// Counters of a device.
+#[derive(Debug, Default)]
+pub struct SoftStats {
+    /// Datagrams sent.
+    pub tx_packets: AtomicU64,
+    /// Datagrams received and accepted.
+    pub rx_packets: AtomicU64,
+    /// Datagrams dropped: malformed, bad ICRC, unknown QP, wrong source.
+    pub rx_dropped: AtomicU64,
+    /// Packets sent again (go-back-N).
+    pub retransmits: AtomicU64,
+    /// Local ACK timeouts.
+    pub timeouts: AtomicU64,
+    /// Sequence NAKs sent.
+    pub seq_naks_sent: AtomicU64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: AtomicU64,
+    /// Duplicates acknowledged again.
+    pub duplicates: AtomicU64,
+    /// Datagrams the kernel would not take (full socket buffer): recovered as losses.
+    pub tx_dropped: AtomicU64,
+}
+
+impl SoftStats {
+    fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A user-space RoCEv2 device.
+#[derive(Debug)]
+pub struct SoftDevice {
+    dev: Arc<Dev>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Dev {
+    name: String,
+    addr: Ipv4Addr,
+    netdev: String,
+    mac: [u8; 6],
+    mtu: Mtu,
+    sock: OwnedFd,
+    bell: OwnedFd,
+    stop: AtomicBool,
+    next_pd: AtomicU32,
+    next_qpn: AtomicU32,
+    next_key: AtomicU32,
+    mrs: RwLock<HashMap<u32, Arc<MrInner>>>,
+    qps: RwLock<HashMap<u32, Arc<qp::QpInner>>>,
+    stats: SoftStats,
+}
+
+#[derive(Debug)]
+struct MrInner {
+    key: u32,
+    pd: Pd,
+    access: Access,
+    mem: Arc<Memory>,
+}
+
+impl MrInner {
+    /// Offset of `[va, va+len)` in the memory, if it lies inside.
+    fn offset(&self, va: u64, len: u64) -> Option<usize> {
+        let off = va.checked_sub(self.mem.addr())?;
+        (off.checked_add(len)? <= self.mem.len() as u64).then_some(off as usize)
+    }
+}
+
+/// A region registered with a [`SoftDevice`].
+#[derive(Debug)]
+pub struct SoftMr {
+    dev: Arc<Dev>,
+    inner: Arc<MrInner>,
+}
+
+impl Drop for SoftMr {
+    fn drop(&mut self) {
+        write(&self.dev.mrs).remove(&self.inner.key);
+    }
+}
+
+impl MemoryRegion for SoftMr {
+    fn lkey(&self) -> u32 {
+        self.inner.key
+    }
+    fn rkey(&self) -> u32 {
+        self.inner.key
+    }
+    fn addr(&self) -> u64 {
+        self.inner.mem.addr()
+    }
+    fn len(&self) -> usize {
+        self.inner.mem.len()
+    }
+    fn memory(&self) -> &Arc<Memory> {
+        &self.inner.mem
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The netdev holding `addr` (`ip -o -4 addr show` lines: `2: eth0    inet 10.0.0.1/24 ...`).
+fn netdev_of(addr: Ipv4Addr) -> Option<String> {
+    if addr.is_loopback() {
+        return Some("lo".into());
+    }
+    let out = std::process::Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let at = w.iter().position(|x| *x == "inet")?;
+        let ip: Ipv4Addr = w.get(at + 1)?.split('/').next()?.parse().ok()?;
+        (ip == addr).then(|| w.get(1).map(|d| d.trim_end_matches(':').to_string()))?
+    })
+}
+
+fn sysfs(netdev: &str, file: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/net/{netdev}/{file}"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    v.try_into().ok()
+}
+
+impl SoftDevice {
+    /// Opens a device bound to `cfg.addr`, UDP port 4791, and starts its receive thread.
+    pub fn open(cfg: SoftConfig) -> io::Result<Self> {
+        use rustix::net::{AddressFamily, SocketType, ipproto, sockopt};
+        let netdev = match cfg.netdev {
+            Some(n) => n,
+            None => netdev_of(cfg.addr).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("no interface has address {}", cfg.addr),
+                )
+            })?,
+        };
+        let mac = sysfs(&netdev, "address")
+            .and_then(|m| parse_mac(&m))
+            .unwrap_or_default();
+        let netdev_mtu = sysfs(&netdev, "mtu")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(1500);
+        let mtu = Mtu::for_netdev(netdev_mtu).unwrap_or(Mtu::M256);
+        let sock = rustix::net::socket_with(
+            AddressFamily::INET,
+            SocketType::DGRAM,
+            rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+            Some(ipproto::UDP),
+        )?;
+        // DF and no fragmentation: the IPv4 header the ICRC covers is the one this device
+        // assumes (wire module docs), and a packet too large for the path is dropped, not cut.
+        sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)?;
+        let _ = sockopt::set_socket_send_buffer_size(&sock, 4 << 20);
+        let _ = sockopt::set_socket_recv_buffer_size(&sock, 4 << 20);
+        rustix::net::bind(&sock, &SocketAddrV4::new(cfg.addr, ROCEV2_UDP_PORT))?;
+        let bell = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )?;
+        let dev = Arc::new(Dev {
+            name: cfg.name,
+            addr: cfg.addr,
+            netdev,
+            mac,
+            mtu,
+            sock,
+            bell,
+            stop: AtomicBool::new(false),
+            next_pd: AtomicU32::new(1),
+            next_qpn: AtomicU32::new(FIRST_QPN),
+            next_key: AtomicU32::new(1),
+            mrs: RwLock::default(),
+            qps: RwLock::default(),
+            stats: SoftStats::default(),
+        });
+        let d = Arc::clone(&dev);
+        let thread = std::thread::Builder::new()
+            .name(format!("{}-rx", dev.name))
+            .spawn(move || d.run())?;
+        Ok(Self {
+            dev,
+            thread: Some(thread),
+        })
+    }
+
+    /// Its GID (index 0).
+    pub fn gid(&self) -> Gid {
+        Gid::from_ipv4(self.dev.addr)
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> &SoftStats {
+        &self.dev.stats
+    }
+}
+
+impl Drop for SoftDevice {
+    fn drop(&mut self) {
+        self.dev.stop.store(true, Ordering::Release);
+        self.dev.ring();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Device for SoftDevice {
+    type Mr = SoftMr;
+    type Cq = SoftCq;
+    type Qp = SoftQp;
+
+    fn info(&self) -> DeviceInfo {
+        let up = sysfs(&self.dev.netdev, "operstate")
+            .map(|s| s != "down")
+            .unwrap_or(true);
+        DeviceInfo {
+            name: self.dev.name.clone(),
+            ports: vec![PortInfo {
+                port: 1,
+                state: if up {
+                    PortState::Active
+                } else {
+                    PortState::Down
+                },
+                active_mtu: self.dev.mtu,
+                netdev: self.dev.netdev.clone(),
+                mac: self.dev.mac,
+                gids: vec![(0, self.gid(), GidType::RoceV2)],
+            }],
+        }
+    }
+
+    fn alloc_pd(&self) -> Pd {
+        Pd(self.dev.next_pd.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn reg_mr(&self, pd: Pd, mem: Arc<Memory>, access: Access) -> Result<SoftMr, VerbsError> {
+        // Index in the high 24 bits, 8 random-ish bits below (rxe: index << 8 | key).
+        let idx = self.dev.next_key.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        let salt = (mem.addr() >> 12) as u32 ^ (Instant::now().elapsed().subsec_nanos());
+        let key = (idx << 8) | (salt & 0xff);
+        let inner = Arc::new(MrInner {
+            key,
+            pd,
+            access,
+            mem,
+        });
+        write(&self.dev.mrs).insert(key, Arc::clone(&inner));
+        Ok(SoftMr {
+            dev: Arc::clone(&self.dev),
+            inner,
+        })
+    }
+
+    fn create_cq(&self, cqe: u32) -> Result<Arc<SoftCq>, VerbsError> {
+        if cqe == 0 || cqe > 1 << 20 {
+            return Err(VerbsError::Invalid("completion queue size"));
+        }
+        Ok(Arc::new(SoftCq::new(cqe as usize)?))
+    }
+
+    fn create_qp(&self, pd: Pd, init: QpInit<SoftCq>) -> Result<SoftQp, VerbsError> {
+        let c = init.caps;
+        if c.max_send_wr == 0
+            || c.max_send_wr > MAX_WR
+            || c.max_recv_wr > MAX_WR
+            || c.max_send_sge > 2
+            || c.max_recv_sge > 2
+            || c.max_inline_data > MAX_INLINE
+        {
+            return Err(VerbsError::Invalid("queue pair capabilities"));
+        }
+        let num = self.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & crate::wire::MASK24;
+        let inner = Arc::new(qp::QpInner::new(num, pd, init));
+        write(&self.dev.qps).insert(num, Arc::clone(&inner));
+        Ok(SoftQp::new(Arc::clone(&self.dev), inner))
+    }
+}
+
+impl Dev {
+    fn ring(&self) {
+        let _ = rustix::io::write(&self.bell, &1u64.to_ne_bytes());
+    }
+
+    fn hdr_to(&self, peer: Ipv4Addr) -> Ipv4Udp {
+        Ipv4Udp {
+            src: self.addr,
+            dst: peer,
+            src_port: ROCEV2_UDP_PORT,
+            dst_port: ROCEV2_UDP_PORT,
+        }
+    }
+
+    /// Sends one packet to `peer`. A full socket buffer drops it (as a wire would; the
+    /// requester's timer recovers it).
+    fn send(&self, p: &Packet<'_>, peer: Ipv4Addr) {
+        let mut buf = [0u8; 4096 + 64];
+        let n = p.emit(&self.hdr_to(peer), &mut buf);
+        let to = SocketAddrV4::new(peer, ROCEV2_UDP_PORT);
+        match rustix::net::sendto(&self.sock, &buf[..n], SendFlags::DONTWAIT, &to) {
+            Ok(_) => SoftStats::inc(&self.stats.tx_packets),
+            Err(_) => SoftStats::inc(&self.stats.tx_dropped),
+        }
+    }
+
+    /// Resolves an SGE of `pd` to its region and offset.
+    fn resolve(&self, pd: Pd, addr: u64, len: u32, lkey: u32) -> Option<(Arc<MrInner>, usize)> {
+        let mr = read(&self.mrs).get(&lkey).cloned()?;
+        if mr.pd != pd {
+            return None;
+        }
+        let off = mr.offset(addr, u64::from(len))?;
+        Some((mr, off))
+    }
+
+    fn run(self: Arc<Self>) {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let mut buf = vec![0u8; 65536];
+        while !self.stop.load(Ordering::Acquire) {
+            let next = self.timers(Instant::now());
+            let timeout = next.map(|t| {
+                let d = t.saturating_duration_since(Instant::now());
+                rustix::time::Timespec {
+                    tv_sec: d.as_secs() as i64,
+                    tv_nsec: i64::from(d.subsec_nanos()),
+                }
+            });
+            let mut fds = [
+                PollFd::new(&self.sock, PollFlags::IN),
+                PollFd::new(&self.bell, PollFlags::IN),
+            ];
+            if poll(&mut fds, timeout.as_ref()).is_err() {
+                continue;
+            }
+            if !fds[1].revents().is_empty() {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(&self.bell, &mut b);
+            }
+            // A bounded batch, then the timers again.
+            for _ in 0..256 {
+                match rustix::net::recvfrom(&self.sock, &mut buf, RecvFlags::DONTWAIT) {
+                    Ok((n, _, Some(from))) => match SocketAddrV4::try_from(from) {
+                        Ok(from) => self.datagram(&buf[..n.min(buf.len())], from),
+                        Err(_) => SoftStats::inc(&self.stats.rx_dropped),
+                    },
+                    Ok(_) => SoftStats::inc(&self.stats.rx_dropped),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    fn datagram(&self, d: &[u8], from: SocketAddrV4) {
+        let hdr = Ipv4Udp {
+            src: *from.ip(),
+            dst: self.addr,
+            src_port: from.port(),
+            dst_port: ROCEV2_UDP_PORT,
+        };
+        let Ok(p) = Packet::parse(d, &hdr) else {
+            return SoftStats::inc(&self.stats.rx_dropped);
+        };
+        let Some(qp) = read(&self.qps).get(&p.bth.dest_qpn).cloned() else {
+            return SoftStats::inc(&self.stats.rx_dropped);
+        };
+        if qp.receive(self, &p, *from.ip()) {
+            SoftStats::inc(&self.stats.rx_packets);
+        } else {
+            SoftStats::inc(&self.stats.rx_dropped);
+        }
+    }
+
+    /// Runs the timers that are due; returns the next one.
+    fn timers(&self, now: Instant) -> Option<Instant> {
+        let qps: Vec<_> = read(&self.qps).values().cloned().collect();
+        qps.iter().filter_map(|q| q.on_timer(self, now)).min()
+    }
+}
+
+/// Lets a caller hold the device's socket (tests look at its address).
+impl AsFd for SoftDevice {
+    fn as_fd(&self) -> rustix::fd::BorrowedFd<'_> {
+        self.dev.sock.as_fd()
+    }
+}
