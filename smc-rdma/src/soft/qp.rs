@@ -679,8 +679,18 @@ impl QueuePair for SoftQp {
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         let q = &self.inner;
         let mut s = lock(&q.s);
-        if s.state != QpState::Rts {
-            return Err(VerbsError::State(s.state));
+        match s.state {
+            QpState::Rts => {}
+            // As on hardware: accepted, and completed at once as flushed.
+            QpState::Error => {
+                let op = match wr.op {
+                    SendOp::Send => WcOpcode::Send,
+                    SendOp::Write { .. } => WcOpcode::RdmaWrite,
+                };
+                q.send_cq.push(q.wc(wr.wr_id, WcStatus::WrFlushErr, op));
+                return Ok(());
+            }
+            st => return Err(VerbsError::State(st)),
         }
         if s.sq.len() >= q.caps.max_send_wr as usize {
             return Err(VerbsError::Full("send"));
