@@ -5,16 +5,28 @@
 //! cargo run -p smc-proto --example samples
 //! ```
 //!
+//! Families, in this order: CDC (SMC-R and SMC-D), LLC (every type, requests and responses),
+//! CLC (Proposals for SMC-R/SMC-D v1 and v2, Accept and Confirm for SMC-R/SMC-D v1 and v2,
+//! Declines v1 and v2).
+//!
 //! Every line is built from a repr and the crate's own emit function, so it shows what the
 //! crate really puts on the wire. The SMC-D CDC line is host byte order by design, so it
-//! differs between little- and big-endian machines.
+//! differs between little- and big-endian machines (so does the REQ_ADD_LINK length); every
+//! CLC line is big endian everywhere.
 //!
 //! Layout for whoever adds a family: one `fn <family>_samples() -> Vec<Sample>` per message
 //! family, listed in [`all_samples`], and one [`SampleRepr`] variant holding that family's repr.
 //! `tests/tshark_decode.rs` includes this file (`#[path]`) and checks each sample's bytes against
 //! Wireshark's decode field by field, so keep the repr next to the bytes.
 
+use core::net::{Ipv4Addr, Ipv6Addr};
+
 use smc_proto::cdc::{ConnStateFlags, Cursor, ProducerFlags, SmcdCdcRepr, SmcrCdcRepr};
+use smc_proto::clc::{
+    AcceptConfirm, ClcMessage, Decline, Eid, FirstContactExt, Hostname, IpPrefixArea, Ipv6Prefix,
+    LOOPBACK_CHID, Proposal, ProposalBuilder, ReasonCode, SMC_FEATURE_MASK, SMC_RELEASE_1, SMC_V1,
+    SMC_V2, SmcType, SmcdAcceptConfirm, SmcdDevice, SmcrAcceptConfirm, SmcrV1Offer, SmcrV2Offer,
+};
 use smc_proto::llc::{
     AddLink, AddLinkCont, AddLinkContRkey, AddLinkRejectReason, ConfirmLink, ConfirmRkey,
     ConfirmRkeyCont, DeleteLink, DeleteLinkReason, DeleteRkey, LlcFlags, LlcMessage, ReqAddLink,
@@ -30,6 +42,8 @@ pub enum SampleRepr {
     SmcdCdc(SmcdCdcRepr),
     /// An LLC message.
     Llc(LlcMessage),
+    /// A CLC message (TCP payload, big endian).
+    Clc(ClcMessage),
 }
 
 /// One sample: its printed name, the repr, and the bytes the crate emitted for it.
@@ -47,6 +61,7 @@ pub struct Sample {
 pub fn all_samples() -> Vec<Sample> {
     let mut v = cdc_samples();
     v.extend(llc_samples());
+    v.extend(clc_samples());
     v
 }
 
@@ -304,6 +319,313 @@ pub fn llc_samples() -> Vec<Sample> {
             name,
             bytes: m.to_bytes(),
             repr: SampleRepr::Llc(m),
+        })
+        .collect()
+}
+
+/// SMC-R system ids as Linux builds them: two random bytes, then the MAC of the first active
+/// RoCE port.
+const CLIENT_PEER_ID: [u8; 8] = [0x5a, 0x3c, 0x02, 0x00, 0x00, 0x00, 0x00, 0x02];
+const SERVER_PEER_ID: [u8; 8] = [0xa7, 0x19, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
+/// RoCEv2 GID of the server (IPv4-mapped 10.0.0.1); the client's is [`V2_GID_A`] (10.0.0.2).
+const V2_GID_SERVER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1];
+/// Native ISM devices (s390): GIDs and PCHIDs.
+const CLIENT_ISM_GID: u64 = 0x0100_0000_a1b2_c3d4;
+const SERVER_ISM_GID: u64 = 0x0100_0000_e5f6_0718;
+const ISM_CHID: u16 = 0x07c1;
+const ISM2_GID: u64 = 0x0100_0000_5e6f_7a8b;
+const ISM2_CHID: u16 = 0x07c5;
+/// loopback-ism: one 128-bit GID (a random UUID) shared by both ends of a connection.
+const LO_GID: u64 = 0x3f2a_91c4_5be0_4d17;
+const LO_GID_EXT: u64 = 0x8e6b_02d9_f4a3_715c;
+
+fn ueid(s: &str) -> Eid {
+    Eid::new(s).expect("EIDs here are at most 32 bytes")
+}
+
+/// The CLC samples: Proposals (SMC-R v1, SMC-D v1, both v1 over IPv6, SMC-D v2 with SEID and
+/// UEIDs, SMC-D v2 with loopback-ism only, SMC-R v2, and a version-1 header as pre-v2 kernels
+/// sent it), Accept and Confirm for SMC-R and SMC-D in v1 and v2, and Declines v1 (28 bytes)
+/// and v2 (44 bytes). Every Proposal but the legacy one is built as `smc_clc_send_proposal()`
+/// builds it (header version 2; v1-only offers have `typev2` N).
+pub fn clc_samples() -> Vec<Sample> {
+    let smcr_client = SmcrV1Offer {
+        peer_id: CLIENT_PEER_ID,
+        gid: CLIENT_GID,
+        mac: CLIENT_MAC,
+    };
+    let ipv4_area = IpPrefixArea::ipv4(Ipv4Addr::new(10, 0, 0, 0), 24);
+    let ipv6_area = IpPrefixArea {
+        ipv4_subnet: Ipv4Addr::UNSPECIFIED,
+        ipv4_prefix_len: 0,
+        ipv6_prefixes: vec![
+            Ipv6Prefix {
+                prefix: Ipv6Addr::new(0xfd00, 0x0a0b, 0, 0, 0, 0, 0, 0),
+                prefix_len: 64,
+            },
+            Ipv6Prefix {
+                prefix: Ipv6Addr::new(0x2001, 0x0db8, 0x0c0d, 0, 0, 0, 0, 0),
+                prefix_len: 48,
+            },
+        ],
+    };
+    let built = |b: ProposalBuilder| b.build().expect("sample proposals are valid");
+
+    let prop_smcr_v1 = built(
+        ProposalBuilder::new()
+            .smcr_v1(smcr_client)
+            .ip_prefix(ipv4_area.clone()),
+    );
+    // Linux fills the CHID of the SMC-D area only for v2 offers.
+    let prop_smcd_v1 = built(
+        ProposalBuilder::new()
+            .smcd_v1(CLIENT_ISM_GID, 0)
+            .ip_prefix(ipv4_area.clone()),
+    );
+    let prop_both_v1 = built(
+        ProposalBuilder::new()
+            .smcr_v1(smcr_client)
+            .smcd_v1(CLIENT_ISM_GID, 0)
+            .ip_prefix(ipv6_area),
+    );
+    // s390 with a native ISMv2 device (in the SMC-D area, also offered for v1), a second ISM
+    // device and loopback-ism (two entries), two user EIDs and the system EID.
+    let prop_smcd_v2 = built(
+        ProposalBuilder::new()
+            .smcd_v1(CLIENT_ISM_GID, ISM_CHID)
+            .ip_prefix(ipv4_area.clone())
+            .smcd_v2_device(SmcdDevice {
+                gid: ISM2_GID,
+                gid_ext: None,
+                chid: ISM2_CHID,
+            })
+            .smcd_v2_device(SmcdDevice::loopback(LO_GID, LO_GID_EXT))
+            .user_eid(ueid("SMC-PROTO.UEID1"))
+            .user_eid(ueid("SMC-PROTO.UEID2"))
+            .system_eid(ueid("IBM-SYSZ-ISMSEID00000000000A1B2C")),
+    );
+    // A host whose only SMC-D device is loopback-ism: v2 only, so no IP prefix area.
+    let prop_smcd_v2_lo = built(
+        ProposalBuilder::smcd_v2_loopback(LO_GID, LO_GID_EXT).user_eid(ueid("SMC-PROTO.UEID1")),
+    );
+    // SMC-R v1 and v2 (RoCEv2 GID IPv4-mapped, v2.1 limits from the default sysctls).
+    let prop_smcr_v2 = built(
+        ProposalBuilder::new()
+            .smcr_v1(smcr_client)
+            .ip_prefix(ipv4_area.clone())
+            .smcr_v2(SmcrV2Offer {
+                roce_gid: V2_GID_A,
+                max_conns: 255,
+                max_links: 2,
+            })
+            .user_eid(ueid("SMC-PROTO.UEID1")),
+    );
+    // What kernels before v2 sent for SMC-R only: header version 1, no SMC-D area
+    // (iparea_offset 0), the IP prefix area right after the base.
+    let prop_legacy = Proposal {
+        version: SMC_V1,
+        typev1: SmcType::R,
+        typev2: SmcType::R,
+        peer_id: CLIENT_PEER_ID,
+        ib_gid: CLIENT_GID,
+        ib_mac: CLIENT_MAC,
+        smcd: None,
+        ip_prefix: Some(ipv4_area),
+        v2: None,
+    };
+    prop_legacy
+        .validate()
+        .expect("the legacy proposal is valid");
+
+    // SMC-R: the server's Accept and the client's Confirm of a first contact; QPs, GIDs and
+    // MACs are those of the LLC CONFIRM_LINK samples. RMBE index 1 is what Linux sends.
+    let acc_smcr = SmcrAcceptConfirm {
+        peer_id: SERVER_PEER_ID,
+        gid: SERVER_GID,
+        mac: SERVER_MAC,
+        qpn: 0x00_0107,
+        rmb_rkey: 0x0001_a2b3,
+        rmbe_idx: 1,
+        rmbe_alert_token: 0x0000_0b01,
+        rmbe_size: 2, // 64 KiB
+        qp_mtu: 4,    // 2048: the server's path MTU
+        rmb_dma_addr: 0x0000_0001_2345_6000,
+        psn: 0x0054_3210,
+        ..SmcrAcceptConfirm::default()
+    };
+    let conf_smcr = SmcrAcceptConfirm {
+        peer_id: CLIENT_PEER_ID,
+        gid: CLIENT_GID,
+        mac: CLIENT_MAC,
+        qpn: 0x00_0109,
+        rmb_rkey: 0x0001_c4d5,
+        rmbe_idx: 1,
+        rmbe_alert_token: 0x0000_0c02,
+        rmbe_size: 1, // 32 KiB
+        qp_mtu: 3,    // 1024 = min(client path MTU, the server's 2048)
+        rmb_dma_addr: 0x0000_0007_89ab_c000,
+        psn: 0x0087_6543,
+        ..SmcrAcceptConfirm::default()
+    };
+    let eid = ueid("SMC-PROTO.UEID1");
+    let acc_smcr_v2 = SmcrAcceptConfirm {
+        gid: V2_GID_SERVER,
+        eid,
+        ..acc_smcr.clone()
+    };
+    let conf_smcr_v2 = SmcrAcceptConfirm {
+        gid: V2_GID_A,
+        eid,
+        gid_list: Some(vec![V2_GID_A, V2_GID_B]),
+        ..conf_smcr.clone()
+    };
+    let fce_smcr = |host: &str| {
+        FirstContactExt::linux_smcr(
+            SMC_RELEASE_1,
+            Hostname::new(host),
+            true,
+            255,
+            2,
+            SMC_FEATURE_MASK,
+        )
+    };
+
+    // SMC-D v1: a second connection in an existing link group (no first contact). DMBE
+    // index 0 is what Linux sends.
+    let acc_smcd_v1 = SmcdAcceptConfirm {
+        gid: SERVER_ISM_GID,
+        token: 0x0000_2e10_0000_0a01,
+        dmbe_idx: 0,
+        dmbe_size: 2, // 64 KiB
+        link_id: [0x00, 0x2c, 0x00, 0x00],
+        ..SmcdAcceptConfirm::default()
+    };
+    let conf_smcd_v1 = SmcdAcceptConfirm {
+        gid: CLIENT_ISM_GID,
+        token: 0x0000_2e10_0000_0b02,
+        dmbe_size: 1, // 32 KiB
+        ..acc_smcd_v1
+    };
+    // SMC-D v2 over loopback-ism, first contact: both ends have the same device.
+    let acc_smcd_v2 = SmcdAcceptConfirm {
+        gid: LO_GID,
+        token: 0x9c41_7be2_05d3_aa18,
+        dmbe_idx: 0,
+        dmbe_size: 3, // 128 KiB
+        link_id: [0x00, 0x2d, 0x00, 0x00],
+        chid: LOOPBACK_CHID,
+        eid,
+        gid_ext: LO_GID_EXT,
+    };
+    let conf_smcd_v2 = SmcdAcceptConfirm {
+        token: 0x2b8e_d047_61fc_3905,
+        dmbe_size: 2, // 64 KiB
+        ..acc_smcd_v2
+    };
+    let fce_smcd = |host: &str| {
+        FirstContactExt::linux_smcd(SMC_RELEASE_1, Hostname::new(host), SMC_FEATURE_MASK)
+    };
+
+    // Declines, all from the server: v1, the prefixes differ (it has an SMC-R system id, so it
+    // fills the peer id); v2, no usable device, with four more diagnosis codes (Linux sends
+    // zeros there; the samples do not, so a misplaced code shows); v2, its link group is out of
+    // sync (the 0x08 header bit goes with SYNCERR).
+    let decl_v1 = Decline {
+        peer_id: SERVER_PEER_ID,
+        ..Decline::new(ReasonCode::DIFFPREFIX, SMC_V1)
+    };
+    let decl_v2 = Decline {
+        peer_id: SERVER_PEER_ID,
+        diag_v2: [
+            ReasonCode::NOSMCDDEV,
+            ReasonCode::NOSMCRDEV,
+            ReasonCode::NOV2DEXT,
+            ReasonCode::NOUEID,
+        ],
+        ..Decline::new(ReasonCode::NOSMCDEV, SMC_V2)
+    };
+    let decl_sync = Decline {
+        peer_id: SERVER_PEER_ID,
+        ..Decline::new(ReasonCode::SYNCERR, SMC_V2)
+    };
+
+    let msgs: Vec<(&'static str, ClcMessage)> = vec![
+        ("CLC_PROPOSAL_SMCR_V1", ClcMessage::Proposal(prop_smcr_v1)),
+        ("CLC_PROPOSAL_SMCD_V1", ClcMessage::Proposal(prop_smcd_v1)),
+        (
+            "CLC_PROPOSAL_SMCR_SMCD_V1_IPV6",
+            ClcMessage::Proposal(prop_both_v1),
+        ),
+        ("CLC_PROPOSAL_SMCD_V2", ClcMessage::Proposal(prop_smcd_v2)),
+        (
+            "CLC_PROPOSAL_SMCD_V2_LOOPBACK",
+            ClcMessage::Proposal(prop_smcd_v2_lo),
+        ),
+        ("CLC_PROPOSAL_SMCR_V2", ClcMessage::Proposal(prop_smcr_v2)),
+        (
+            "CLC_PROPOSAL_SMCR_V1_LEGACY",
+            ClcMessage::Proposal(prop_legacy),
+        ),
+        (
+            "CLC_ACCEPT_SMCR_V1",
+            ClcMessage::Accept(AcceptConfirm::smcr(SMC_V1, true, acc_smcr, None)),
+        ),
+        (
+            "CLC_CONFIRM_SMCR_V1",
+            ClcMessage::Confirm(AcceptConfirm::smcr(SMC_V1, true, conf_smcr, None)),
+        ),
+        (
+            "CLC_ACCEPT_SMCR_V2",
+            ClcMessage::Accept(AcceptConfirm::smcr(
+                SMC_V2,
+                true,
+                acc_smcr_v2,
+                Some(fce_smcr("smc-server.example")),
+            )),
+        ),
+        (
+            "CLC_CONFIRM_SMCR_V2",
+            ClcMessage::Confirm(AcceptConfirm::smcr(
+                SMC_V2,
+                true,
+                conf_smcr_v2,
+                Some(fce_smcr("smc-client.example")),
+            )),
+        ),
+        (
+            "CLC_ACCEPT_SMCD_V1",
+            ClcMessage::Accept(AcceptConfirm::smcd_v1(acc_smcd_v1, false)),
+        ),
+        (
+            "CLC_CONFIRM_SMCD_V1",
+            ClcMessage::Confirm(AcceptConfirm::smcd_v1(conf_smcd_v1, false)),
+        ),
+        (
+            "CLC_ACCEPT_SMCD_V2",
+            ClcMessage::Accept(AcceptConfirm::smcd_v2(
+                acc_smcd_v2,
+                Some(fce_smcd("smc-server.example")),
+            )),
+        ),
+        (
+            "CLC_CONFIRM_SMCD_V2",
+            ClcMessage::Confirm(AcceptConfirm::smcd_v2(
+                conf_smcd_v2,
+                Some(fce_smcd("smc-client.example")),
+            )),
+        ),
+        ("CLC_DECLINE_V1", ClcMessage::Decline(decl_v1)),
+        ("CLC_DECLINE_V2", ClcMessage::Decline(decl_v2)),
+        ("CLC_DECLINE_V2_OUT_OF_SYNC", ClcMessage::Decline(decl_sync)),
+    ];
+    msgs.into_iter()
+        .map(|(name, m)| {
+            m.validate().expect("sample CLC messages are valid");
+            Sample {
+                name,
+                bytes: m.to_vec(),
+                repr: SampleRepr::Clc(m),
+            }
         })
         .collect()
 }

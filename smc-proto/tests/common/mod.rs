@@ -2,7 +2,7 @@
 //!
 //! * [`pcap`]: a hand-written pcap writer (LINKTYPE_RAW: each record is an IPv4 packet) and
 //!   packet builders: RoCEv2 (IPv4/UDP 4791/InfiniBand BTH SEND-only/payload/ICRC) for SMC-R
-//!   CDC and LLC, and IPv4/TCP for CLC.
+//!   CDC and LLC, and IPv4/TCP or IPv6/TCP for CLC.
 //! * [`tshark`]: runs `tshark -T pdml` once over a file, parses the PDML into packets, protocols
 //!   and fields, and compares a protocol's fields against expectations.
 //! * [`skip`]: what a test does when a tool or file it needs is missing (fail under `CI=true`).
@@ -32,7 +32,7 @@ pub fn skip(test: &str, why: impl std::fmt::Display) {
 }
 
 pub mod pcap {
-    /// LINKTYPE_RAW: records are raw IPv4/IPv6 packets.
+    /// LINKTYPE_RAW: records are raw IPv4/IPv6 packets (told apart by the version nibble).
     pub const LINKTYPE_RAW: u32 = 101;
     /// RoCEv2 UDP destination port.
     pub const ROCE_V2_PORT: u16 = 4791;
@@ -43,6 +43,8 @@ pub mod pcap {
     pub const ROCE_PAYLOAD_OFFSET: usize = 40;
     /// Offset of a TCP payload inside the IPv4 packet built by [`ipv4_tcp`] (IPv4 20 + TCP 20).
     pub const TCP_PAYLOAD_OFFSET: usize = 40;
+    /// Offset of a TCP payload inside the IPv6 packet built by [`ipv6_tcp`] (IPv6 40 + TCP 20).
+    pub const TCP6_PAYLOAD_OFFSET: usize = 60;
 
     /// A pcap file being built in memory (classic pcap, microsecond timestamps, little endian).
     pub struct PcapWriter {
@@ -140,9 +142,9 @@ pub mod pcap {
         ipv4_udp([10, 0, 0, 1], [10, 0, 0, 2], 49152, ROCE_V2_PORT, &b)
     }
 
-    /// IPv4/TCP segment (PSH|ACK, no options, checksum 0: Wireshark does not validate TCP
-    /// checksums by default). For CLC messages, which tshark finds by their eyecatcher.
-    pub fn ipv4_tcp(sport: u16, dport: u16, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
+    /// A TCP header (no options, PSH|ACK, window 65535, checksum 0: Wireshark does not
+    /// validate TCP checksums by default) followed by `payload`.
+    fn tcp(sport: u16, dport: u16, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
         let mut t = Vec::with_capacity(20 + payload.len());
         t.extend_from_slice(&sport.to_be_bytes());
         t.extend_from_slice(&dport.to_be_bytes());
@@ -150,7 +152,42 @@ pub mod pcap {
         t.extend_from_slice(&ack.to_be_bytes());
         t.extend_from_slice(&[0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
         t.extend_from_slice(payload);
-        ipv4(6, [10, 0, 0, 1], [10, 0, 0, 2], &t)
+        t
+    }
+
+    /// IPv4/TCP segment carrying `payload` (see [`tcp`]). For CLC messages, which tshark finds
+    /// by their eyecatcher; the payload starts at [`TCP_PAYLOAD_OFFSET`].
+    pub fn ipv4_tcp(
+        src: [u8; 4],
+        dst: [u8; 4],
+        sport: u16,
+        dport: u16,
+        seq: u32,
+        ack: u32,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        ipv4(6, src, dst, &tcp(sport, dport, seq, ack, payload))
+    }
+
+    /// IPv6/TCP segment carrying `payload` (no extension headers, hop limit 64); the payload
+    /// starts at [`TCP6_PAYLOAD_OFFSET`].
+    pub fn ipv6_tcp(
+        src: [u8; 16],
+        dst: [u8; 16],
+        sport: u16,
+        dport: u16,
+        seq: u32,
+        ack: u32,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let t = tcp(sport, dport, seq, ack, payload);
+        let mut h = vec![0x60, 0, 0, 0];
+        h.extend_from_slice(&(t.len() as u16).to_be_bytes());
+        h.extend_from_slice(&[6, 64]);
+        h.extend_from_slice(&src);
+        h.extend_from_slice(&dst);
+        h.extend_from_slice(&t);
+        h
     }
 }
 
