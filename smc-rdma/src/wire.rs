@@ -527,9 +527,12 @@ impl<'a> Packet<'a> {
 /// 0xff bytes (the masked LRH of InfiniBand), the IPv4 header with TOS, TTL and checksum all
 /// ones, the UDP header with its checksum all ones, the BTH with its reserved byte all ones,
 /// and the rest of `body`.
+///
+/// A `body` too long for a datagram (over 65503 bytes) gets the lengths modulo 2^16, as the
+/// 16-bit header fields would hold them: no panic, and no such datagram exists to match.
 pub fn icrc(hdr: &Ipv4Udp, body: &[u8]) -> u32 {
     let udp_len = (8 + body.len() + ICRC_LEN) as u16;
-    let ip_len = 20 + udp_len;
+    let ip_len = udp_len.wrapping_add(20);
     let mut pseudo = [0u8; 8 + 20 + 8];
     pseudo[..8].fill(0xff);
     let ip = &mut pseudo[8..28];

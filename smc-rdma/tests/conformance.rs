@@ -23,6 +23,7 @@ fn soft_pair() -> (SoftDevice, SoftDevice) {
             name: format!("sroce{n}{host}"),
             addr: Ipv4Addr::new(127, 0, n, host),
             netdev: Some("lo".into()),
+            steering: None,
         })
         .expect("open soft device")
     };

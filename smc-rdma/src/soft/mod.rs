@@ -32,9 +32,11 @@
 
 mod cq;
 mod qp;
+pub mod steer;
 
 pub use cq::SoftCq;
 pub use qp::SoftQp;
+pub use steer::Steering;
 
 use crate::verbs::{
     Access, Device, DeviceInfo, Gid, GidType, Memory, MemoryRegion, Mtu, Pd, PortInfo, PortState,
@@ -62,7 +64,7 @@ pub const MAX_INLINE: u32 = 256;
 pub const MAX_WR: u32 = 16_384;
 
 /// How a soft device is opened.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SoftConfig {
     /// Device name (`sroce0`).
     pub name: String,
@@ -71,6 +73,9 @@ pub struct SoftConfig {
     /// The netdev that address is on (its MAC and MTU are read from `/sys/class/net`); `None`
     /// looks it up.
     pub netdev: Option<String>,
+    /// Share the address with other devices (other processes) through this steering program
+    /// ([`steer`]); `None` binds the address alone.
+    pub steering: Option<Steering>,
 }
 
 /// Counters of a device.
@@ -120,11 +125,31 @@ struct Dev {
     bell: OwnedFd,
     stop: AtomicBool,
     next_pd: AtomicU32,
-    next_qpn: AtomicU32,
+    qpns: Mutex<Qpns>,
     next_key: AtomicU32,
     mrs: RwLock<HashMap<u32, Arc<MrInner>>>,
     qps: RwLock<HashMap<u32, Arc<qp::QpInner>>>,
     stats: SoftStats,
+}
+
+/// QPN allocation: from 16 up in the whole 24-bit space alone; `slot << 12 | n` with
+/// steering, numbers of destroyed QPs reused.
+#[derive(Debug)]
+struct Qpns {
+    base: u32,
+    next: u32,
+    end: u32,
+    free: Vec<u32>,
+}
+
+impl Qpns {
+    fn take(&mut self) -> Option<u32> {
+        if self.next < self.end {
+            self.next += 1;
+            return Some(self.base + self.next - 1);
+        }
+        self.free.pop()
+    }
 }
 
 #[derive(Debug)]
@@ -249,7 +274,28 @@ impl SoftDevice {
         sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)?;
         let _ = sockopt::set_socket_send_buffer_size(&sock, 4 << 20);
         let _ = sockopt::set_socket_recv_buffer_size(&sock, 4 << 20);
+        if cfg.steering.is_some() {
+            sockopt::set_socket_reuseport(&sock, true)?;
+        }
         rustix::net::bind(&sock, &SocketAddrV4::new(cfg.addr, ROCEV2_UDP_PORT))?;
+        let qpns = match &cfg.steering {
+            Some(st) => {
+                let hint = std::process::id() % steer::SLOTS;
+                let slot = st.join(sock.as_fd(), hint)?;
+                Qpns {
+                    base: slot << steer::SLOT_SHIFT,
+                    next: 0,
+                    end: 1 << steer::SLOT_SHIFT,
+                    free: Vec::new(),
+                }
+            }
+            None => Qpns {
+                base: 0,
+                next: FIRST_QPN,
+                end: crate::wire::MASK24 + 1,
+                free: Vec::new(),
+            },
+        };
         let bell = rustix::event::eventfd(
             0,
             rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
@@ -264,7 +310,7 @@ impl SoftDevice {
             bell,
             stop: AtomicBool::new(false),
             next_pd: AtomicU32::new(1),
-            next_qpn: AtomicU32::new(FIRST_QPN),
+            qpns: Mutex::new(qpns),
             next_key: AtomicU32::new(1),
             mrs: RwLock::default(),
             qps: RwLock::default(),
@@ -367,7 +413,9 @@ impl Device for SoftDevice {
         {
             return Err(VerbsError::Invalid("queue pair capabilities"));
         }
-        let num = self.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & crate::wire::MASK24;
+        let num = lock(&self.dev.qpns)
+            .take()
+            .ok_or(VerbsError::Full("queue pair number"))?;
         let inner = Arc::new(qp::QpInner::new(num, pd, init));
         write(&self.dev.qps).insert(num, Arc::clone(&inner));
         Ok(SoftQp::new(Arc::clone(&self.dev), inner))

@@ -31,6 +31,7 @@ impl SoftQp {
 impl Drop for SoftQp {
     fn drop(&mut self) {
         write(&self.dev.qps).remove(&self.inner.num);
+        super::lock(&self.dev.qpns).free.push(self.inner.num);
     }
 }
 

@@ -1,10 +1,11 @@
-//! The soft device's reliability on a lossy wire: two devices in a fresh network namespace
-//! whose nftables input hook drops RoCEv2 datagrams at random (`numgen random`), then all of
-//! them; and hostile datagrams sent at a device by a plain UDP socket.
+//! The soft device in fresh network namespaces: reliability on a lossy wire (an nftables input
+//! hook drops RoCEv2 datagrams at random with `numgen random`, then all of them), hostile
+//! datagrams sent at a device by a plain UDP socket, and several devices sharing one address
+//! through the reuseport steering program.
 //!
 //! Needs root, `ip` and `nft`: without them the test says SKIPPED, and fails under `CI=true`.
 
-use smc_rdma::soft::{SoftConfig, SoftDevice};
+use smc_rdma::soft::{SoftConfig, SoftDevice, Steering};
 use smc_rdma::verbs::*;
 use smc_rdma::wire::{Bth, Ipv4Udp, Opcode, Packet, ROCEV2_UDP_PORT};
 use std::net::{Ipv4Addr, UdpSocket};
@@ -77,12 +78,16 @@ impl Drop for Netns {
 }
 
 fn open(host: u8) -> SoftDevice {
+    open_with(host, None).expect("open soft device")
+}
+
+fn open_with(host: u8, steering: Option<Steering>) -> std::io::Result<SoftDevice> {
     SoftDevice::open(SoftConfig {
         name: format!("sroce{host}"),
         addr: Ipv4Addr::new(127, 0, 0, host),
         netdev: Some("lo".into()),
+        steering,
     })
-    .expect("open soft device")
 }
 
 struct End {
@@ -351,5 +356,84 @@ fn hostile_datagrams_are_dropped_and_the_connection_goes_on() {
             poll_one(&ea.scq, Duration::from_secs(5)).status,
             WcStatus::Success
         );
+    });
+}
+
+/// Two devices on one address (as two processes would have) share it through the steering
+/// program: each gets its own QPN slot, and traffic between each of them and a third device,
+/// both ways at once, reaches the right one, with no datagram dropped. Without steering the
+/// address can be had once only.
+#[test]
+fn devices_share_an_address_through_the_steering_program() {
+    let test = "devices_share_an_address_through_the_steering_program";
+    if !can_run(test) {
+        return;
+    }
+    let ns = Netns::new("steer");
+    ns.run(|| {
+        let st = Steering::create().expect("load the steering program");
+        let a1 = open_with(1, Some(st.try_clone().unwrap())).unwrap();
+        let a2 = open_with(1, Some(st.try_clone().unwrap())).unwrap();
+        let b = open(2);
+        assert_eq!(
+            open_with(2, None).unwrap_err().kind(),
+            std::io::ErrorKind::AddrInUse,
+            "a second device on an unshared address"
+        );
+        let (x1, y1) = pair(&a1, &b, 2 << 20, 14, 7);
+        let (x2, y2) = pair(&a2, &b, 2 << 20, 14, 7);
+        let slot = |e: &End| e.qp.qp_num() >> smc_rdma::soft::steer::SLOT_SHIFT;
+        assert_ne!(slot(&x1), slot(&x2), "each device has its own slot");
+        assert_ne!(slot(&x1), 0);
+        // Each of the four ends writes the first MiB of its region into the second MiB of its
+        // peer's, all at once.
+        let ends = [(&x1, &y1, 1u8), (&y1, &x1, 2), (&x2, &y2, 3), (&y2, &x2, 4)];
+        for (from, to, seed) in ends {
+            let data: Vec<u8> = (0..1usize << 20).map(|i| (i as u8) ^ seed).collect();
+            from.mr.memory().write(0, &data);
+            from.qp
+                .post_send(&SendWr {
+                    wr_id: u64::from(seed),
+                    op: SendOp::Write {
+                        remote_addr: to.mr.addr() + (1 << 20),
+                        rkey: to.mr.rkey(),
+                    },
+                    data: Payload::Sges(&[Sge {
+                        addr: from.mr.addr(),
+                        len: 1 << 20,
+                        lkey: from.mr.lkey(),
+                    }]),
+                    signaled: true,
+                    solicited: false,
+                })
+                .unwrap();
+        }
+        for (from, to, seed) in ends {
+            let wc = poll_one(&from.scq, Duration::from_secs(30));
+            assert_eq!((wc.wr_id, wc.status), (u64::from(seed), WcStatus::Success));
+            let mut got = vec![0u8; 1 << 20];
+            to.mr.memory().read(1 << 20, &mut got);
+            assert!(
+                got.iter().enumerate().all(|(i, &v)| v == (i as u8) ^ seed),
+                "the write from end {seed} landed intact"
+            );
+        }
+        for (d, name) in [(&a1, "a1"), (&a2, "a2"), (&b, "b")] {
+            let s = d.stats();
+            assert_eq!(
+                s.rx_dropped.load(Ordering::Relaxed),
+                0,
+                "{name} dropped datagrams"
+            );
+            assert_eq!(
+                s.retransmits.load(Ordering::Relaxed),
+                0,
+                "{name} retransmitted"
+            );
+            assert!(
+                s.rx_packets.load(Ordering::Relaxed) > 500,
+                "{name} received"
+            );
+        }
     });
 }
