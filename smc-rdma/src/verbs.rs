@@ -524,13 +524,13 @@ pub struct QpInit<C> {
 }
 
 /// A device: the factory of the rest.
-pub trait Device: Send + Sync + std::fmt::Debug {
+pub trait Device: Send + Sync + std::fmt::Debug + 'static {
     /// Its regions.
-    type Mr: MemoryRegion;
+    type Mr: MemoryRegion + 'static;
     /// Its completion queues.
-    type Cq: CompletionQueue;
+    type Cq: CompletionQueue + 'static;
     /// Its queue pairs.
-    type Qp: QueuePair;
+    type Qp: QueuePair + 'static;
     /// Name, ports, GIDs.
     fn info(&self) -> DeviceInfo;
     /// A new protection domain.

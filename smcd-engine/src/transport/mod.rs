@@ -32,6 +32,7 @@
 //! triggered) and tokio's `AsyncFd` understand, with a system call only on the transitions.
 
 pub mod smcd;
+pub mod smcr;
 
 use crate::device::Dir;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
