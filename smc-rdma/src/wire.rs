@@ -14,8 +14,11 @@
 //! **The IPv4 header in the ICRC.** A UDP socket does not see the IP header, so both directions
 //! reconstruct it: version 4, no options, DF set, identification 0, protocol UDP. That is what
 //! Linux puts on a datagram of an unconnected UDP socket with `IP_PMTUDISC_DO`
-//! (`ip_select_ident_segs`: no destination on the socket and DF ⇒ id 0), and what rxe sends.
-//! A sender whose datagrams carry another identification fails the check here.
+//! (`ip_select_ident_segs`: no destination on the socket and DF ⇒ id 0), so a receiver that
+//! sees the real header (rxe, an RNIC) checks our packets correctly. rxe itself puts a hashed,
+//! non-zero identification on its IPv4 packets (`prepare_ipv4_hdr` calls `__ip_select_ident`),
+//! which this side cannot see through a UDP socket: such packets fail the check here. (The
+//! identification enters the CRC linearly, so a receiver could solve for it; not done yet.)
 
 use std::cmp::Ordering;
 use std::net::Ipv4Addr;

@@ -16,7 +16,7 @@ use smc_proto::netlink::loopback::{LOOPBACK_FAMILY_ID, LoopbackMessage};
 use smcd_engine::control::daemon::Daemon;
 use smcd_engine::control::device::{ClientCtx, DeviceState};
 use smcd_engine::control::genl;
-use smcd_engine::driver::channel::{self, MAX_RECORD};
+use smcd_engine::ipc::channel::{self, MAX_RECORD};
 
 const FAMILIES: [u16; 5] = [0x10, 0x20, 0x21, LOOPBACK_FAMILY_ID, 0x33];
 const FLAGS: [u16; 4] = [
