@@ -99,6 +99,13 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// The connection's readiness, made now if it does not exist yet (then `true`: the caller
     /// makes it show the connection's state). The peer can ring it from then on.
     fn make_readiness(&self) -> io::Result<(&Readiness, bool)>;
+    /// Gives the transport a way to run the connection's CDC processing when no application
+    /// thread is in the connection (the kernel does it in the CDC receive tasklet): a staged
+    /// transport's send buffer is pushed when the peer's window opens, whoever is there.
+    /// `service` returns `false` when it could not run now (a thread holds the connection and
+    /// will look itself, or the transport retries). SMC-D needs none: its bytes are in the
+    /// peer's buffer when `write` returns.
+    fn set_service(&self, _service: Box<dyn Fn() -> bool + Send + Sync>) {}
 }
 
 /// The far end of a readiness pair: ringing it changes what the near end reports.

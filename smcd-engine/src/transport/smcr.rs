@@ -47,7 +47,7 @@ const WR_WRITE: u64 = 2 << 56;
 const WR_KIND: u64 = 0xff << 56;
 
 /// What the link hands a connection.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Side {
     /// Received CDCs, in order.
     cdcs: Mutex<VecDeque<HostCdc>>,
@@ -62,6 +62,16 @@ struct Side {
     armed: [AtomicU32; 2],
     wake_gen: [AtomicU32; 2],
     ready: OnceLock<Readiness>,
+    /// Runs the connection's CDC processing (see [`Transport::set_service`]).
+    service: OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Side")
+            .field("pending", &self.pending.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 const ARM_THREAD: u32 = 1;
@@ -75,14 +85,15 @@ fn di(d: Dir) -> usize {
 }
 
 impl Side {
-    /// Wakes whoever waits for `dir` (called after publishing what they wait for).
-    fn wake(&self, dir: Dir) {
+    /// Wakes whoever waits for `dir` (called after publishing what they wait for); returns
+    /// whether someone waited.
+    fn wake(&self, dir: Dir) -> bool {
         let i = di(dir);
         // SeqCst with the waiter's announcement (store armed, then look): either it sees what
         // was published, or we see it armed.
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.armed[i].load(Ordering::Relaxed) == 0 {
-            return;
+            return false;
         }
         let how = self.armed[i].swap(0, Ordering::SeqCst);
         if how & ARM_THREAD != 0 {
@@ -98,6 +109,18 @@ impl Side {
         {
             r.bell().ring(dir);
         }
+        how != 0
+    }
+
+    /// Something arrived for the connection: wake its waiters, or, with none, run its
+    /// processing here. Returns `false` if that must be tried again (a thread held the
+    /// connection and may leave without looking).
+    fn arrived(&self) -> bool {
+        let woke = self.wake(Dir::Rx) | self.wake(Dir::Tx);
+        if woke || self.pending.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        self.service.get().is_none_or(|f| f())
     }
 }
 
@@ -116,6 +139,9 @@ pub struct RoceLink<D: Device> {
     failed: AtomicBool,
     /// Receives that were neither a CDC for a known connection nor LLC.
     dropped: AtomicU64,
+    /// Connections whose processing could not run when their CDC or completion arrived: the
+    /// completion thread tries again (soon) until it ran or nothing is pending.
+    retry: Mutex<Vec<Arc<Side>>>,
 }
 
 impl<D: Device> std::fmt::Debug for RoceLink<D> {
@@ -153,6 +179,7 @@ impl<D: Device> RoceLink<D> {
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
+            retry: Mutex::new(Vec::new()),
         });
         for i in 0..RECV_WRS {
             link.post_recv(u64::from(i)).map_err(io::Error::other)?;
@@ -214,7 +241,11 @@ impl<D: Device> RoceLink<D> {
             match self.qp.post_send(wr) {
                 Ok(()) => return Ok(()),
                 Err(smc_rdma::verbs::VerbsError::Full(_)) if Instant::now() < deadline => {
-                    std::thread::yield_now();
+                    // A device frees send slots as their completions are polled: poll here
+                    // rather than wait for the completion thread (which may be the caller).
+                    if self.drain(&*self.scq, false) == 0 {
+                        std::thread::yield_now();
+                    }
                 }
                 Err(e) => return Err(io::Error::other(e)),
             }
@@ -238,14 +269,6 @@ impl<D: Device> RoceLink<D> {
     /// The completion thread: sleep on the channels, drain, re-arm, drain again.
     fn completions(me: std::sync::Weak<Self>) {
         use rustix::event::{PollFd, PollFlags, poll};
-        let mut wcs = [Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            qp_num: 0,
-            solicited: false,
-        }; 16];
         loop {
             let Some(link) = me.upgrade() else { return };
             if link.stop.load(Ordering::Acquire) {
@@ -254,19 +277,7 @@ impl<D: Device> RoceLink<D> {
             // Drain both until empty, then arm; if completions slipped in between, drain
             // again before sleeping.
             loop {
-                let mut n = 0;
-                for cq in [&link.rcq, &link.scq] {
-                    loop {
-                        let k = cq.poll(&mut wcs);
-                        for w in &wcs[..k] {
-                            link.completion(w);
-                        }
-                        n += k;
-                        if k < wcs.len() {
-                            break;
-                        }
-                    }
-                }
+                let n = link.drain(&*link.rcq, true) + link.drain(&*link.scq, true);
                 if n > 0 {
                     continue;
                 }
@@ -275,6 +286,17 @@ impl<D: Device> RoceLink<D> {
                     break;
                 }
             }
+            // Connections that could not be served: again now; while some remain, sleep
+            // briefly only.
+            let again: Vec<_> = std::mem::take(&mut *lock(&link.retry));
+            let mut left = Vec::new();
+            for side in again {
+                if !side.arrived() {
+                    left.push(side);
+                }
+            }
+            let busy = !left.is_empty();
+            lock(&link.retry).extend(left);
             let (rcq, scq) = (Arc::clone(&link.rcq), Arc::clone(&link.scq));
             drop(link);
             let (rfd, sfd) = (rcq.event_fd(), scq.event_fd());
@@ -285,7 +307,7 @@ impl<D: Device> RoceLink<D> {
             // A bounded sleep: the thread notices a dropped link within it.
             let ts = rustix::time::Timespec {
                 tv_sec: 0,
-                tv_nsec: 100_000_000,
+                tv_nsec: if busy { 200_000 } else { 100_000_000 },
             };
             let _ = poll(&mut fds, Some(&ts));
             rcq.take_event();
@@ -293,12 +315,46 @@ impl<D: Device> RoceLink<D> {
         }
     }
 
-    fn completion(&self, w: &Wc) {
+    /// Polls `cq` empty, handing each completion on; returns how many there were. With
+    /// `serve` (the completion thread) a connection nobody waits in is processed here; without
+    /// (a sender polling for a slot, maybe holding a connection) it is left to that thread.
+    fn drain(&self, cq: &D::Cq, serve: bool) -> usize {
+        let mut wcs = [Wc {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            qp_num: 0,
+            solicited: false,
+        }; 16];
+        let mut n = 0;
+        loop {
+            let k = cq.poll(&mut wcs);
+            for w in &wcs[..k] {
+                if let Some(side) = self.completion(w) {
+                    if !(serve && side.arrived()) {
+                        let mut r = lock(&self.retry);
+                        if !r.iter().any(|x| Arc::ptr_eq(x, &side)) {
+                            r.push(side);
+                        }
+                    }
+                }
+            }
+            n += k;
+            if k < wcs.len() {
+                return n;
+            }
+        }
+    }
+
+    /// Hands one completion on; returns the connection it brought something for.
+    fn completion(&self, w: &Wc) -> Option<Arc<Side>> {
         if w.status != WcStatus::Success {
             if w.status != WcStatus::WrFlushErr || !self.failed.load(Ordering::Relaxed) {
                 tracing::warn!(qp = self.qp.qp_num(), "SMC-R link failed: {:?}", w.status);
             }
-            return self.fail();
+            self.fail();
+            return None;
         }
         match w.opcode {
             WcOpcode::Recv => {
@@ -307,33 +363,33 @@ impl<D: Device> RoceLink<D> {
                 let mut buf = [0u8; RECV_BUF as usize];
                 let n = (w.byte_len as usize).min(buf.len());
                 self.recv_mr.memory().read(off, &mut buf[..n]);
-                self.received(&buf[..n]);
+                let side = self.received(&buf[..n]);
                 if let Err(e) = self.post_recv(slot) {
                     tracing::warn!("SMC-R receive repost failed: {e}");
                     self.fail();
                 }
+                side
             }
             WcOpcode::Send if w.wr_id & WR_KIND == WR_CDC => {
                 let token = ((w.wr_id >> 16) & 0xffff_ffff) as u32;
-                if let Some(s) = self.side(token) {
-                    lock(&s.done).push_back(w.wr_id as u16);
-                    s.pending.fetch_add(1, Ordering::SeqCst);
-                    s.wake(Dir::Tx);
-                }
+                let s = self.side(token)?;
+                lock(&s.done).push_back(w.wr_id as u16);
+                s.pending.fetch_add(1, Ordering::SeqCst);
+                Some(s)
             }
-            _ => {}
+            _ => None,
         }
     }
 
-    fn received(&self, m: &[u8]) {
+    fn received(&self, m: &[u8]) -> Option<Arc<Side>> {
         if m.first() == Some(&smc_proto::cdc::CDC_MSG_TYPE) {
             let Ok(cdc) = SmcrCdcRepr::parse_bytes(m) else {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                return;
+                return None;
             };
             let Some(s) = self.side(cdc.token) else {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                return;
+                return None;
             };
             lock(&s.cdcs).push_back(HostCdc {
                 seqno: cdc.seqno,
@@ -343,9 +399,7 @@ impl<D: Device> RoceLink<D> {
                 cflags: cdc.conn_flags,
             });
             s.pending.fetch_add(1, Ordering::SeqCst);
-            s.wake(Dir::Rx);
-            s.wake(Dir::Tx);
-            return;
+            return Some(s);
         }
         match self.llc.get() {
             Some(h) => h(m),
@@ -353,6 +407,7 @@ impl<D: Device> RoceLink<D> {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+        None
     }
 
     /// The link is down: every connection on it sees an abort.
@@ -361,11 +416,15 @@ impl<D: Device> RoceLink<D> {
             return;
         }
         let sides: Vec<_> = read(&self.conns).values().cloned().collect();
+        // Woken here; the completion thread serves those nobody waits in (this may run in a
+        // sender's post, holding a connection).
+        let mut r = lock(&self.retry);
         for s in sides {
             s.failed.store(true, Ordering::SeqCst);
             s.pending.fetch_add(1, Ordering::SeqCst);
             s.wake(Dir::Rx);
             s.wake(Dir::Tx);
+            r.push(s);
         }
     }
 }
@@ -616,6 +675,10 @@ impl<D: Device> Transport for SmcrLink<D> {
         self.side.ready.get()
     }
 
+    fn set_service(&self, service: Box<dyn Fn() -> bool + Send + Sync>) {
+        let _ = self.side.service.set(service);
+    }
+
     fn make_readiness(&self) -> io::Result<(&Readiness, bool)> {
         if let Some(r) = self.side.ready.get() {
             return Ok((r, false));
@@ -794,6 +857,21 @@ mod tests {
             }
             at += n;
         }
+    }
+
+    /// Bytes staged in the send buffer when the writer left (the peer's ring was full) go out
+    /// when the peer's window opens, with no thread of the writer's in the connection: the
+    /// completion thread runs the connection's CDC processing (the kernel's tasklet).
+    #[test]
+    fn staged_bytes_go_out_after_the_writer_left() {
+        let (_da, _db, a, b) = pair(201, 64 << 10);
+        const TOTAL: usize = 100 << 10;
+        // Returns at once: 64 KiB fill b's ring, 36 KiB wait in a's send buffer.
+        send(&a, TOTAL, 3);
+        b.set_read_timeout(Some(Duration::from_secs(20)));
+        assert_eq!(recv(&b, 3), TOTAL);
+        a.close_now();
+        b.close_now();
     }
 
     #[test]

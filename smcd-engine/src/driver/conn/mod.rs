@@ -292,7 +292,22 @@ impl<T: Transport> SmcConn<T> {
             slot,
         });
         let _ = conn.me.set(Arc::downgrade(&conn));
+        let me = Arc::downgrade(&conn);
+        conn.link
+            .set_service(Box::new(move || me.upgrade().is_none_or(|c| c.service())));
         conn
+    }
+
+    /// Runs the CDC processing for the transport when no thread is in the connection (see
+    /// [`Transport::set_service`]); `false` when a thread holds the connection now.
+    fn service(&self) -> bool {
+        let mut st = match self.st.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        let _ = self.observe(&mut st);
+        true
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
