@@ -331,12 +331,12 @@ impl<D: Device> RoceLink<D> {
         loop {
             let k = cq.poll(&mut wcs);
             for w in &wcs[..k] {
-                if let Some(side) = self.completion(w) {
-                    if !(serve && side.arrived()) {
-                        let mut r = lock(&self.retry);
-                        if !r.iter().any(|x| Arc::ptr_eq(x, &side)) {
-                            r.push(side);
-                        }
+                if let Some(side) = self.completion(w)
+                    && !(serve && side.arrived())
+                {
+                    let mut r = lock(&self.retry);
+                    if !r.iter().any(|x| Arc::ptr_eq(x, &side)) {
+                        r.push(side);
                     }
                 }
             }
