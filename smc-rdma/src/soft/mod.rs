@@ -380,8 +380,10 @@ impl Device for SoftDevice {
     fn reg_mr(&self, pd: Pd, mem: Arc<Memory>, access: Access) -> Result<SoftMr, VerbsError> {
         // Index in the high 24 bits, 8 random-ish bits below (rxe: index << 8 | key).
         let idx = self.dev.next_key.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
-        let salt = (mem.addr() >> 12) as u32 ^ (Instant::now().elapsed().subsec_nanos());
-        let key = (idx << 8) | (salt & 0xff);
+        // The low byte is random (as rxe's key byte), so a key is not the index alone.
+        let mut salt = [0u8; 1];
+        let _ = rustix::rand::getrandom(&mut salt, rustix::rand::GetRandomFlags::empty());
+        let key = (idx << 8) | u32::from(salt[0]);
         let inner = Arc::new(MrInner {
             key,
             pd,
