@@ -14,6 +14,7 @@
 //! | [`window`] | the send and receive rules as pure functions | `smc_tx.c`, `smc_rx.c` |
 //! | [`handshake`] | the CLC handshake as client and server state machines (bytes in, bytes out, decisions, reason codes) | `af_smc.c`, `smc_clc.c` |
 //! | [`lgr`] | link-group bookkeeping: which group a connection joins, reuse rules, idle expiry | `smc_core.c` |
+//! | [`llc`] | SMC-R link layer control of one link group: first-contact CONFIRM_LINK, ADD_LINK with the rkey exchange, DELETE_LINK, CONFIRM/DELETE_RKEY, TEST_LINK, link-down decisions; messages in, actions out | `smc_llc.c`, `smc_core.c` (link down) |
 //!
 //! # The contract with a driver
 //!
@@ -36,6 +37,7 @@ pub mod cursor;
 pub mod gid;
 pub mod handshake;
 pub mod lgr;
+pub mod llc;
 pub mod time;
 pub mod window;
 
