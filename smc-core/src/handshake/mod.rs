@@ -10,11 +10,13 @@
 //! (nothing of the application's stream has been read), or a failure.
 //!
 //! SMC-R continues after the Confirm with LLC CONFIRM_LINK over the new link; that is its own
-//! flow and begins where these machines end (`Established`).
+//! flow ([`crate::llc`]) and begins where these machines end (`Established`). The SMC-R v2
+//! CLC decisions are in [`smcr`]; the machines do not offer SMC-R yet.
 
 pub mod client;
 pub mod decide;
 pub mod server;
+pub mod smcr;
 
 pub use client::{ClientEvent, ClientHandshake};
 pub use decide::{LocalCaps, RELEASE, Refusal};
