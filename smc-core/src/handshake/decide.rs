@@ -47,6 +47,14 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The peer's Decline.
+    pub fn declined(d: &smc_proto::clc::Decline) -> Self {
+        Refusal::PeerDeclined {
+            peer: d.reason,
+            out_of_sync: d.out_of_sync,
+        }
+    }
+
     /// The (local, peer) reason pair a fallback records.
     pub fn reasons(self) -> (ReasonCode, ReasonCode) {
         match self {
@@ -115,12 +123,7 @@ pub fn client_check_accept(
 ) -> Result<AcceptInfo, Refusal> {
     let a = match msg {
         ClcMessage::Accept(a) => a,
-        ClcMessage::Decline(d) => {
-            return Err(Refusal::PeerDeclined {
-                peer: d.reason,
-                out_of_sync: d.out_of_sync,
-            });
-        }
+        ClcMessage::Decline(d) => return Err(Refusal::declined(&d)),
         // Anything else here breaks the protocol (smc_clc_wait_msg: unexpected type).
         _ => return Err(Refusal::Decline(ReasonCode::CNFERR)),
     };
@@ -223,12 +226,7 @@ pub fn server_check_proposal(
     let expected_gid = expected_gid.into();
     let p = match msg {
         ClcMessage::Proposal(p) => p,
-        ClcMessage::Decline(d) => {
-            return Err(Refusal::PeerDeclined {
-                peer: d.reason,
-                out_of_sync: d.out_of_sync,
-            });
-        }
+        ClcMessage::Decline(d) => return Err(Refusal::declined(&d)),
         _ => return Err(Refusal::Decline(ReasonCode::CNFERR)),
     };
     let version = p.version;
@@ -310,12 +308,7 @@ pub fn server_check_confirm(
 ) -> Result<ConfirmInfo, Refusal> {
     let c = match msg {
         ClcMessage::Confirm(c) => c,
-        ClcMessage::Decline(d) => {
-            return Err(Refusal::PeerDeclined {
-                peer: d.reason,
-                out_of_sync: d.out_of_sync,
-            });
-        }
+        ClcMessage::Decline(d) => return Err(Refusal::declined(&d)),
         _ => return Err(Refusal::Decline(ReasonCode::CNFERR)),
     };
     let AcceptConfirmBody::SmcD(d) = c.body else {

@@ -260,12 +260,7 @@ fn peer_of(a: AcceptConfirm) -> Result<SmcrPeer, ReasonCode> {
 pub fn client_check_accept(msg: ClcMessage, caps: &SmcrCaps) -> Result<SmcrPeer, Refusal> {
     let a = match msg {
         ClcMessage::Accept(a) => a,
-        ClcMessage::Decline(d) => {
-            return Err(Refusal::PeerDeclined {
-                peer: d.reason,
-                out_of_sync: d.out_of_sync,
-            });
-        }
+        ClcMessage::Decline(d) => return Err(Refusal::declined(&d)),
         _ => return Err(Refusal::Decline(ReasonCode::CNFERR)),
     };
     let peer = peer_of(a).map_err(Refusal::Decline)?;
@@ -325,12 +320,7 @@ pub fn client_confirm(
 pub fn server_check_confirm(msg: ClcMessage, first_contact: bool) -> Result<SmcrPeer, Refusal> {
     let c = match msg {
         ClcMessage::Confirm(c) => c,
-        ClcMessage::Decline(d) => {
-            return Err(Refusal::PeerDeclined {
-                peer: d.reason,
-                out_of_sync: d.out_of_sync,
-            });
-        }
+        ClcMessage::Decline(d) => return Err(Refusal::declined(&d)),
         _ => return Err(Refusal::Decline(ReasonCode::CNFERR)),
     };
     let peer = peer_of(c).map_err(Refusal::Decline)?;
