@@ -69,28 +69,13 @@ fn end(d: &SoftDevice) -> End {
 }
 
 fn connect(a: &End, b: &End, ga: Gid, gb: Gid, mtu: Mtu) {
+    let path = RcPath {
+        mtu,
+        timeout: 14,
+        ..RcPath::default()
+    };
     for (e, p, g) in [(a, b, gb), (b, a, ga)] {
-        e.qp.modify(&QpModify::Init {
-            port: 1,
-            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        })
-        .unwrap();
-        e.qp.modify(&QpModify::Rtr {
-            path_mtu: mtu,
-            dest_qpn: p.qp.qp_num(),
-            rq_psn: 100,
-            dgid: g,
-            sgid_index: 0,
-            min_rnr_timer: 1,
-        })
-        .unwrap();
-        e.qp.modify(&QpModify::Rts {
-            sq_psn: 100,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-        })
-        .unwrap();
+        bring_up(&e.qp, &path, p.qp.qp_num(), g, 100, 100).unwrap();
     }
 }
 

@@ -542,3 +542,66 @@ pub trait Device: Send + Sync + std::fmt::Debug + 'static {
     /// A queue pair in RESET.
     fn create_qp(&self, pd: Pd, init: QpInit<Self::Cq>) -> Result<Self::Qp, VerbsError>;
 }
+
+/// The attributes of an RC connection between two QPs, for [`bring_up`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcPath {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Local ACK timeout code (4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Retransmissions before a request fails.
+    pub retry_cnt: u8,
+    /// RNR retries (7: without limit).
+    pub rnr_retry: u8,
+    /// RNR timer code asked of the peer.
+    pub min_rnr_timer: u8,
+    /// What the peer may do to our memory.
+    pub access: Access,
+}
+
+impl Default for RcPath {
+    /// SMC-R's QP attributes (`smc_ib_modify_qp_rtr`/`_rts`: timeout 15, retry 7, RNR retry
+    /// 7, min RNR timer 5) with a 1024-byte MTU and local and remote writes allowed.
+    fn default() -> Self {
+        Self {
+            mtu: Mtu::M1024,
+            timeout: 15,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 5,
+            access: Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0),
+        }
+    }
+}
+
+/// Walks `qp` RESET → INIT → RTR → RTS towards the peer QP `peer_qpn` at `peer_gid`: it
+/// receives from `rq_psn` (the peer's first send PSN) and sends from `sq_psn`. Receives may be
+/// posted before (from INIT) or after.
+pub fn bring_up<Q: QueuePair + ?Sized>(
+    qp: &Q,
+    path: &RcPath,
+    peer_qpn: u32,
+    peer_gid: Gid,
+    rq_psn: u32,
+    sq_psn: u32,
+) -> Result<(), VerbsError> {
+    qp.modify(&QpModify::Init {
+        port: 1,
+        access: path.access,
+    })?;
+    qp.modify(&QpModify::Rtr {
+        path_mtu: path.mtu,
+        dest_qpn: peer_qpn,
+        rq_psn,
+        dgid: peer_gid,
+        sgid_index: 0,
+        min_rnr_timer: path.min_rnr_timer,
+    })?;
+    qp.modify(&QpModify::Rts {
+        sq_psn,
+        timeout: path.timeout,
+        retry_cnt: path.retry_cnt,
+        rnr_retry: path.rnr_retry,
+    })
+}

@@ -130,28 +130,14 @@ fn pair(a: &SoftDevice, b: &SoftDevice, mem: usize, timeout: u8, retry: u8) -> (
     };
     let (ea, eb) = (mk(a), mk(b));
     let gid = |d: &SoftDevice| d.info().ports[0].gids[0].1;
+    let path = RcPath {
+        timeout,
+        retry_cnt: retry,
+        min_rnr_timer: 1,
+        ..RcPath::default()
+    };
     for (e, p, g, rq, sq) in [(&ea, &eb, gid(b), 7, 900), (&eb, &ea, gid(a), 900, 7)] {
-        e.qp.modify(&QpModify::Init {
-            port: 1,
-            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        })
-        .unwrap();
-        e.qp.modify(&QpModify::Rtr {
-            path_mtu: Mtu::M1024,
-            dest_qpn: p.qp.qp_num(),
-            rq_psn: rq,
-            dgid: g,
-            sgid_index: 0,
-            min_rnr_timer: 1,
-        })
-        .unwrap();
-        e.qp.modify(&QpModify::Rts {
-            sq_psn: sq,
-            timeout,
-            retry_cnt: retry,
-            rnr_retry: 7,
-        })
-        .unwrap();
+        bring_up(&e.qp, &path, p.qp.qp_num(), g, rq, sq).unwrap();
     }
     (ea, eb)
 }

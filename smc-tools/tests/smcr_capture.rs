@@ -127,29 +127,15 @@ fn traffic(ns: &str) -> (u32, u32, u64, u32) {
         };
         let (da, db) = (open(1), open(2));
         let (a, b) = (end(&da), end(&db));
+        let path = RcPath {
+            timeout: 14,
+            min_rnr_timer: 1,
+            ..RcPath::default()
+        };
         for (e, p, host, rq, sq) in [(&a, &b, 2, 2000, 1000), (&b, &a, 1, 1000, 2000)] {
-            e.qp.modify(&QpModify::Init {
-                port: 1,
-                access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-            })
-            .unwrap();
+            let g = Gid::from_ipv4(Ipv4Addr::new(127, 0, 0, host));
+            bring_up(&e.qp, &path, p.qp.qp_num(), g, rq, sq).unwrap();
             receives(e);
-            e.qp.modify(&QpModify::Rtr {
-                path_mtu: Mtu::M1024,
-                dest_qpn: p.qp.qp_num(),
-                rq_psn: rq,
-                dgid: Gid::from_ipv4(Ipv4Addr::new(127, 0, 0, host)),
-                sgid_index: 0,
-                min_rnr_timer: 1,
-            })
-            .unwrap();
-            e.qp.modify(&QpModify::Rts {
-                sq_psn: sq,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-            })
-            .unwrap();
         }
         // Server → client: CONFIRM_LINK request; client → server: the response.
         let req = LlcMessage::ConfirmLink(ConfirmLink {

@@ -698,7 +698,7 @@ mod tests {
     use crate::layout::status::StatusArea;
     use smc_core::conn::Config;
     use smc_rdma::soft::{SoftConfig, SoftDevice};
-    use smc_rdma::verbs::{Access, Gid, Memory, Mtu, QpCaps, QpInit, QpModify};
+    use smc_rdma::verbs::{Access, Gid, Memory, QpCaps, QpInit, RcPath, bring_up};
     use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
 
     type Conn = Arc<SmcConn<SmcrLink<SoftDevice>>>;
@@ -751,28 +751,16 @@ mod tests {
         let (qa, sa, ra, recv_a, snd_a, rmb_a) = mk(&da);
         let (qb, sb, rb, recv_b, snd_b, rmb_b) = mk(&db);
         let (na, nb) = (qa.qp_num(), qb.qp_num());
+        let path = RcPath {
+            timeout: 14,
+            min_rnr_timer: 1,
+            access: acc,
+            ..RcPath::default()
+        };
         for (qp, peer_qpn, peer) in [(&qa, nb, 2u8), (&qb, na, 1u8)] {
-            qp.modify(&QpModify::Init {
-                port: 1,
-                access: acc,
-            })
-            .unwrap();
-            qp.modify(&QpModify::Rtr {
-                path_mtu: Mtu::M1024,
-                dest_qpn: peer_qpn,
-                rq_psn: u32::from(peer) * 1000,
-                dgid: Gid::from_ipv4(Ipv4Addr::new(127, 0, net, peer)),
-                sgid_index: 0,
-                min_rnr_timer: 1,
-            })
-            .unwrap();
-            qp.modify(&QpModify::Rts {
-                sq_psn: u32::from(3 - peer) * 1000,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-            })
-            .unwrap();
+            let g = Gid::from_ipv4(Ipv4Addr::new(127, 0, net, peer));
+            let (rq, sq) = (u32::from(peer) * 1000, u32::from(3 - peer) * 1000);
+            bring_up(qp, &path, peer_qpn, g, rq, sq).unwrap();
         }
         let peer_of = |mr: &smc_rdma::soft::SoftMr, token| PeerRmb {
             addr: mr.addr(),
