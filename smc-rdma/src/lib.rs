@@ -11,10 +11,14 @@
 //!   per gap, go-back-N retransmission with the QP's timeout and retry count, RNR NAKs,
 //!   duplicates re-acknowledged and not executed again; a send completes only when its ACK
 //!   arrived.
+//! - `rnic` (feature `rnic`): real RNICs and rxe through libibverbs, loaded at run time
+//!   (sideway); the conformance suite runs on one where a device exists.
 //!
 //! SMC's use of it (link groups, CDC SENDs, RDMA WRITEs into RMBs) lives in `smcd-engine`;
 //! this crate can be tested and reused alone.
 
+#[cfg(feature = "rnic")]
+pub mod rnic;
 pub mod soft;
 pub mod verbs;
 pub mod wire;

@@ -1,0 +1,552 @@
+//! The device conformance checks: what every [`Device`] must do, each a function generic over
+//! the device and run on two devices that reach each other. `conformance.rs` runs them on the
+//! soft RoCEv2 device, `rnic.rs` (feature `rnic`) on a real RNIC where one exists.
+
+use smc_rdma::verbs::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CAPS: QpCaps = QpCaps {
+    max_send_wr: 64,
+    max_recv_wr: 64,
+    max_send_sge: 2,
+    max_recv_sge: 1,
+    max_inline_data: 64,
+};
+
+/// One end of a connected RC pair.
+struct End<D: Device> {
+    qp: D::Qp,
+    scq: Arc<D::Cq>,
+    rcq: Arc<D::Cq>,
+    mr: D::Mr,
+}
+
+struct Link {
+    mtu: Mtu,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    min_rnr_timer: u8,
+    mem: usize,
+    access: Access,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Self {
+            mtu: Mtu::M1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            mem: 1 << 20,
+            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        }
+    }
+}
+
+fn gid_of<D: Device>(d: &D) -> Gid {
+    d.info().ports[0].gids[0].1
+}
+
+fn end<D: Device>(d: &D, l: &Link) -> End<D> {
+    let pd = d.alloc_pd();
+    let scq = d.create_cq(256).unwrap();
+    let rcq = d.create_cq(256).unwrap();
+    let qp = d
+        .create_qp(
+            pd,
+            QpInit {
+                send_cq: Arc::clone(&scq),
+                recv_cq: Arc::clone(&rcq),
+                caps: CAPS,
+                sq_sig_all: false,
+            },
+        )
+        .unwrap();
+    let mr = d.reg_mr(pd, Memory::new(l.mem).unwrap(), l.access).unwrap();
+    End { qp, scq, rcq, mr }
+}
+
+/// Connects two QPs the way SMC-R does: INIT, RTR with the peer's QPN/PSN/GID, RTS.
+fn connect<D: Device>(a: &D, b: &D, l: &Link) -> (End<D>, End<D>) {
+    let (ea, eb) = (end(a, l), end(b, l));
+    let (psn_a, psn_b) = (0x00ff_fff0, 0x0012_3456); // one wraps the 24-bit space soon
+    for (e, peer, peer_gid, rq_psn, sq_psn) in [
+        (&ea, &eb, gid_of(b), psn_b, psn_a),
+        (&eb, &ea, gid_of(a), psn_a, psn_b),
+    ] {
+        e.qp.modify(&QpModify::Init {
+            port: 1,
+            access: l.access,
+        })
+        .unwrap();
+        e.qp.modify(&QpModify::Rtr {
+            path_mtu: l.mtu,
+            dest_qpn: peer.qp.qp_num(),
+            rq_psn,
+            dgid: peer_gid,
+            sgid_index: 0,
+            min_rnr_timer: l.min_rnr_timer,
+        })
+        .unwrap();
+        e.qp.modify(&QpModify::Rts {
+            sq_psn,
+            timeout: l.timeout,
+            retry_cnt: l.retry_cnt,
+            rnr_retry: l.rnr_retry,
+        })
+        .unwrap();
+    }
+    (ea, eb)
+}
+
+/// Waits for `n` completions on `cq`, by the completion channel (arm, poll, sleep).
+fn wait_wcs<C: CompletionQueue>(cq: &C, n: usize, within: Duration) -> Vec<Wc> {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    let mut buf = [Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        qp_num: 0,
+        solicited: false,
+    }; 16];
+    while got.len() < n {
+        let k = cq.poll(&mut buf);
+        got.extend_from_slice(&buf[..k]);
+        if k > 0 {
+            continue;
+        }
+        if cq.req_notify(false) {
+            continue; // completions arrived between poll and arm
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "{} of {n} completions within {within:?}: {got:?}",
+            got.len()
+        );
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let fd = cq.event_fd();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let _ = poll(&mut fds, Some(&ts));
+        cq.take_event();
+    }
+    got
+}
+
+fn recv_all<D: Device>(e: &End<D>, slots: u64, slot_len: u32) {
+    for i in 0..slots {
+        e.qp.post_recv(&RecvWr {
+            wr_id: 1000 + i,
+            sge: Sge {
+                addr: e.mr.addr() + i * u64::from(slot_len),
+                len: slot_len,
+                lkey: e.mr.lkey(),
+            },
+        })
+        .unwrap();
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+// ---- the checks, generic over the device ----
+
+pub fn send_inline_and_write_two_sges<D: Device>(a: &D, b: &D) {
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    recv_all(&eb, 4, 64);
+    // A 44-byte inline SEND, solicited, as a CDC is.
+    let cdc = pattern(44, 7);
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            data: Payload::Inline(&cdc),
+            signaled: true,
+            solicited: true,
+        })
+        .unwrap();
+    let r = wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
+    assert_eq!(r[0].status, WcStatus::Success);
+    assert_eq!(r[0].opcode, WcOpcode::Recv);
+    assert_eq!(
+        (r[0].wr_id, r[0].byte_len, r[0].solicited),
+        (1000, 44, true)
+    );
+    let mut got = vec![0; 44];
+    eb.mr.memory().read(0, &mut got);
+    assert_eq!(got, cdc);
+    let s = wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    assert_eq!(
+        (s[0].wr_id, s[0].status, s[0].opcode),
+        (1, WcStatus::Success, WcOpcode::Send)
+    );
+
+    // An RDMA WRITE of two SGEs (a wrapped send buffer) into the peer's region at an offset,
+    // many packets long.
+    let part1 = pattern(70_000, 1);
+    let part2 = pattern(33_333, 2);
+    ea.mr.memory().write(4096, &part1);
+    ea.mr.memory().write(300_000, &part2);
+    let sges = [
+        Sge {
+            addr: ea.mr.addr() + 4096,
+            len: part1.len() as u32,
+            lkey: ea.mr.lkey(),
+        },
+        Sge {
+            addr: ea.mr.addr() + 300_000,
+            len: part2.len() as u32,
+            lkey: ea.mr.lkey(),
+        },
+    ];
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 2,
+            op: SendOp::Write {
+                remote_addr: eb.mr.addr() + 500_001,
+                rkey: eb.mr.rkey(),
+            },
+            data: Payload::Sges(&sges),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+    let s = wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    assert_eq!(
+        (s[0].wr_id, s[0].status, s[0].opcode),
+        (2, WcStatus::Success, WcOpcode::RdmaWrite)
+    );
+    // The completion means the peer has it all.
+    let mut got = vec![0; part1.len() + part2.len()];
+    eb.mr.memory().read(500_001, &mut got);
+    assert_eq!(&got[..part1.len()], &part1[..]);
+    assert_eq!(&got[part1.len()..], &part2[..]);
+}
+
+pub fn unsignaled_writes_complete_silently_and_in_order<D: Device>(a: &D, b: &D) {
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    recv_all(&eb, 1, 64); // at offset 0, clear of the writes
+    for i in 0..20u64 {
+        let d = pattern(3000, i as u8);
+        ea.qp
+            .post_send(&SendWr {
+                wr_id: i,
+                op: SendOp::Write {
+                    remote_addr: eb.mr.addr() + 100_000 + i * 3000,
+                    rkey: eb.mr.rkey(),
+                },
+                data: Payload::Inline(&d[..64]),
+                signaled: false,
+                solicited: false,
+            })
+            .unwrap();
+    }
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 99,
+            op: SendOp::Send,
+            data: Payload::Inline(b"done"),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+    // RC order: when the SEND lands, every WRITE before it did.
+    let r = wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
+    assert_eq!(r[0].byte_len, 4);
+    for i in 0..20u64 {
+        let mut got = [0u8; 64];
+        eb.mr.memory().read(100_000 + (i * 3000) as usize, &mut got);
+        assert_eq!(&got[..], &pattern(3000, i as u8)[..64], "write {i}");
+    }
+    let s = wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].wr_id, 99, "only the signaled request completes");
+    std::thread::sleep(Duration::from_millis(20));
+    let mut more = [s[0]; 4];
+    assert_eq!(ea.scq.poll(&mut more), 0);
+}
+
+pub fn remote_access_errors_fail_the_request_and_flush_the_rest<D: Device>(a: &D, b: &D) {
+    for case in ["bounds", "rkey", "rights"] {
+        let mut l = Link::default();
+        if case == "rights" {
+            l.access = Access::LOCAL_WRITE;
+        }
+        let (ea, eb) = connect(a, b, &l);
+        let (addr, rkey) = match case {
+            "bounds" => (eb.mr.addr() + eb.mr.len() as u64 - 10, eb.mr.rkey()),
+            "rkey" => (eb.mr.addr(), eb.mr.rkey() ^ 0x5500),
+            _ => (eb.mr.addr(), eb.mr.rkey()),
+        };
+        let wr = |id| SendWr {
+            wr_id: id,
+            op: SendOp::Write {
+                remote_addr: addr,
+                rkey,
+            },
+            data: Payload::Inline(&[0xab; 20]),
+            signaled: false,
+            solicited: false,
+        };
+        // The second is posted before or after the first failed: flushed either way.
+        ea.qp.post_send(&wr(1)).unwrap();
+        ea.qp.post_send(&wr(2)).unwrap();
+        let s = wait_wcs(&*ea.scq, 2, Duration::from_secs(5));
+        assert_eq!(
+            (s[0].wr_id, s[0].status),
+            (1, WcStatus::RemAccessErr),
+            "{case}"
+        );
+        assert_eq!(
+            (s[1].wr_id, s[1].status),
+            (2, WcStatus::WrFlushErr),
+            "{case}"
+        );
+        assert_eq!(ea.qp.state(), QpState::Error, "{case}");
+        ea.qp.post_send(&wr(3)).unwrap();
+        let s = wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+        assert_eq!(
+            (s[0].wr_id, s[0].status),
+            (3, WcStatus::WrFlushErr),
+            "{case}"
+        );
+        // Nothing was written.
+        let mut got = [0u8; 10];
+        eb.mr.memory().read(eb.mr.len() - 10, &mut got);
+        assert_eq!(got, [0; 10], "{case}");
+    }
+}
+
+pub fn a_send_without_a_receive_waits_for_one<D: Device>(a: &D, b: &D) {
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 5,
+            op: SendOp::Send,
+            data: Payload::Inline(b"early"),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut none = [Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        qp_num: 0,
+        solicited: false,
+    }; 1];
+    assert_eq!(
+        ea.scq.poll(&mut none),
+        0,
+        "a send completes only once received"
+    );
+    recv_all(&eb, 1, 64);
+    let r = wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
+    assert_eq!(r[0].byte_len, 5);
+    let s = wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    assert_eq!(s[0].status, WcStatus::Success);
+
+    // With no RNR retries left the request fails instead.
+    let l = Link {
+        rnr_retry: 1,
+        ..Link::default()
+    };
+    let (ea, _eb) = connect(a, b, &l);
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 6,
+            op: SendOp::Send,
+            data: Payload::Inline(b"never"),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+    let s = wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    assert_eq!(s[0].status, WcStatus::RnrRetryExcErr);
+}
+
+pub fn a_send_longer_than_the_receive_fails_both_ends<D: Device>(a: &D, b: &D) {
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    recv_all(&eb, 1, 16);
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 7,
+            op: SendOp::Send,
+            data: Payload::Inline(&[1; 40]),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+    let s = wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    assert_eq!(s[0].status, WcStatus::RemInvReqErr);
+    let r = wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
+    assert_eq!(r[0].status, WcStatus::LocLenErr);
+}
+
+pub fn a_silent_peer_exhausts_the_retries<D: Device>(a: &D, b: &D) {
+    // timeout 10: 4.096 µs × 2^10 ≈ 4 ms; 2 retries.
+    let l = Link {
+        timeout: 10,
+        retry_cnt: 2,
+        ..Link::default()
+    };
+    let (ea, eb) = connect(a, b, &l);
+    drop(eb); // the peer QP is gone: nobody answers
+    let t = Instant::now();
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 8,
+            op: SendOp::Send,
+            data: Payload::Inline(b"hello?"),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+    let s = wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    assert_eq!(s[0].status, WcStatus::RetryExcErr);
+    // Three transmissions, each waited for at least the timeout.
+    assert!(
+        t.elapsed() >= Duration::from_millis(12),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(ea.qp.state(), QpState::Error);
+}
+
+pub fn the_state_machine_refuses_out_of_order_steps<D: Device>(a: &D, _b: &D) {
+    let l = Link::default();
+    let e = end(a, &l);
+    let send = SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        data: Payload::Inline(b"x"),
+        signaled: true,
+        solicited: false,
+    };
+    assert!(matches!(
+        e.qp.post_send(&send),
+        Err(VerbsError::State(QpState::Reset))
+    ));
+    let rts = QpModify::Rts {
+        sq_psn: 0,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+    };
+    assert!(matches!(
+        e.qp.modify(&rts),
+        Err(VerbsError::State(QpState::Reset))
+    ));
+    e.qp.modify(&QpModify::Init {
+        port: 1,
+        access: l.access,
+    })
+    .unwrap();
+    recv_all(&e, 2, 64);
+    assert!(matches!(
+        e.qp.post_send(&send),
+        Err(VerbsError::State(QpState::Init))
+    ));
+    // ERROR flushes the posted receives.
+    e.qp.modify(&QpModify::Error).unwrap();
+    let r = wait_wcs(&*e.rcq, 2, Duration::from_secs(1));
+    assert!(r.iter().all(|w| w.status == WcStatus::WrFlushErr));
+    e.qp.modify(&QpModify::Reset).unwrap();
+    assert_eq!(e.qp.state(), QpState::Reset);
+    // Bad SGEs and oversized inline data are refused at post time.
+    let bad = Sge {
+        addr: e.mr.addr() + e.mr.len() as u64,
+        len: 1,
+        lkey: e.mr.lkey(),
+    };
+    e.qp.modify(&QpModify::Init {
+        port: 1,
+        access: l.access,
+    })
+    .unwrap();
+    assert!(matches!(
+        e.qp.post_recv(&RecvWr { wr_id: 1, sge: bad }),
+        Err(VerbsError::Protection(_))
+    ));
+}
+
+pub fn solicited_only_notification_skips_unsolicited_receives<D: Device>(a: &D, b: &D) {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    recv_all(&eb, 3, 64);
+    let readable = |cq: &D::Cq, ms: i64| {
+        let ts = rustix::time::Timespec {
+            tv_sec: ms / 1000,
+            tv_nsec: (ms % 1000) * 1_000_000,
+        };
+        let fd = cq.event_fd();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        matches!(poll(&mut fds, Some(&ts)), Ok(1))
+    };
+    assert!(!eb.rcq.req_notify(true), "nothing is waiting yet");
+    for (id, sol) in [(1, false), (2, true)] {
+        ea.qp
+            .post_send(&SendWr {
+                wr_id: id,
+                op: SendOp::Send,
+                data: Payload::Inline(b"m"),
+                signaled: true,
+                solicited: sol,
+            })
+            .unwrap();
+        wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+        if sol {
+            assert!(readable(&eb.rcq, 2000), "a solicited receive signals");
+            assert!(eb.rcq.take_event());
+        } else {
+            assert!(!readable(&eb.rcq, 50), "an unsolicited one does not");
+        }
+    }
+    let mut wcs = [Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        qp_num: 0,
+        solicited: false,
+    }; 4];
+    assert_eq!(eb.rcq.poll(&mut wcs), 2);
+    assert_eq!((wcs[0].solicited, wcs[1].solicited), (false, true));
+    // Armed with completions already there: reported as missed.
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 3,
+            op: SendOp::Send,
+            data: Payload::Inline(b"m"),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+    // Its send completed, so the receive completion is queued: arming reports it.
+    wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    assert!(
+        eb.rcq.req_notify(false),
+        "a waiting completion is reported when arming"
+    );
+    assert_eq!(eb.rcq.poll(&mut wcs), 1);
+}
