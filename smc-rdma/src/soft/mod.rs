@@ -518,9 +518,15 @@ impl Dev {
     }
 
     /// Runs the timers that are due; returns the next one.
+    ///
+    /// Runs under the QP table's read lock, with no copy of the table: this is called after
+    /// every batch of datagrams. Nothing that holds a QP's lock takes the table's lock (a QP is
+    /// removed from it only when its last handle drops), so the order table → QP is the only one.
     fn timers(&self, now: Instant) -> Option<Instant> {
-        let qps: Vec<_> = read(&self.qps).values().cloned().collect();
-        qps.iter().filter_map(|q| q.on_timer(self, now)).min()
+        read(&self.qps)
+            .values()
+            .filter_map(|q| q.on_timer(self, now))
+            .min()
     }
 }
 
