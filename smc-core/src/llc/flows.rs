@@ -564,6 +564,11 @@ impl Llc {
         }
         self.activate_link(now, link);
         self.set_type(LgrType::Single);
+        if max_links <= 1 {
+            // `smcr_clnt_conf_first_link` waits for the server's ADD_LINK only when the
+            // group may have a second link (`lgr->max_links > 1`, SMC-Rv2.1).
+            return self.cli_add_end(true);
+        }
         // "optional 2nd link, receive ADD LINK request from server"
         Next::Wait(
             Kind::CliFirst {

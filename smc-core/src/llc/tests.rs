@@ -948,6 +948,22 @@ fn client_waits_for_the_servers_add_link_then_goes_on_with_one_link() {
     assert!(p.cli.terminated().is_none());
 }
 
+/// SMC-Rv2.1 with `max_links` 1 on both sides (the CLC negotiation's result): neither waits
+/// for a second link, so the first contact ends for the client as soon as it confirmed.
+#[test]
+fn with_one_link_per_group_the_client_does_not_wait_for_add_link() {
+    let mut p = Pair::with(vec![sp(1)], vec![cp(1)], |cfg, _| cfg.max_links = 1);
+    p.run(10 * S);
+    assert_eq!(p.srv.when(first_contact_ok), Some(Instant::ZERO));
+    assert_eq!(p.cli.when(first_contact_ok), Some(Instant::ZERO));
+    assert!(p.cli.saw(|a| *a
+        == LlcAction::FirstContact(Ok(FirstContactDone {
+            add_link_timed_out: false
+        }))));
+    assert!(!p.srv.saw(|a| matches!(a, LlcAction::CreateLink { .. })));
+    assert_eq!(p.cli.llc.lgr_type(), LgrType::Single);
+}
+
 #[test]
 fn server_add_link_response_timeout() {
     let mut p = Pair::new(vec![sp(1), sp(2)], vec![cp(1)]);
