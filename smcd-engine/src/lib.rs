@@ -28,6 +28,7 @@ pub mod driver;
 pub mod ipc;
 pub mod layout;
 pub mod settings;
+pub mod smcr;
 pub mod sys;
 pub mod transport;
 

@@ -206,6 +206,11 @@ impl<D: Device> RoceLink<D> {
         self.failed.load(Ordering::Acquire)
     }
 
+    /// Fails the link from above (the link group ended): its connections see an abort.
+    pub fn abort(&self) {
+        self.fail();
+    }
+
     /// Receives that were dropped: too short, an unknown connection, LLC without a handler.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)

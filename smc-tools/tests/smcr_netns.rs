@@ -1,0 +1,387 @@
+//! SMC-R between two simulated hosts: two network namespaces joined by a veth pair, an
+//! [`SmcrEndpoint`] in each (its own soft RoCEv2 device on its own address, UDP 4791 on the
+//! veth), the CLC handshake over TCP across the veth, LLC CONFIRM_LINK and CONFIRM_RKEY over
+//! the new RC link, and the streams by RDMA WRITE and CDC SENDs: first contact, then
+//! connections that reuse the group, every byte checked both ways.
+//!
+//! The capability test attaches the SYN-option program twice, once per "host" (two
+//! instances with maps of their own, as two smcds would), and checks that only a pair of
+//! SMC-R endpoints runs CLC: an SMC-R client of a plain server and a plain client of an SMC-R
+//! listener see exactly the TCP bytes the application wrote.
+//!
+//! Needs root, `ip` and (for the capability test) BPF and cgroup v2: otherwise SKIPPED, and
+//! a failure under `CI=true`.
+
+use smc_tests::{Netns, Rng, is_root, skip_unless, skip_unless_root};
+use smcd_engine::bpf::loader;
+use smcd_engine::smcr::{Capability, SmcrConfig, SmcrEndpoint, SmcrMode, SmcrStream};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const UEID: &str = "SMCR-NETNS-TEST";
+
+fn ip(args: &[&str]) {
+    let ok = Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "ip {}", args.join(" "));
+}
+
+/// Two namespaces joined by a veth pair: `a` holds 10.N.0.1/24, `b` 10.N.0.2/24.
+struct Hosts {
+    a: Netns,
+    b: Netns,
+    net: u8,
+}
+
+impl Hosts {
+    fn new(test: &str) -> Option<Hosts> {
+        if skip_unless_root(test) {
+            return None;
+        }
+        let a = Netns::create(test)?;
+        let b = Netns::create(test)?;
+        // A subnet of its own per test process (the namespaces are ours; only tidiness).
+        let net = 100 + (std::process::id() % 100) as u8;
+        let (va, vb) = (
+            format!("va{}", std::process::id()),
+            format!("vb{}", std::process::id()),
+        );
+        ip(&[
+            "link", "add", &va, "netns", &a.name, "type", "veth", "peer", "name", &vb, "netns",
+            &b.name,
+        ]);
+        for (ns, dev, host) in [(&a, &va, 1), (&b, &vb, 2)] {
+            let addr = format!("10.{net}.0.{host}/24");
+            ip(&["-n", &ns.name, "addr", "add", &addr, "dev", dev]);
+            ip(&["-n", &ns.name, "link", "set", dev, "mtu", "9000", "up"]);
+        }
+        Some(Hosts { a, b, net })
+    }
+
+    fn addr(&self, host: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.net, 0, host)
+    }
+
+    fn ns(&self, host: u8) -> &Netns {
+        if host == 1 { &self.a } else { &self.b }
+    }
+
+    /// Runs `f` on a thread inside host `host`'s namespace (its sockets stay there).
+    fn on<T: Send + 'static>(
+        &self,
+        host: u8,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        let path = format!("/run/netns/{}", self.ns(host).name);
+        std::thread::spawn(move || {
+            let fd = std::fs::File::open(&path).expect("open netns");
+            rustix::thread::move_into_link_name_space(
+                std::os::fd::AsFd::as_fd(&fd),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .expect("setns");
+            f()
+        })
+    }
+}
+
+fn endpoint(hosts: &Hosts, host: u8, cap: Capability) -> SmcrEndpoint {
+    let addr = hosts.addr(host);
+    hosts
+        .on(host, move || {
+            SmcrEndpoint::open(SmcrConfig::new(addr, UEID, cap))
+        })
+        .join()
+        .unwrap()
+        .expect("open the SMC-R endpoint")
+}
+
+fn byte(seed: u64, i: u64) -> u8 {
+    (i.wrapping_mul(0x9e37_79b9) >> 7) as u8 ^ seed as u8
+}
+
+/// Writes `total` pattern bytes in pieces of random size, then shuts writing down.
+fn send(s: &mut SmcrStream, seed: u64, total: u64) {
+    let mut rng = Rng::new(seed);
+    let mut at = 0u64;
+    let mut buf = vec![0u8; 96 << 10];
+    while at < total {
+        let n = (rng.range(1, buf.len()) as u64).min(total - at) as usize;
+        for (k, b) in buf[..n].iter_mut().enumerate() {
+            *b = byte(seed, at + k as u64);
+        }
+        s.write_all(&buf[..n]).expect("write");
+        at += n as u64;
+    }
+    s.shutdown(Shutdown::Write).expect("shutdown");
+}
+
+/// Reads to the end, checking every byte; returns the count.
+fn recv(s: &mut SmcrStream, seed: u64) -> u64 {
+    let mut buf = vec![0u8; 70 << 10];
+    let mut at = 0u64;
+    loop {
+        let n = s.read(&mut buf).expect("read");
+        if n == 0 {
+            return at;
+        }
+        for (k, &b) in buf[..n].iter().enumerate() {
+            assert_eq!(
+                b,
+                byte(seed, at + k as u64),
+                "byte {} of stream {seed}",
+                at + k as u64
+            );
+        }
+        at += n as u64;
+    }
+}
+
+/// `total` bytes of `seed_out` one way, then (the peer echoes what it counted) `seed_in` back.
+fn exchange(mut s: SmcrStream, seed_out: u64, seed_in: u64, total: u64) -> SmcrMode {
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mode = s.mode();
+    send(&mut s, seed_out, total);
+    assert_eq!(recv(&mut s, seed_in), total, "stream {seed_in} came short");
+    mode
+}
+
+fn smcr_lgr(m: &SmcrMode) -> u32 {
+    match m {
+        SmcrMode::SmcR { lgr_id, .. } => *lgr_id,
+        SmcrMode::Tcp(f) => panic!("fell back to TCP: {f:?}"),
+    }
+}
+
+/// First contact, then two connections that reuse the group (one at a time and two at
+/// once), each moving 4 MiB both ways byte-exact over the veth.
+#[test]
+fn smcr_first_contact_and_reuse_between_two_namespaces() {
+    let test = "smcr_first_contact_and_reuse_between_two_namespaces";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    const TOTAL: u64 = 4 << 20;
+    const CONNS: u64 = 4;
+    let srv = endpoint(&hosts, 1, Capability::Assume);
+    let cli = endpoint(&hosts, 2, Capability::Assume);
+    let at = SocketAddr::from((hosts.addr(1), 7001));
+    let l = {
+        let srv = srv.clone();
+        hosts
+            .on(1, move || srv.listen(at))
+            .join()
+            .unwrap()
+            .expect("listen")
+    };
+    let server = hosts.on(1, move || {
+        let mut modes = Vec::new();
+        let mut peers = Vec::new();
+        for _ in 0..CONNS {
+            let (s, _) = l.accept().expect("accept");
+            // Each connection echoes on a thread of its own (two run at once below).
+            peers.push(std::thread::spawn(move || {
+                let mut s = s;
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let mode = s.mode();
+                let mut seed = [0u8; 8];
+                s.read_exact(&mut seed).unwrap();
+                let seed = u64::from_le_bytes(seed);
+                let got = recv(&mut s, seed);
+                // Back: the pattern of seed + 1, as long as what came.
+                send(&mut s, seed + 1, got);
+                (mode, got)
+            }));
+        }
+        for p in peers {
+            modes.push(p.join().unwrap());
+        }
+        modes
+    });
+    let one = |cli: SmcrEndpoint, seed: u64| {
+        hosts.on(2, move || {
+            let mut s = cli.connect(at).expect("connect");
+            s.write_all(&seed.to_le_bytes()).unwrap();
+            // The seed's 8 bytes are not part of the pattern: the server reads them first.
+            exchange(s, seed, seed + 1, TOTAL)
+        })
+    };
+    let m1 = one(cli.clone(), 10).join().unwrap();
+    let m2 = one(cli.clone(), 20).join().unwrap();
+    let (t3, t4) = (one(cli.clone(), 30), one(cli.clone(), 40));
+    let (m3, m4) = (t3.join().unwrap(), t4.join().unwrap());
+    let lgr = smcr_lgr(&m1);
+    for m in [&m2, &m3, &m4] {
+        assert_eq!(
+            smcr_lgr(m),
+            lgr,
+            "a later connection made a group of its own"
+        );
+    }
+    let served = server.join().unwrap();
+    for (m, got) in &served {
+        smcr_lgr(m);
+        assert_eq!(*got, TOTAL);
+    }
+    for ep in [&srv, &cli] {
+        let st = ep.stats();
+        assert_eq!(st.first_contacts.load(Ordering::Relaxed), 1);
+        assert_eq!(st.reused.load(Ordering::Relaxed), CONNS - 1);
+        assert_eq!(st.fallbacks.load(Ordering::Relaxed), 0);
+        let groups = ep.link_groups();
+        assert_eq!(groups.len(), 1, "{groups:?}");
+        assert!(groups[0].up);
+    }
+    // The bytes crossed the veth as RoCEv2 (each stream 4 MiB each way in ≤ 4 KiB packets).
+    let rx = srv.device().stats().rx_packets.load(Ordering::Relaxed);
+    assert!(
+        rx > CONNS * TOTAL / 4096,
+        "only {rx} RoCEv2 packets arrived"
+    );
+    assert_eq!(srv.device().stats().rx_dropped.load(Ordering::Relaxed), 0);
+    let (sg, cg) = (&srv.link_groups()[0], &cli.link_groups()[0]);
+    assert_eq!((sg.qpn, sg.peer_qpn), (cg.peer_qpn, cg.qpn));
+    assert_eq!(sg.peer_gid, cli.gid());
+    assert!(!sg.client && cg.client);
+}
+
+/// This process's own cgroup (as in syn_option.rs), or why there is none.
+fn test_cgroup() -> &'static Result<PathBuf, String> {
+    static CG: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    CG.get_or_init(|| {
+        if !is_root() {
+            return Err("needs root (BPF, cgroups)".into());
+        }
+        let root = loader::default_cgroup().ok_or("no cgroup2 mount")?;
+        let cg = root.join(format!("smc-test-smcr-{}", std::process::id()));
+        std::fs::create_dir_all(&cg).map_err(|e| format!("mkdir {}: {e}", cg.display()))?;
+        std::fs::write(cg.join("cgroup.procs"), std::process::id().to_string())
+            .map_err(|e| format!("entering {}: {e}", cg.display()))?;
+        Ok(cg)
+    })
+}
+
+/// The SYN-option path between the two hosts, each with its own program instance: SMC-R only
+/// where both ends are SMC-R endpoints, and no CLC byte on the wire otherwise.
+#[test]
+fn smcr_capability_by_the_syn_option_between_two_namespaces() {
+    let test = "smcr_capability_by_the_syn_option_between_two_namespaces";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let cg = match test_cgroup() {
+        Ok(cg) => cg.clone(),
+        Err(why) => {
+            skip_unless(test, false, why);
+            return;
+        }
+    };
+    let attach = || match loader::attach(&cg) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            skip_unless(test, false, format_args!("cannot attach the program: {e}"));
+            None
+        }
+    };
+    // "Host" 1's smcd and host 2's: two instances, maps of their own.
+    let (Some(pa), Some(pb)) = (attach(), attach()) else {
+        return;
+    };
+    let srv = endpoint(
+        &hosts,
+        1,
+        Capability::Option(pa.maps().try_clone().unwrap()),
+    );
+    let cli = endpoint(
+        &hosts,
+        2,
+        Capability::Option(pb.maps().try_clone().unwrap()),
+    );
+    let smc_at = SocketAddr::from((hosts.addr(1), 7002));
+    let plain_at = SocketAddr::from((hosts.addr(1), 7003));
+    let l = {
+        let srv = srv.clone();
+        hosts
+            .on(1, move || srv.listen(smc_at))
+            .join()
+            .unwrap()
+            .expect("listen")
+    };
+    let plain = hosts
+        .on(1, move || TcpListener::bind(plain_at))
+        .join()
+        .unwrap()
+        .expect("bind plain");
+    // The SMC-R listener: an SMC-R client, then a plain one.
+    let server = hosts.on(1, move || {
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = l.accept().expect("accept");
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut got = [0u8; 5];
+            s.read_exact(&mut got).unwrap();
+            s.write_all(b"world").unwrap();
+            out.push((s.mode(), got));
+        }
+        out
+    });
+    // The plain listener sees exactly what the SMC-R client's application wrote.
+    let plain_server = hosts.on(1, move || {
+        let (mut s, _) = plain.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut got = [0u8; 5];
+        s.read_exact(&mut got).unwrap();
+        s.write_all(b"plain").unwrap();
+        got
+    });
+    let client = hosts.on(2, move || {
+        let mut s = cli.connect(smc_at).expect("connect");
+        s.write_all(b"hello").unwrap();
+        let mut back = [0u8; 5];
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.read_exact(&mut back).unwrap();
+        let smc = (s.mode(), back);
+        // A plain client of the SMC-R listener.
+        let mut t = TcpStream::connect(smc_at).unwrap();
+        t.write_all(b"howdy").unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut back = [0u8; 5];
+        t.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"world");
+        // The SMC-R client of a plain server.
+        let mut p = cli.connect(plain_at).expect("connect plain");
+        p.write_all(b"hi-tc").unwrap();
+        p.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut back = [0u8; 5];
+        p.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"plain");
+        (smc, p.mode(), cli.stats().fallbacks.load(Ordering::Relaxed))
+    });
+    let ((smc_mode, smc_back), plain_mode, cli_fallbacks) = client.join().unwrap();
+    assert_eq!(&smc_back, b"world");
+    smcr_lgr(&smc_mode);
+    assert!(
+        matches!(plain_mode, SmcrMode::Tcp(f) if f.local == smc_proto::clc::ReasonCode::PEERNOSMC),
+        "{plain_mode:?}"
+    );
+    assert_eq!(cli_fallbacks, 1);
+    assert_eq!(&plain_server.join().unwrap(), b"hi-tc");
+    let served = server.join().unwrap();
+    smcr_lgr(&served[0].0);
+    assert_eq!(&served[0].1, b"hello");
+    assert!(
+        matches!(served[1].0, SmcrMode::Tcp(f) if f.local == smc_proto::clc::ReasonCode::PEERNOSMC),
+        "{:?}",
+        served[1].0
+    );
+    assert_eq!(&served[1].1, b"howdy");
+    drop((pa, pb));
+}
