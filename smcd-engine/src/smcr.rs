@@ -233,6 +233,33 @@ impl Bufs {
     }
 }
 
+/// A connection made known to a link before its handshake ends (see
+/// [`RoceLink::reserve`]); forgotten again unless kept.
+struct Reservation {
+    link: Arc<RoceLink<SoftDevice>>,
+    token: u32,
+    keep: bool,
+}
+
+impl Reservation {
+    fn new(link: &Arc<RoceLink<SoftDevice>>, token: u32) -> Reservation {
+        link.reserve(token);
+        Reservation {
+            link: Arc::clone(link),
+            token,
+            keep: false,
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.link.unreserve(self.token);
+        }
+    }
+}
+
 impl SmcrEndpoint {
     /// Opens the device on `cfg.addr`.
     pub fn open(cfg: SmcrConfig) -> io::Result<SmcrEndpoint> {
@@ -518,8 +545,10 @@ impl Ep {
         group: Arc<Group>,
         bufs: Bufs,
         peer: &SmcrPeer,
+        mut resv: Reservation,
     ) -> SmcrStream {
         let _ = sock.set_read_timeout(None);
+        resv.keep = true;
         let link = SmcrLink::new(
             Arc::clone(&group.link),
             bufs.token,
@@ -646,6 +675,7 @@ impl Ep {
             Ok(l) => l,
             Err(_) => return self.decline(sock, ReasonCode::ERR_RDYLNK),
         };
+        let resv = Reservation::new(&link, bufs.token);
         let llc = Llc::client(self.llc_config(lgr_id), core_now(), first);
         let group = Group::start(lgr_id, true, &peer, link, llc, first);
         let confirm = hs::client_confirm(
@@ -663,7 +693,7 @@ impl Ep {
                 self.insert(&group);
                 self.stats.first_contacts.fetch_add(1, Ordering::Relaxed);
                 group.joined();
-                Ok(self.established(sock, group, bufs, &peer))
+                Ok(self.established(sock, group, bufs, &peer, resv))
             }
             Err(why) => {
                 tracing::debug!("SMC-R first contact failed: {why}");
@@ -693,6 +723,7 @@ impl Ep {
         let Some(group) = group else {
             return self.decline(sock, ReasonCode::SYNCERR);
         };
+        let resv = Reservation::new(&group.link, bufs.token);
         if let Err(why) = group.register(bufs.token, bufs.key()) {
             tracing::debug!("SMC-R CONFIRM_RKEY failed: {why}");
             return self.decline(sock, ReasonCode::ERR_REGBUF);
@@ -713,7 +744,7 @@ impl Ep {
         sock.write_all(&ClcMessage::Confirm(confirm).to_vec())?;
         self.stats.reused.fetch_add(1, Ordering::Relaxed);
         group.joined();
-        Ok(self.established(sock, group, bufs, &peer))
+        Ok(self.established(sock, group, bufs, &peer, resv))
     }
 
     // ------------------------------------------------------------------------ server
@@ -791,6 +822,7 @@ impl Ep {
             Ok(l) => l,
             Err(_) => return self.decline(sock, ReasonCode::ERR_RDYLNK),
         };
+        let resv = Reservation::new(&link, bufs.token);
         // Sends CONFIRM_LINK at once.
         let llc = Llc::server(self.llc_config(lgr_id), core_now(), first);
         let group = Group::start(lgr_id, false, &peer, link, llc, first);
@@ -799,7 +831,7 @@ impl Ep {
                 self.insert(&group);
                 self.stats.first_contacts.fetch_add(1, Ordering::Relaxed);
                 group.joined();
-                Ok(self.established(sock, group, bufs, &peer))
+                Ok(self.established(sock, group, bufs, &peer, resv))
             }
             Err(why) => {
                 tracing::debug!("SMC-R first contact failed: {why}");
@@ -816,6 +848,7 @@ impl Ep {
         group: Arc<Group>,
         bufs: Bufs,
     ) -> io::Result<SmcrStream> {
+        let resv = Reservation::new(&group.link, bufs.token);
         // smc_listen_rdma_reg: the new RMB is confirmed before the Accept names it.
         if let Err(why) = group.register(bufs.token, bufs.key()) {
             tracing::debug!("SMC-R CONFIRM_RKEY failed: {why}");
@@ -847,7 +880,7 @@ impl Ep {
         };
         self.stats.reused.fetch_add(1, Ordering::Relaxed);
         group.joined();
-        Ok(self.established(sock, group, bufs, &peer))
+        Ok(self.established(sock, group, bufs, &peer, resv))
     }
 }
 

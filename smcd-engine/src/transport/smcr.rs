@@ -258,9 +258,20 @@ impl<D: Device> RoceLink<D> {
     }
 
     fn attach(&self, token: u32) -> Arc<Side> {
-        let side = Arc::new(Side::default());
-        write(&self.conns).insert(token, Arc::clone(&side));
-        side
+        Arc::clone(write(&self.conns).entry(token).or_default())
+    }
+
+    /// Makes the connection `token` known before its [`SmcrLink`] exists, so that CDCs the
+    /// peer sends once it has our CLC message are kept for it rather than dropped (the kernel
+    /// registers a connection with its link group before the handshake names it). Undo with
+    /// [`RoceLink::unreserve`] if the connection does not come.
+    pub fn reserve(&self, token: u32) {
+        self.attach(token);
+    }
+
+    /// Forgets a reservation (and anything kept for it).
+    pub fn unreserve(&self, token: u32) {
+        self.detach(token);
     }
 
     fn detach(&self, token: u32) {
