@@ -94,6 +94,14 @@ impl Hosts {
 }
 
 fn endpoint(hosts: &Hosts, host: u8, cap: Capability) -> SmcrEndpoint {
+    // Link failures and LLC decisions are logged: a failing run shows why.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
     let addr = hosts.addr(host);
     hosts
         .on(host, move || {

@@ -86,6 +86,11 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn events_pending(&self) -> bool {
         true
     }
+    /// Hands on whatever the device has received for the link but nobody has taken yet
+    /// (SMC-R: completions still in the receive queue), so that [`Transport::recv_cdc`] sees
+    /// every CDC that arrived before now. Called before the end of the TCP connection is
+    /// taken for the peer's disappearance: the peer's close CDC arrived before its FIN.
+    fn settle(&self) {}
     /// Announces that `who` waits for `dir`: the next change wakes it.
     fn arm(&self, dir: Dir, who: Waiter);
     /// After [`Transport::arm`] with [`Waiter::Thread`] and a second look: sleeps until woken,

@@ -643,6 +643,10 @@ impl<D: Device> Transport for SmcrLink<D> {
         s
     }
 
+    fn settle(&self) {
+        self.link.drain(&*self.link.rcq, false);
+    }
+
     fn events_pending(&self) -> bool {
         self.side.pending.load(Ordering::Relaxed) != 0
     }

@@ -28,6 +28,10 @@ impl<T: Transport> SmcConn<T> {
             let eff = st.core.on_cdc_complete(seq);
             self.apply(st, eff);
         }
+        if st.tcp_shutdown_pending && st.core.inflight_cdcs() == 0 {
+            st.tcp_shutdown_pending = false;
+            let _ = self.clcsock.shutdown(Shutdown::Both);
+        }
         while let Some(cdc) = self.link.recv_cdc() {
             match st.core.on_cdc(&cdc) {
                 Ok(eff) => {
@@ -160,6 +164,11 @@ impl<T: Transport> SmcConn<T> {
         }
         match eff.tcp() {
             TcpAction::None => {}
+            TcpAction::Shutdown if st.core.inflight_cdcs() > 0 => {
+                // SMC-R: the close CDC travels on the link and the FIN on TCP; the FIN waits
+                // until the peer has acknowledged every CDC (observe_events sends it).
+                st.tcp_shutdown_pending = true;
+            }
             TcpAction::Shutdown => {
                 let _ = self.clcsock.shutdown(Shutdown::Both);
             }

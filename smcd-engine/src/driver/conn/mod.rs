@@ -191,6 +191,9 @@ struct State {
     /// The buffers went back to the link group ([`SmcConn::retire`]): nothing is read from
     /// or written to them any more.
     retired: bool,
+    /// The close asked for the TCP shutdown while CDCs were in flight (SMC-R): it waits for
+    /// their completions, so the peer has our close before our FIN.
+    tcp_shutdown_pending: bool,
 }
 
 /// An established SMC connection over the transport `T`.
@@ -275,6 +278,7 @@ impl<T: Transport> SmcConn<T> {
                 released: false,
                 rx_full: false,
                 retired: false,
+                tcp_shutdown_pending: false,
             }),
             over: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
@@ -615,6 +619,7 @@ impl<T: Transport> SmcConn<T> {
     /// The TCP connection ended: an orderly end if the peer's close is here, else an abort.
     fn tcp_gone(&self) {
         let mut st = self.lock();
+        self.link.settle();
         let _ = self.observe(&mut st);
         let eff = st.core.tcp_gone();
         self.apply(&mut st, eff);
