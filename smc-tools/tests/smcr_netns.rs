@@ -393,3 +393,292 @@ fn smcr_capability_by_the_syn_option_between_two_namespaces() {
     assert_eq!(&served[1].1, b"howdy");
     drop((pa, pb));
 }
+
+/// What tshark prints of each packet (one line, `|` between fields).
+const FIELDS: [&str; 20] = [
+    "ip.src",
+    "udp.dstport",
+    "tcp.dstport",
+    "infiniband.bth.opcode",
+    "infiniband.bth.destqp",
+    "smc.clc_msg",
+    "smc.proposal.rocev2.gid.ipv4",
+    "smc.accept.flags",
+    "smc.accept.server.qp.number",
+    "smc.accept.server.rmb.rkey",
+    "smc.accept.initial.psn",
+    "smc.confirm.first.contact",
+    "smc.confirm.client.qp.number",
+    "smc.confirm.client.rmb.rkey",
+    "smc.llc_msg",
+    "smc.confirm.link.response",
+    "smc.confirm.link.sender.qp.number",
+    "smc.confirm.rkey.response",
+    "smc.rmbe.ctrl.alert.token",
+    "_ws.malformed",
+];
+
+/// Probe ports (discard, daytime): a probe seen means tshark captures; the end probe seen
+/// means it has shown everything before it.
+const PROBE_PORT: u16 = 9;
+const END_PORT: u16 = 13;
+
+/// A live tshark on host 1's veth.
+struct Capture {
+    child: std::process::Child,
+    rx: std::sync::mpsc::Receiver<String>,
+    probe: std::net::UdpSocket,
+    to: SocketAddr,
+}
+
+impl Capture {
+    fn start(hosts: &Hosts, port: u16) -> Capture {
+        use std::io::BufRead;
+        let dev = format!("va{}", std::process::id());
+        let filter = format!(
+            "tcp port {port} or udp port 4791 or udp port {PROBE_PORT} or udp port {END_PORT}"
+        );
+        let mut args: Vec<String> = ["netns", "exec", &hosts.a.name, "tshark", "-l", "-i", &dev]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["-f".into(), filter]);
+        args.extend(["-T", "fields", "-E", "separator=|"].map(String::from));
+        for f in FIELDS {
+            args.extend(["-e".to_string(), f.to_string()]);
+        }
+        let mut child = Command::new("ip")
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run tshark");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let probe = hosts
+            .on(2, || std::net::UdpSocket::bind("0.0.0.0:0").unwrap())
+            .join()
+            .unwrap();
+        let c = Capture {
+            child,
+            rx,
+            probe,
+            to: SocketAddr::from((hosts.addr(1), PROBE_PORT)),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        'ready: loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tshark never showed a probe"
+            );
+            let _ = c.probe.send_to(b"probe", c.to);
+            while let Ok(l) = c.rx.recv_timeout(Duration::from_millis(100)) {
+                if l.split('|').nth(1) == Some(&PROBE_PORT.to_string()) {
+                    break 'ready;
+                }
+            }
+        }
+        c
+    }
+
+    /// Everything shown up to the end probe, as rows of fields.
+    fn finish(mut self) -> Vec<Vec<String>> {
+        let end = SocketAddr::from((self.to.ip(), END_PORT));
+        let _ = self.probe.send_to(b"end", end);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut rows = Vec::new();
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tshark never showed the end probe"
+            );
+            match self.rx.recv_timeout(Duration::from_millis(500)) {
+                Ok(l) => {
+                    let r: Vec<String> = l.split('|').map(str::to_owned).collect();
+                    if r.len() != FIELDS.len() {
+                        continue;
+                    }
+                    if r[1] == END_PORT.to_string() {
+                        break;
+                    }
+                    if r[1] != PROBE_PORT.to_string() {
+                        rows.push(r);
+                    }
+                }
+                Err(_) => {
+                    let _ = self.probe.send_to(b"end", end);
+                }
+            }
+        }
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::INT,
+        );
+        let _ = self.child.wait();
+        rows
+    }
+}
+
+fn col<'a>(r: &'a [String], name: &str) -> &'a str {
+    &r[FIELDS.iter().position(|f| *f == name).unwrap()]
+}
+
+fn num(s: &str) -> u64 {
+    let s = s.split(',').next().unwrap_or("").trim();
+    s.strip_prefix("0x").map_or_else(
+        || s.parse().unwrap_or(u64::MAX),
+        |h| u64::from_str_radix(h, 16).unwrap_or(u64::MAX),
+    )
+}
+
+/// tshark, capturing on the veth, decodes a first-contact SMC-R connection and one that
+/// reuses its group: the CLC Proposal, Accept and Confirm with their SMC-R fields (our GID,
+/// QPNs, rkeys, first-contact bits), the LLC CONFIRM_LINK request and response on the new
+/// link, CONFIRM_RKEY both ways for the second connection's RMBs, and CDC messages, all over
+/// RoCEv2; no packet is malformed.
+#[test]
+fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
+    let test = "tshark_decodes_smcr_first_contact_and_reuse_on_the_veth";
+    if smc_tests::skip_unless_tool(test, "tshark") {
+        return;
+    }
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let srv = endpoint(&hosts, 1, Capability::Assume);
+    let cli = endpoint(&hosts, 2, Capability::Assume);
+    let at = SocketAddr::from((hosts.addr(1), 7004));
+    let l = {
+        let srv = srv.clone();
+        hosts
+            .on(1, move || srv.listen(at))
+            .join()
+            .unwrap()
+            .expect("listen")
+    };
+    let cap = Capture::start(&hosts, 7004);
+    let server = hosts.on(1, move || {
+        let mut tokens = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = l.accept().expect("accept");
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let got = recv(&mut s, 5);
+            send(&mut s, 6, got);
+            tokens.push(s.mode());
+        }
+        tokens
+    });
+    let c = cli.clone();
+    let modes = hosts
+        .on(2, move || {
+            let mut modes = Vec::new();
+            for _ in 0..2 {
+                let s = c.connect(at).expect("connect");
+                modes.push(exchange(s, 5, 6, 20_000));
+            }
+            modes
+        })
+        .join()
+        .unwrap();
+    let served = server.join().unwrap();
+    let rows = cap.finish();
+    let text: String = rows.iter().map(|r| r.join("|") + "\n").collect();
+    assert!(
+        rows.iter().all(|r| col(r, "_ws.malformed").is_empty()),
+        "malformed packets:\n{text}"
+    );
+    let from = |r: &[String], host: u8| col(r, "ip.src") == hosts.addr(host).to_string();
+    let clc = |t: u64| -> Vec<&Vec<String>> {
+        rows.iter()
+            .filter(|r| !col(r, "tcp.dstport").is_empty() && num(col(r, "smc.clc_msg")) == t)
+            .collect()
+    };
+    let (props, accs, confs) = (clc(1), clc(2), clc(3));
+    assert_eq!(
+        (props.len(), accs.len(), confs.len()),
+        (2, 2, 2),
+        "CLC:\n{text}"
+    );
+    assert!(
+        props
+            .iter()
+            .all(|r| from(r, 2)
+                && col(r, "smc.proposal.rocev2.gid.ipv4") == hosts.addr(2).to_string())
+    );
+    let (sg, cg) = (&srv.link_groups()[0], &cli.link_groups()[0]);
+    for (i, a) in accs.iter().enumerate() {
+        assert!(from(a, 1));
+        assert_eq!(
+            num(col(a, "smc.accept.server.qp.number")),
+            u64::from(sg.qpn),
+            "{text}"
+        );
+        // Wireshark shows the first-contact bit (0x08) of an SMC-Rv2 Accept only in its
+        // flags byte.
+        assert_eq!(
+            num(col(a, "smc.accept.flags")) & 0x08 != 0,
+            i == 0,
+            "{text}"
+        );
+    }
+    for (i, c) in confs.iter().enumerate() {
+        assert!(from(c, 2));
+        assert_eq!(
+            num(col(c, "smc.confirm.client.qp.number")),
+            u64::from(cg.qpn),
+            "{text}"
+        );
+        assert_eq!(
+            num(col(c, "smc.confirm.first.contact")),
+            u64::from(i == 0),
+            "{text}"
+        );
+    }
+    // LLC over RoCEv2 (UDP 4791) to the peer's QP.
+    let llc = |t: u64, host: u8| -> Vec<&Vec<String>> {
+        rows.iter()
+            .filter(|r| num(col(r, "udp.dstport")) == 4791 && from(r, host))
+            .filter(|r| num(col(r, "smc.llc_msg")) == t)
+            .collect()
+    };
+    let (req, resp) = (llc(1, 1), llc(1, 2));
+    assert_eq!((req.len(), resp.len()), (1, 1), "CONFIRM_LINK:\n{text}");
+    assert_eq!(
+        num(col(req[0], "smc.confirm.link.sender.qp.number")),
+        u64::from(sg.qpn)
+    );
+    assert_eq!(num(col(req[0], "infiniband.bth.destqp")), u64::from(cg.qpn));
+    assert_eq!(
+        num(col(resp[0], "smc.confirm.link.sender.qp.number")),
+        u64::from(cg.qpn)
+    );
+    assert!(matches!(
+        col(resp[0], "smc.confirm.link.response"),
+        "1" | "True"
+    ));
+    // The second connection's RMBs: each side's CONFIRM_RKEY and the other's response.
+    let (rk1, rk2) = (llc(6, 1), llc(6, 2));
+    assert_eq!((rk1.len(), rk2.len()), (2, 2), "CONFIRM_RKEY:\n{text}");
+    // CDCs both ways, naming the tokens of both connections.
+    let mut tokens: Vec<u64> = rows
+        .iter()
+        .filter(|r| num(col(r, "smc.llc_msg")) == 0xfe)
+        .map(|r| num(col(r, "smc.rmbe.ctrl.alert.token")))
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    for m in modes.iter().chain(&served) {
+        let SmcrMode::SmcR { local_token, .. } = m else {
+            panic!("fell back: {m:?}");
+        };
+        assert!(
+            tokens.contains(&u64::from(*local_token)),
+            "no CDC for {local_token:#x}:\n{text}"
+        );
+    }
+}
