@@ -94,6 +94,10 @@ impl Hosts {
 }
 
 fn endpoint(hosts: &Hosts, host: u8, cap: Capability) -> SmcrEndpoint {
+    endpoint_with(hosts, host, SmcrConfig::new(hosts.addr(host), UEID, cap))
+}
+
+fn endpoint_with(hosts: &Hosts, host: u8, cfg: SmcrConfig) -> SmcrEndpoint {
     // Link failures and LLC decisions are logged: a failing run shows why.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -102,11 +106,8 @@ fn endpoint(hosts: &Hosts, host: u8, cap: Capability) -> SmcrEndpoint {
         )
         .with_test_writer()
         .try_init();
-    let addr = hosts.addr(host);
     hosts
-        .on(host, move || {
-            SmcrEndpoint::open(SmcrConfig::new(addr, UEID, cap))
-        })
+        .on(host, move || SmcrEndpoint::open(cfg))
         .join()
         .unwrap()
         .expect("open the SMC-R endpoint")
@@ -681,4 +682,176 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
             "no CDC for {local_token:#x}:\n{text}"
         );
     }
+}
+
+/// nftables in host `host`'s namespace: drop `percent` % of the RoCEv2 datagrams arriving
+/// (`numgen random`), or all of them with 100.
+fn drop_rocev2(hosts: &Hosts, host: u8, percent: u32) {
+    let rule = format!("udp dport 4791 numgen random mod 100 lt {percent} counter drop");
+    for cmd in [
+        "add table inet smcrloss".to_string(),
+        "add chain inet smcrloss input { type filter hook input priority 0; }".to_string(),
+        format!("add rule inet smcrloss input {rule}"),
+    ] {
+        let ok = Command::new("ip")
+            .args(["netns", "exec", &hosts.ns(host).name, "nft", &cmd])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "nft {cmd}");
+    }
+}
+
+fn nft_available(test: &str) -> bool {
+    !smc_tests::skip_unless_tool(test, "nft")
+}
+
+/// One SMC-R connection between the hosts; the server side runs `srv` on its stream, the
+/// client side `cli`, each on a thread in its namespace.
+fn one_connection<S, C>(
+    hosts: &Hosts,
+    port: u16,
+    testlink: Duration,
+    ring: usize,
+    srv: impl FnOnce(SmcrStream) -> S + Send + 'static,
+    cli: impl FnOnce(SmcrStream) -> C + Send + 'static,
+) -> (JoinHandle<S>, JoinHandle<C>, SmcrEndpoint, SmcrEndpoint)
+where
+    S: Send + 'static,
+    C: Send + 'static,
+{
+    let cfg = |host| SmcrConfig {
+        testlink_time: testlink,
+        ring,
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    let se = endpoint_with(hosts, 1, cfg(1));
+    let ce = endpoint_with(hosts, 2, cfg(2));
+    let at = SocketAddr::from((hosts.addr(1), port));
+    let l = {
+        let se = se.clone();
+        hosts
+            .on(1, move || se.listen(at))
+            .join()
+            .unwrap()
+            .expect("listen")
+    };
+    let s = hosts.on(1, move || {
+        let (s, _) = l.accept().expect("accept");
+        srv(s)
+    });
+    let c2 = ce.clone();
+    let c = hosts.on(2, move || cli(c2.connect(at).expect("connect")));
+    (s, c, se, ce)
+}
+
+/// 5 % of the RoCEv2 datagrams into the server are dropped at random: a 256 MiB stream still
+/// arrives byte-exact (sequence NAKs and go-back-N retransmission), the connection stays SMC-R.
+#[test]
+fn smcr_stream_is_byte_exact_under_random_loss() {
+    let test = "smcr_stream_is_byte_exact_under_random_loss";
+    if !nft_available(test) {
+        return;
+    }
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    drop_rocev2(&hosts, 1, 5);
+    const TOTAL: u64 = 256 << 20;
+    let (s, c, se, _ce) = one_connection(
+        &hosts,
+        7005,
+        smc_core::llc::SMC_LLC_TESTLINK_DEFAULT_TIME,
+        // 64 KiB buffers: a lost last packet of a burst often waits for the QP's timeout
+        // (134 ms), which costs time but no CPU (larger buffers make go-back-N resend more:
+        // the same time, all of it CPU).
+        64 << 10,
+        |mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            (recv(&mut s, 77), s.mode())
+        },
+        |mut c| {
+            send(&mut c, 77, TOTAL);
+            c.mode()
+        },
+    );
+    let cm = c.join().unwrap();
+    let (got, sm) = s.join().unwrap();
+    assert_eq!(got, TOTAL);
+    smcr_lgr(&cm);
+    smcr_lgr(&sm);
+    let st = se.device().stats();
+    assert!(
+        st.seq_naks_sent.load(Ordering::Relaxed) > 0,
+        "no loss was seen: the rule did not apply"
+    );
+}
+
+/// The veth goes down mid-stream: the reader's QP exhausts its retries (the kernel's timeout
+/// 15 and retry count 7, about a second) on its next CDC, the writer's when its TEST_LINK
+/// (`smcr_testlink_time`, 2 s here) goes unanswered; both links fail, both ends see the
+/// connection reset, and nothing hangs.
+#[test]
+fn smcr_connection_resets_when_the_path_goes_away() {
+    let test = "smcr_connection_resets_when_the_path_goes_away";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (s, c, _se, _ce) = one_connection(
+        &hosts,
+        7006,
+        // The writer waits for window with nothing in flight: only TEST_LINK notices.
+        Duration::from_secs(2),
+        64 << 10,
+        |mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            let mut buf = vec![0u8; 64 << 10];
+            let mut n = 0u64;
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => return Err(n),
+                    Ok(k) => n += k as u64,
+                    Err(e) => return Ok((e.kind(), n)),
+                }
+            }
+        },
+        move |mut c| {
+            let buf = vec![7u8; 64 << 10];
+            let mut sent = 0u64;
+            loop {
+                if sent == 8 << 20 {
+                    let _ = tx.send(());
+                }
+                match c.write(&buf) {
+                    Ok(k) => sent += k as u64,
+                    Err(e) => return (e.kind(), sent),
+                }
+            }
+        },
+    );
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("the stream never got going");
+    let started = std::time::Instant::now();
+    ip(&[
+        "-n",
+        &hosts.a.name,
+        "link",
+        "set",
+        &format!("va{}", std::process::id()),
+        "down",
+    ]);
+    let (ck, sent) = c.join().unwrap();
+    let sr = s.join().unwrap();
+    let took = started.elapsed();
+    eprintln!("link down: writer saw {ck:?} after {sent} bytes; reader {sr:?}; {took:?}");
+    let (sk, got) = sr.expect("the reader saw an end of stream, not a reset");
+    assert_eq!(sk, std::io::ErrorKind::ConnectionReset, "reader");
+    assert!(
+        matches!(
+            ck,
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+        ),
+        "writer: {ck:?}"
+    );
+    assert!(got <= sent);
 }

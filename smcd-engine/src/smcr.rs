@@ -49,7 +49,10 @@ use smc_core::llc::{
     FirstLink, LgrType, LinkIdx, Llc, LlcAction, LlcConfig, LocalPort, PeerQp, RmbId, RmbKey,
     StepFailed,
 };
-use smc_proto::clc::{ClcMessage, Decline, Eid, Hostname, ProposalBuilder, ReasonCode, SMC_V2};
+use smc_proto::clc::{
+    ClcMessage, Decline, Eid, Hostname, ProposalBuilder, ReasonCode, SMC_V2, SMCR_MAX_BUFSIZE_CODE,
+    compress_bufsize, uncompress_bufsize,
+};
 use smc_rdma::soft::{SoftConfig, SoftDevice, SoftMr};
 use smc_rdma::verbs::{
     Access, Device, Gid, Memory, MemoryRegion, Mtu, Pd, QpCaps, QpInit, QueuePair, RcPath, bring_up,
@@ -83,7 +86,8 @@ pub struct SmcrConfig {
     pub netdev: Option<String>,
     /// The user EID both sides must share (SMC-Rv2 has no system EID).
     pub ueid: String,
-    /// RMB and send-buffer size of each connection.
+    /// RMB and send-buffer size of each connection (rounded up to a power of two, at most
+    /// 512 KiB: what the CLC's size code can name for SMC-R).
     pub ring: usize,
     /// `smcr_max_conns_per_lgr`.
     pub max_conns: u8,
@@ -91,6 +95,9 @@ pub struct SmcrConfig {
     pub settings: Settings,
     /// How peers are known to be SMC-R capable.
     pub capability: Capability,
+    /// `smcr_testlink_time`: TEST_LINK after this long without an LLC message from the peer
+    /// (zero: never). A link whose TEST_LINK goes unanswered ends its group.
+    pub testlink_time: Duration,
 }
 
 impl SmcrConfig {
@@ -105,6 +112,7 @@ impl SmcrConfig {
             max_conns: MAX_CONNS_PER_LGR,
             settings: Settings::default(),
             capability,
+            testlink_time: smc_core::llc::SMC_LLC_TESTLINK_DEFAULT_TIME,
         }
     }
 }
@@ -134,6 +142,7 @@ struct Ep {
     port: LocalPort,
     ring: usize,
     settings: Settings,
+    testlink_time: Duration,
     option: Option<Maps>,
     groups: Mutex<Vec<Arc<Group>>>,
     next_lgr: AtomicU32,
@@ -315,8 +324,10 @@ impl SmcrEndpoint {
                 max_links: 1,
             },
             port,
-            ring: cfg.ring.clamp(16 << 10, 1 << 20),
+            // A size the CLC's size code names exactly: a power of two, 16 KiB to 512 KiB.
+            ring: uncompress_bufsize(compress_bufsize(cfg.ring, SMCR_MAX_BUFSIZE_CODE)),
             settings: cfg.settings,
+            testlink_time: cfg.testlink_time,
             option,
             groups: Mutex::new(Vec::new()),
             next_lgr: AtomicU32::new(random_u32() & 0xffff_ff00 | 1),
@@ -528,14 +539,16 @@ impl Ep {
         RoceLink::start(q.qp, q.scq, q.rcq, q.recv)
     }
 
-    fn conn_config(&self) -> Config {
+    /// The core's configuration: our RMB receives, the peer's (`peer_rmb` bytes) is where
+    /// our bytes go, the send buffer is as large as our RMB.
+    fn conn_config(&self, peer_rmb: usize) -> Config {
         let s = &self.settings;
         Config {
             autocorking_size: s.autocorking_size as usize,
             autosplit_size: s.autosplit_size as usize,
             tx_chunk: s.tx_chunk as usize,
             wnd_rule: s.wnd_update_rule,
-            ..Config::smcr(self.ring, self.ring, self.ring)
+            ..Config::smcr(self.ring, peer_rmb, self.ring)
         }
     }
 
@@ -564,7 +577,7 @@ impl Ep {
         let conn = SmcConn::new(
             sock,
             link,
-            self.conn_config(),
+            self.conn_config(peer.rmb.len),
             ConnParams {
                 spin: self.settings.spin,
             },
@@ -599,6 +612,7 @@ impl Ep {
     fn llc_config(&self, lgr_id: u32) -> LlcConfig {
         LlcConfig {
             max_links: self.smcr.max_links,
+            testlink_time: self.testlink_time,
             ..LlcConfig::new(lgr_id, vec![self.port])
         }
     }

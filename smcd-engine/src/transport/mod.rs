@@ -91,6 +91,12 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// every CDC that arrived before now. Called before the end of the TCP connection is
     /// taken for the peer's disappearance: the peer's close CDC arrived before its FIN.
     fn settle(&self) {}
+    /// Whether the link under the connection failed since the last call (SMC-R: an error
+    /// completion or the link group's end); the connection is then reset, as the kernel's
+    /// `smc_conn_kill` does.
+    fn take_failure(&self) -> bool {
+        false
+    }
     /// Announces that `who` waits for `dir`: the next change wakes it.
     fn arm(&self, dir: Dir, who: Waiter);
     /// After [`Transport::arm`] with [`Waiter::Thread`] and a second look: sleeps until woken,

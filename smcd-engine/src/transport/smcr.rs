@@ -21,7 +21,7 @@
 use super::{Readiness, Transport, Waiter};
 use crate::device::Dir;
 use smc_core::conn::{HostCdc, RemoteWrite};
-use smc_proto::cdc::{ConnStateFlags, ProducerFlags, SmcrCdcRepr};
+use smc_proto::cdc::SmcrCdcRepr;
 use smc_rdma::verbs::{
     CompletionQueue, Device, MemoryRegion, Payload, QueuePair, RecvWr, SendOp, SendWr, Sge, Wc,
     WcOpcode, WcStatus,
@@ -617,18 +617,16 @@ impl<D: Device> Transport for SmcrLink<D> {
             self.side.pending.fetch_sub(1, Ordering::SeqCst);
             return c;
         }
-        // A failed link shows as the peer's abort, once.
-        if self.side.failed.swap(false, Ordering::SeqCst) {
-            self.side.pending.fetch_sub(1, Ordering::SeqCst);
-            return Some(HostCdc {
-                seqno: 0,
-                prod: smc_proto::cdc::Cursor::ZERO,
-                cons: smc_proto::cdc::Cursor::ZERO,
-                pflags: ProducerFlags::EMPTY,
-                cflags: ConnStateFlags::PEER_CONN_ABORT,
-            });
-        }
         None
+    }
+
+    fn take_failure(&self) -> bool {
+        // Once: the connection is reset from now on.
+        let failed = self.side.failed.swap(false, Ordering::SeqCst);
+        if failed {
+            self.side.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+        failed
     }
 
     fn cdc_pending(&self) -> bool {

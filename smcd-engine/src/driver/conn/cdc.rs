@@ -24,6 +24,11 @@ impl<T: Transport> SmcConn<T> {
     }
 
     fn observe_events(&self, st: &mut State) -> io::Result<()> {
+        if self.link.take_failure() {
+            let eff = st.core.abort(AbortKind::Reset);
+            self.apply(st, eff);
+            return Ok(());
+        }
         while let Some(seq) = self.link.poll_completion() {
             let eff = st.core.on_cdc_complete(seq);
             self.apply(st, eff);
