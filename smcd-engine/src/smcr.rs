@@ -646,9 +646,13 @@ impl Ep {
         for e in &self.caps.ueids {
             b = b.user_eid(*e);
         }
-        let proposal = hs::propose(b, &self.smcr)
+        let mut proposal = hs::propose(b, &self.smcr)
             .build()
             .map_err(|e| proto_err(format!("building the Proposal: {e:?}")))?;
+        // Our system id, so that a server can tell a restarted peer on the same address (a
+        // new endpoint, with groups of its own) from the one its groups are with. Linux fills
+        // it only beside an SMC-Rv1 offer; a server that ignores it loses nothing.
+        proposal.peer_id = self.smcr.peer_id;
         sock.write_all(&ClcMessage::Proposal(proposal).to_vec())?;
         let msg = match read_clc(&mut sock)? {
             Ok(m) => m,
@@ -781,12 +785,14 @@ impl Ep {
             Ok(b) => b,
             Err(_) => return self.decline(sock, ReasonCode::MEM),
         };
-        // smcr_lgr_match for the server: the client's GID, a group with room.
+        // smcr_lgr_match for the server: the client's system id (when it names one) and GID,
+        // a group with room.
         let group = lock(&self.groups)
             .iter()
             .find(|g| {
                 let sh = lock(&g.sh);
                 !g.client
+                    && (p.peer_id == [0; 8] || p.peer_id == g.peer_id)
                     && g.peer_gid == info.peer_gid
                     && sh.dead.is_none()
                     && sh.conns < u32::from(info.max_conns)

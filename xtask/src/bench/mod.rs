@@ -29,9 +29,13 @@ pub use procs::{Guard, install_signal_handler, interrupted};
 /// `cargo xtask bench` options.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Suites to run, comma separated: bw, lat, pp, crr, ablation (default: all).
+    /// Suites to run, comma separated: bw, lat, pp, ablation, smcr, crr (default: all).
     #[arg(long, value_delimiter = ',')]
     suite: Vec<String>,
+    /// The SMC-R suite (two network namespaces, the soft RoCEv2 device; needs root): alone,
+    /// or beside the suites `--suite` names.
+    #[arg(long)]
+    smcr: bool,
     /// Fewer sizes and 0.5 s points: under 3 minutes on 2 cores once built.
     #[arg(long, conflicts_with = "smoke")]
     quick: bool,
@@ -73,11 +77,25 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
     } else {
         Depth::Full
     };
-    let names: Vec<String> = if args.suite.is_empty() {
-        SUITES.iter().map(|s| s.to_string()).collect()
-    } else {
-        args.suite.clone()
+    let mut names: Vec<String> = match (args.suite.is_empty(), args.smcr) {
+        (true, true) => Vec::new(),
+        (true, false) => SUITES
+            .iter()
+            .filter(|&&s| {
+                // Two network namespaces and a veth: root only.
+                let root = euid() == 0;
+                if s == "smcr" && !root {
+                    eprintln!("bench: skipping suite smcr (needs root for its network namespaces)");
+                }
+                s != "smcr" || root
+            })
+            .map(|s| s.to_string())
+            .collect(),
+        (false, _) => args.suite.clone(),
     };
+    if args.smcr && !names.iter().any(|n| n == "smcr") {
+        names.push("smcr".into());
+    }
     let mut plans = Vec::new();
     for n in &names {
         let n = n.trim();
@@ -347,4 +365,10 @@ fn write_outputs(dir: &Path, stamp: &str, run: &RunResult) -> anyhow::Result<Vec
         }
     }
     Ok(files)
+}
+
+/// The effective user id (`geteuid(2)`, which cannot fail).
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and only returns a number.
+    unsafe { libc::geteuid() }
 }

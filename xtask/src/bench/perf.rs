@@ -145,6 +145,110 @@ impl PerfServer {
 /// The port is picked below the ephemeral range, not with `--port 0`: on a shared machine
 /// other programs' TIME_WAIT sockets can fill the ephemeral range, and then bind(0) fails.
 /// A port that is taken is skipped.
+/// Two network namespaces joined by a veth pair (MTU 9000, as RoCE fabrics run jumbo
+/// frames): the two hosts of the SMC-R suite. Deleted when dropped.
+#[derive(Debug)]
+pub(super) struct Veth {
+    pub(super) a: String,
+    pub(super) b: String,
+    pub(super) addr_a: std::net::Ipv4Addr,
+    pub(super) addr_b: std::net::Ipv4Addr,
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+impl Veth {
+    pub(super) fn create() -> anyhow::Result<Veth> {
+        let pid = std::process::id();
+        let v = Veth {
+            a: format!("smcbench-a-{pid}"),
+            b: format!("smcbench-b-{pid}"),
+            addr_a: std::net::Ipv4Addr::new(10, 77, 0, 1),
+            addr_b: std::net::Ipv4Addr::new(10, 77, 0, 2),
+        };
+        for ns in [&v.a, &v.b] {
+            let _ = ip(&["netns", "del", ns]);
+            ip(&["netns", "add", ns])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        let (da, db) = (format!("vbench{pid}a"), format!("vbench{pid}b"));
+        let (da, db) = (&da[..da.len().min(15)], &db[..db.len().min(15)]);
+        ip(&[
+            "link", "add", da, "netns", &v.a, "type", "veth", "peer", "name", db, "netns", &v.b,
+        ])?;
+        for (ns, dev, addr) in [(&v.a, da, v.addr_a), (&v.b, db, v.addr_b)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "mtu", "9000", "up"])?;
+        }
+        Ok(v)
+    }
+
+    /// `ip netns exec NS PROGRAM`: the program runs in `ns` under the same pid.
+    fn exec(&self, ns: &str, program: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(program);
+        c
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.a]);
+        let _ = ip(&["netns", "del", &self.b]);
+    }
+}
+
+/// The `--smcr-set` arguments of an SMC-R variant.
+fn smcr_args(cmd: &mut Command, v: &Variant, local: std::net::Ipv4Addr) {
+    cmd.args(["--smcr", &local.to_string()]);
+    for (k, val) in &v.settings {
+        cmd.args(["--smcr-set", &format!("{k}={val}")]);
+    }
+}
+
+/// The server of a variant between the namespaces (TCP or SMC-R) in namespace `a`.
+pub(super) fn start_veth_server(env: &Env, veth: &Veth, v: &Variant) -> anyhow::Result<PerfServer> {
+    let mut last = String::new();
+    for _ in 0..64 {
+        let port = env.ports.next();
+        let mut cmd = veth.exec(&veth.a, &env.bin.join("smc-perf"));
+        cmd.args(["server", "--port", &port.to_string(), "--bind"])
+            .arg(veth.addr_a.to_string());
+        if v.smcr {
+            smcr_args(&mut cmd, v, veth.addr_a);
+        } else {
+            cmd.arg("--tcp");
+        }
+        if let Some(c) = env.server_cpu {
+            cmd.args(["--pin", &c.to_string()]);
+        }
+        let log = if v.smcr {
+            "server-smcr.log"
+        } else {
+            "server-tcp-veth.log"
+        };
+        match spawn_server(env, cmd, log, false)? {
+            Ok(s) => return Ok(s),
+            Err(why) if why.contains("Address already in use") => last = why,
+            Err(why) => bail!("smc-perf server ({}) did not start: {why}", v.name),
+        }
+    }
+    bail!("no free port for smc-perf server: {last}")
+}
+
 pub(super) fn start_server(env: &Env, smc: bool, events: bool) -> anyhow::Result<PerfServer> {
     let mut last = String::new();
     for _ in 0..64 {
@@ -173,10 +277,6 @@ fn start_server_on(
     } else {
         "server-tcp.log"
     };
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(env.logs.join(name))?;
     let mut cmd = Command::new(env.bin.join("smc-perf"));
     cmd.args(["server", "--port", &port.to_string(), "--bind", "127.0.0.1"]);
     if !smc {
@@ -188,6 +288,20 @@ fn start_server_on(
     if let Some(c) = env.server_cpu {
         cmd.args(["--pin", &c.to_string()]);
     }
+    spawn_server(env, cmd, name, events)
+}
+
+/// Starts a server command and waits until it says where it listens.
+fn spawn_server(
+    env: &Env,
+    mut cmd: Command,
+    name: &str,
+    events: bool,
+) -> anyhow::Result<Result<PerfServer, String>> {
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(env.logs.join(name))?;
     cmd.env("SMCD_SOCKET", &env.sock)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -336,10 +450,17 @@ pub(super) fn run_client(
     v: &Variant,
     port: u16,
     rep: usize,
+    veth: Option<&Veth>,
 ) -> RepResult {
-    let mut cmd = Command::new(env.bin.join("smc-perf"));
+    let (mut cmd, host) = match veth.filter(|_| v.veth) {
+        Some(n) => (
+            n.exec(&n.b, &env.bin.join("smc-perf")),
+            n.addr_a.to_string(),
+        ),
+        None => (Command::new(env.bin.join("smc-perf")), "127.0.0.1".into()),
+    };
     cmd.arg("client")
-        .arg(format!("127.0.0.1:{port}"))
+        .arg(format!("{host}:{port}"))
         .args(["--test", test.arg()])
         .args(["--msg-size", &p.msg_size.to_string()])
         .args(["--time", &time.to_string()])
@@ -347,6 +468,8 @@ pub(super) fn run_client(
         .env("SMCD_SOCKET", &env.sock);
     if !v.smc {
         cmd.arg("--tcp");
+    } else if let (true, Some(n)) = (v.smcr, veth) {
+        smcr_args(&mut cmd, v, n.addr_b);
     }
     if v.events {
         cmd.arg("--events");
@@ -414,7 +537,8 @@ pub(super) fn run_client(
     {
         r.metrics.insert("smc_share".into(), share);
     }
-    r.fallback = v.smc && test != Test::Crr && json["transport"].as_str() != Some("smcd");
+    let want = if v.smcr { "smcr" } else { "smcd" };
+    r.fallback = v.smc && test != Test::Crr && json["transport"].as_str() != Some(want);
     // A run that measured nothing (no message or connection in the window) is no result.
     let rate = match test {
         Test::Bw => "mbps",

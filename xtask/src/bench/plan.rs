@@ -102,6 +102,14 @@ pub struct Variant {
     /// Client and server run event loops (`smc-perf --events`: wrk against nginx) instead of
     /// a thread per connection.
     pub events: bool,
+    /// Server and client in two network namespaces joined by a veth pair (two hosts), not
+    /// both on 127.0.0.1.
+    #[serde(default)]
+    pub veth: bool,
+    /// SMC-R over the soft RoCEv2 device (`smc-perf --smcr`); `settings` go to the endpoints
+    /// as `--smcr-set`, not to smcd.
+    #[serde(default)]
+    pub smcr: bool,
 }
 
 impl Variant {
@@ -120,6 +128,25 @@ fn tcp() -> Variant {
         smc: false,
         settings: Vec::new(),
         events: false,
+        veth: false,
+        smcr: false,
+    }
+}
+
+fn tcp_veth() -> Variant {
+    Variant {
+        name: "tcp-veth".into(),
+        label: "TCP (veth)".into(),
+        veth: true,
+        ..tcp()
+    }
+}
+
+fn smcr(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Variant {
+    Variant {
+        veth: true,
+        smcr: true,
+        ..smc(name, label, short, settings)
     }
 }
 
@@ -131,6 +158,8 @@ fn smc(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Varian
         smc: true,
         settings: settings.iter().map(|&(k, v)| (k.into(), v)).collect(),
         events: false,
+        veth: false,
+        smcr: false,
     }
 }
 
@@ -175,7 +204,8 @@ pub struct SuitePlan {
 /// Suite names in run order.
 /// crr runs last: its connection churn leaves tens of thousands of sockets in TIME_WAIT for a
 /// minute, which should not be around while the other suites measure.
-pub const SUITES: [&str; 5] = ["bw", "lat", "pp", "ablation", "crr"];
+/// smcr runs in two network namespaces of its own (needs root and `ip`).
+pub const SUITES: [&str; 6] = ["bw", "lat", "pp", "ablation", "smcr", "crr"];
 
 const KIB: usize = 1024;
 
@@ -389,6 +419,92 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                 points: sizes(pick(
                     depth,
                     vec![256 * KIB, 1024 * KIB],
+                    vec![256 * KIB],
+                    vec![256 * KIB],
+                )),
+                max_time: None,
+            },
+        ],
+        "smcr" => vec![
+            TablePlan {
+                id: "smcr/bw".into(),
+                title: "smcr: one-way stream between two namespaces over a veth, MB/s".into(),
+                mirrors: "qperf tcp_bw over RoCE (SMC-R), soft RoCEv2 device".into(),
+                test: Test::Bw,
+                primary: "mbps",
+                shown: vec!["mbps"],
+                higher_is_better: true,
+                variants: vec![tcp_veth(), smcr("smcr", "SMC-R", "SMC-R", &[])],
+                points: sizes(pick(
+                    depth,
+                    vec![64, KIB, 16 * KIB, 64 * KIB],
+                    vec![KIB, 64 * KIB],
+                    vec![64 * KIB],
+                )),
+                max_time: None,
+            },
+            TablePlan {
+                id: "smcr/lat".into(),
+                title: "smcr: ping-pong between two namespaces over a veth, one-way µs (mean / p50 / p99)"
+                    .into(),
+                mirrors: "qperf tcp_lat over RoCE (SMC-R), soft RoCEv2 device".into(),
+                test: Test::Lat,
+                primary: "lat_us_p50",
+                shown: lat_shown.clone(),
+                higher_is_better: false,
+                variants: vec![tcp_veth(), smcr("smcr", "SMC-R", "SMC-R", &[])],
+                points: sizes(pick(
+                    depth,
+                    vec![1, 64, KIB, 16 * KIB],
+                    vec![64, KIB],
+                    vec![64],
+                )),
+                max_time: None,
+            },
+            TablePlan {
+                id: "smcr/autocork".into(),
+                title: "smcr: autocorking off/on, small-message stream over RoCEv2, MB/s".into(),
+                mirrors: "autocorking patch (every CDC is a work request on SMC-R), qperf tcp_bw"
+                    .into(),
+                test: Test::Bw,
+                primary: "mbps",
+                shown: vec!["mbps"],
+                higher_is_better: true,
+                variants: vec![
+                    tcp_veth(),
+                    smcr("smcr-cork-off", "SMC-R cork off", "off", &[("autocorking_size", 0)]),
+                    smcr("smcr-cork-on", "SMC-R cork on", "on", &[("autocorking_size", 65536)]),
+                ],
+                points: sizes(pick(depth, vec![1, 16, 256], vec![16, 256], vec![16])),
+                max_time: None,
+            },
+            TablePlan {
+                id: "smcr/autosplit".into(),
+                title: "smcr: large-message ping-pong over RoCEv2, autosplit off/on, one-way µs, 512 KiB RMB"
+                    .into(),
+                mirrors: "sockperf ping-pong, autosplit patch (Jul 2024), over SMC-R".into(),
+                test: Test::Lat,
+                primary: "lat_us_p50",
+                shown: lat_shown.clone(),
+                higher_is_better: false,
+                variants: vec![
+                    tcp_veth(),
+                    smcr(
+                        "smcr-split-off",
+                        "SMC-R split off",
+                        "off",
+                        &[("rmem", 512 * KIB as u64), ("autosplit_size", 536_870_912)],
+                    ),
+                    smcr(
+                        "smcr-split-on",
+                        "SMC-R split on",
+                        "on",
+                        &[("rmem", 512 * KIB as u64), ("autosplit_size", 131_072)],
+                    ),
+                ],
+                points: sizes(pick(
+                    depth,
+                    vec![128 * KIB, 1024 * KIB],
                     vec![256 * KIB],
                     vec![256 * KIB],
                 )),

@@ -28,6 +28,10 @@ pub(super) struct Bench<'a> {
     counters_before: Option<BTreeMap<String, f64>>,
     /// Client runs so far.
     pub(super) runs: usize,
+    /// The two namespaces of the SMC-R suite, made when its first variant runs.
+    veth: Option<perf::Veth>,
+    /// Servers in the first of them, by variant (each SMC-R variant has its settings).
+    veth_servers: BTreeMap<String, PerfServer>,
 }
 
 impl<'a> Bench<'a> {
@@ -47,6 +51,8 @@ impl<'a> Bench<'a> {
             progress: Progress::new(plans, cfg),
             counters_before,
             runs: 0,
+            veth: None,
+            veth_servers: BTreeMap::new(),
         })
     }
 
@@ -144,7 +150,17 @@ impl<'a> Bench<'a> {
             for (v, res) in tp.variants.iter().zip(&mut results) {
                 let (port, applied) = self.server_for(v)?;
                 let before = (tp.test == Test::Crr).then(|| self.context_switches(v));
-                let mut r = perf::run_client(self.env, self.cfg, time, tp.test, pp, v, port, rep);
+                let mut r = perf::run_client(
+                    self.env,
+                    self.cfg,
+                    time,
+                    tp.test,
+                    pp,
+                    v,
+                    port,
+                    rep,
+                    self.veth.as_ref(),
+                );
                 if let Some(before) = before {
                     let after = self.context_switches(v);
                     wakeups(&mut r, before, after);
@@ -155,7 +171,9 @@ impl<'a> Bench<'a> {
                     res.settings_applied = false;
                     res.settings_note = applied.note;
                 }
-                if v.smc {
+                if v.smcr {
+                    res.effective_settings = v.settings.iter().cloned().collect();
+                } else if v.smc {
                     res.effective_settings = self.ctl.current.clone();
                 }
                 res.reps.push(r);
@@ -191,6 +209,40 @@ impl<'a> Bench<'a> {
     /// The port to run variant `v` against: for SMC, after setting its sysctls and (re)starting
     /// the SMC server if they changed; for TCP, the TCP server (restarted if it died).
     fn server_for(&mut self, v: &Variant) -> anyhow::Result<(u16, Applied)> {
+        if v.veth {
+            if self.veth.is_none() {
+                self.veth = Some(perf::Veth::create()?);
+            }
+            let veth = self.veth.as_ref().expect("made");
+            let running = self
+                .veth_servers
+                .get_mut(&v.name)
+                .is_some_and(|s| !procs::has_exited(&mut s.child));
+            if !running {
+                if v.smcr {
+                    // One soft RoCE device per address and host: another SMC-R server (other
+                    // settings) gives the address up first.
+                    let others: Vec<String> = self
+                        .veth_servers
+                        .keys()
+                        .filter(|k| k.starts_with("smcr") && **k != v.name)
+                        .cloned()
+                        .collect();
+                    for k in others {
+                        if let Some(mut s) = self.veth_servers.remove(&k) {
+                            s.stop();
+                        }
+                    }
+                }
+                if let Some(mut old) = self.veth_servers.remove(&v.name) {
+                    eprintln!("bench: {} server exited; restarting it", v.name);
+                    old.stop();
+                }
+                let s = perf::start_veth_server(self.env, veth, v)?;
+                self.veth_servers.insert(v.name.clone(), s);
+            }
+            return Ok((self.veth_servers[&v.name].port, Applied::default()));
+        }
         if !v.smc {
             let exited = procs::has_exited(&mut self.tcp.child);
             if exited || self.tcp.events != v.events {
@@ -236,6 +288,10 @@ impl<'a> Bench<'a> {
 
     /// Stops the servers, then smcd (which removes its socket).
     pub(super) fn stop(mut self) {
+        for (_, mut s) in std::mem::take(&mut self.veth_servers) {
+            s.stop();
+        }
+        self.veth = None;
         if let Some(mut s) = self.smc.take() {
             s.stop();
         }
@@ -294,7 +350,14 @@ impl Progress {
 fn new_variant_result(v: &Variant) -> VariantResult {
     VariantResult {
         variant: v.name.clone(),
-        transport: if v.smc { "smc" } else { "tcp" }.into(),
+        transport: if v.smcr {
+            "smcr"
+        } else if v.smc {
+            "smc"
+        } else {
+            "tcp"
+        }
+        .into(),
         settings: v.settings.iter().cloned().collect(),
         settings_applied: true,
         settings_note: None,

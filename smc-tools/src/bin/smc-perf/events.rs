@@ -552,12 +552,14 @@ pub fn serve(l: Listen, cpu: Option<usize>) -> anyhow::Result<()> {
     let l = Arc::new(l);
     match &*l {
         Listen::Smc(s) => s.set_nonblocking(true)?,
+        Listen::Smcr(_) => anyhow::bail!("--events does not run over SMC-R"),
         Listen::Tcp(t) => t.set_nonblocking(true)?,
     }
     let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
     const LISTENER: u64 = u64::MAX;
     let lfd = match &*l {
         Listen::Smc(s) => s.readiness_fd()?,
+        Listen::Smcr(_) => anyhow::bail!("--events does not run over SMC-R"),
         Listen::Tcp(t) => t.as_fd(),
     };
     epoll::add(
@@ -613,6 +615,7 @@ pub fn serve(l: Listen, cpu: Option<usize>) -> anyhow::Result<()> {
             for _ in 0..64 {
                 let c = match &*l {
                     Listen::Smc(s) => s.accept().map(|(s, _)| Conn::Smc(s)),
+                    Listen::Smcr(s) => s.accept().map(|(s, _)| Conn::Smcr(s)),
                     Listen::Tcp(t) => t.accept().map(|(s, _)| Conn::Tcp(s)),
                 };
                 let c = match c {
@@ -633,6 +636,7 @@ pub fn serve(l: Listen, cpu: Option<usize>) -> anyhow::Result<()> {
                 };
                 let setup = c.set_nonblocking(true).and_then(|()| match &c {
                     Conn::Smc(s) => s.set_nodelay(true),
+                    Conn::Smcr(s) => s.set_nodelay(true),
                     Conn::Tcp(s) => s.set_nodelay(true),
                 });
                 if setup.is_err() {

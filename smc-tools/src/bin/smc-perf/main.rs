@@ -40,6 +40,7 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
+use smcd_engine::smcr::{SmcrConfig, SmcrEndpoint, SmcrListener, SmcrMode, SmcrStream};
 use smcd_engine::{Mode, SmcListener, SmcStream};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -89,6 +90,14 @@ enum Cmd {
         /// thread each.
         #[arg(long)]
         events: bool,
+        /// SMC-R instead of SMC-D: the soft RoCEv2 device on this local address (UDP 4791;
+        /// the peer must be an `smc-perf --smcr` of its own, it is assumed SMC-R capable).
+        #[arg(long)]
+        smcr: Option<std::net::Ipv4Addr>,
+        /// With --smcr: an engine setting of the SMC-R endpoint, `NAME=VALUE` (autocorking_size,
+        /// autosplit_size, tx_chunk, rmem: the RMB size); repeatable.
+        #[arg(long = "smcr-set", value_name = "NAME=VALUE")]
+        smcr_set: Vec<String>,
     },
     /// Run one test against a server.
     Client {
@@ -130,6 +139,13 @@ enum Cmd {
         /// With --events: how many event loops share the connections.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// SMC-R instead of SMC-D, over the soft RoCEv2 device on this local address.
+        #[arg(long)]
+        smcr: Option<std::net::Ipv4Addr>,
+        /// With --smcr: an engine setting of the SMC-R endpoint, `NAME=VALUE` (autocorking_size,
+        /// autosplit_size, tx_chunk, rmem: the RMB size); repeatable.
+        #[arg(long = "smcr-set", value_name = "NAME=VALUE")]
+        smcr_set: Vec<String>,
     },
     /// Drip-feed CLC Proposals at an SMC listener (an attacker for soak tests; needs smcd).
     Drip {
@@ -211,7 +227,35 @@ fn check(off: u64, got: &[u8]) -> u64 {
 
 enum Conn {
     Smc(SmcStream),
+    Smcr(SmcrStream),
     Tcp(TcpStream),
+}
+
+/// The SMC-R endpoint of this process (`--smcr`), if any.
+static SMCR: OnceLock<SmcrEndpoint> = OnceLock::new();
+
+/// Opens the SMC-R endpoint on `addr` (once).
+fn open_smcr(addr: std::net::Ipv4Addr, set: &[String]) -> anyhow::Result<()> {
+    let mut cfg = SmcrConfig::new(addr, "SMC-PERF-SMCR", smcd_engine::smcr::Capability::Assume);
+    for kv in set {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--smcr-set {kv}: not NAME=VALUE"))?;
+        let v: u32 = v
+            .parse()
+            .with_context(|| format!("--smcr-set {kv}: not a number"))?;
+        match k {
+            "autocorking_size" => cfg.settings.autocorking_size = v,
+            "autosplit_size" => cfg.settings.autosplit_size = v,
+            "tx_chunk" => cfg.settings.tx_chunk = v,
+            "rmem" => cfg.ring = v as usize,
+            _ => bail!("--smcr-set: unknown setting {k}"),
+        }
+    }
+    let ep =
+        SmcrEndpoint::open(cfg).with_context(|| format!("opening the SMC-R device on {addr}"))?;
+    let _ = SMCR.set(ep);
+    Ok(())
 }
 
 impl Conn {
@@ -222,6 +266,10 @@ impl Conn {
             let s = TcpStream::connect(addr)?;
             s.set_nodelay(nodelay)?;
             Ok(Conn::Tcp(s))
+        } else if let Some(ep) = SMCR.get() {
+            let s = ep.connect(addr)?;
+            s.set_nodelay(nodelay)?;
+            Ok(Conn::Smcr(s))
         } else {
             let s = SmcStream::connect(addr)?;
             if nodelay {
@@ -233,6 +281,7 @@ impl Conn {
     fn transport(&self) -> &'static str {
         match self {
             Conn::Smc(s) if s.is_smc() => "smcd",
+            Conn::Smcr(s) if matches!(s.mode(), SmcrMode::SmcR { .. }) => "smcr",
             _ => "tcp",
         }
     }
@@ -242,12 +291,20 @@ impl Conn {
                 Mode::SmcD(_) => "smcd".into(),
                 Mode::Tcp(fb) => format!("tcp-fallback {:#010x}", fb.local.0),
             },
+            Conn::Smcr(s) => match s.mode() {
+                SmcrMode::SmcR { lgr_id, .. } => format!("smcr lgr {lgr_id:#010x}"),
+                SmcrMode::Tcp(fb) => format!("tcp-fallback {:#010x}", fb.local.0),
+            },
             Conn::Tcp(_) => "tcp".into(),
         }
     }
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         match self {
             Conn::Smc(s) => s.set_nonblocking(on),
+            Conn::Smcr(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "SMC-R streams are blocking only",
+            )),
             Conn::Tcp(s) => s.set_nonblocking(on),
         }
     }
@@ -255,6 +312,10 @@ impl Conn {
         use rustix::fd::AsFd;
         match self {
             Conn::Smc(s) => s.readiness_fd(),
+            Conn::Smcr(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "SMC-R streams have no readiness descriptor",
+            )),
             Conn::Tcp(s) => Ok(s.as_fd()),
         }
     }
@@ -262,12 +323,14 @@ impl Conn {
     fn fallback(&self) -> Option<String> {
         match self {
             Conn::Smc(s) if !s.is_smc() => Some(self.mode()),
+            Conn::Smcr(s) if !matches!(s.mode(), SmcrMode::SmcR { .. }) => Some(self.mode()),
             _ => None,
         }
     }
     fn shutdown_write(&self) -> io::Result<()> {
         match self {
             Conn::Smc(s) => s.shutdown(Shutdown::Write),
+            Conn::Smcr(s) => s.shutdown(Shutdown::Write),
             Conn::Tcp(s) => s.shutdown(Shutdown::Write),
         }
     }
@@ -277,6 +340,7 @@ impl Read for Conn {
     fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
         match self {
             Conn::Smc(s) => s.read(b),
+            Conn::Smcr(s) => s.read(b),
             Conn::Tcp(s) => s.read(b),
         }
     }
@@ -286,12 +350,14 @@ impl Write for Conn {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {
         match self {
             Conn::Smc(s) => s.write(b),
+            Conn::Smcr(s) => s.write(b),
             Conn::Tcp(s) => s.write(b),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Conn::Smc(s) => s.flush(),
+            Conn::Smcr(s) => s.flush(),
             Conn::Tcp(s) => s.flush(),
         }
     }
@@ -489,6 +555,7 @@ fn report_conn_error(e: &anyhow::Error) {
 /// The server's listener, either kind.
 enum Listen {
     Smc(SmcListener),
+    Smcr(SmcrListener),
     Tcp(TcpListener),
 }
 use Listen as L;
@@ -529,6 +596,11 @@ fn server(
         .context("bad bind address")?;
     let l = Arc::new(if tcp {
         L::Tcp(tcp_listener(addr, BACKLOG)?)
+    } else if let Some(ep) = SMCR.get() {
+        if events {
+            bail!("--events does not run over SMC-R");
+        }
+        L::Smcr(ep.listen(addr)?)
     } else {
         L::Smc(SmcListener::bind_with_options(
             smcd_engine::Engine::global(),
@@ -541,11 +613,16 @@ fn server(
     });
     let bound = match &*l {
         L::Smc(l) => l.local_addr()?,
+        L::Smcr(l) => l.local_addr()?,
         L::Tcp(l) => l.local_addr()?,
     };
     eprintln!(
         "smc-perf: serving {} on {bound}",
-        if tcp { "tcp" } else { "smc" }
+        match &*l {
+            L::Smc(_) => "smc",
+            L::Smcr(_) => "smcr",
+            L::Tcp(_) => "tcp",
+        }
     );
     if events {
         let l = Arc::into_inner(l).expect("not shared yet");
@@ -564,6 +641,10 @@ fn server(
                     L::Smc(l) => l.accept().map(|(s, _)| {
                         let _ = s.set_nodelay(true);
                         Conn::Smc(s)
+                    }),
+                    L::Smcr(l) => l.accept().map(|(s, _)| {
+                        let _ = s.set_nodelay(true);
+                        Conn::Smcr(s)
                     }),
                     L::Tcp(l) => l.accept().map(|(s, _)| {
                         let _ = s.set_nodelay(true);
@@ -1241,8 +1322,13 @@ fn main() -> anyhow::Result<()> {
             limit_hs,
             no_stats,
             events,
+            smcr,
+            smcr_set,
         } => {
             smcd_engine::layout::status::set_counting(!no_stats);
+            if let Some(a) = smcr {
+                open_smcr(a, &smcr_set)?;
+            }
             server(port, &bind, tcp, cpu, limit_hs, events)
         }
         Cmd::Client {
@@ -1258,8 +1344,16 @@ fn main() -> anyhow::Result<()> {
             no_stats,
             events,
             threads,
+            smcr,
+            smcr_set,
         } => {
             smcd_engine::layout::status::set_counting(!no_stats);
+            if let Some(a) = smcr {
+                if events {
+                    bail!("--events does not run over SMC-R");
+                }
+                open_smcr(a, &smcr_set)?;
+            }
             if msg_size == 0 || msg_size > MAX_MSG {
                 bail!("--msg-size must be 1..={MAX_MSG}");
             }
