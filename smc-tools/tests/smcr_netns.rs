@@ -13,7 +13,7 @@
 //! a failure under `CI=true`.
 
 use smc_tests::{Netns, Rng, is_root, skip_unless, skip_unless_root};
-use smcd_engine::bpf::loader;
+use smcd_engine::bpf::{Maps, loader};
 use smcd_engine::smcr::{Capability, SmcrConfig, SmcrEndpoint, SmcrMode, SmcrStream};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -61,6 +61,9 @@ impl Hosts {
         for (ns, dev, host) in [(&a, &va, 1), (&b, &vb, 2)] {
             let addr = format!("10.{net}.0.{host}/24");
             ip(&["-n", &ns.name, "addr", "add", &addr, "dev", dev]);
+            // A second address for a second endpoint on the same "host".
+            let second = format!("10.{net}.0.{}/24", host + 10);
+            ip(&["-n", &ns.name, "addr", "add", &second, "dev", dev]);
             ip(&["-n", &ns.name, "link", "set", dev, "mtu", "9000", "up"]);
         }
         Some(Hosts { a, b, net })
@@ -278,44 +281,23 @@ fn test_cgroup() -> &'static Result<PathBuf, String> {
     })
 }
 
-/// The SYN-option path between the two hosts, each with its own program instance: SMC-R only
-/// where both ends are SMC-R endpoints, and no CLC byte on the wire otherwise.
-#[test]
-fn smcr_capability_by_the_syn_option_between_two_namespaces() {
-    let test = "smcr_capability_by_the_syn_option_between_two_namespaces";
-    let Some(hosts) = Hosts::new(test) else {
-        return;
-    };
-    let cg = match test_cgroup() {
-        Ok(cg) => cg.clone(),
-        Err(why) => {
-            skip_unless(test, false, why);
-            return;
-        }
-    };
-    let attach = || match loader::attach(&cg) {
-        Ok(a) => Some(a),
-        Err(e) => {
-            skip_unless(test, false, format_args!("cannot attach the program: {e}"));
-            None
-        }
-    };
-    // "Host" 1's smcd and host 2's: two instances, maps of their own.
-    let (Some(pa), Some(pb)) = (attach(), attach()) else {
-        return;
-    };
-    let srv = endpoint(
-        &hosts,
-        1,
-        Capability::Option(pa.maps().try_clone().unwrap()),
+/// One round of the capability test: the server endpoint uses `srv_maps`, the client
+/// `cli_maps` (the same maps: one smcd serving both namespaces), on the hosts' addresses plus
+/// `offset`.
+fn capability_round(hosts: &Hosts, srv_maps: &Maps, cli_maps: &Maps, offset: u8) {
+    let (sa, ca) = (hosts.addr(1), hosts.addr(2));
+    let (sa, ca) = (
+        Ipv4Addr::from(u32::from(sa) + u32::from(offset)),
+        Ipv4Addr::from(u32::from(ca) + u32::from(offset)),
     );
-    let cli = endpoint(
-        &hosts,
-        2,
-        Capability::Option(pb.maps().try_clone().unwrap()),
-    );
-    let smc_at = SocketAddr::from((hosts.addr(1), 7002));
-    let plain_at = SocketAddr::from((hosts.addr(1), 7003));
+    let on = |host: u8, a: Ipv4Addr, m: &Maps| {
+        let cfg = SmcrConfig::new(a, UEID, Capability::Option(m.try_clone().unwrap()));
+        endpoint_with(hosts, host, cfg)
+    };
+    let srv = on(1, sa, srv_maps);
+    let cli = on(2, ca, cli_maps);
+    let smc_at = SocketAddr::from((sa, 7002));
+    let plain_at = SocketAddr::from((sa, 7003));
     let l = {
         let srv = srv.clone();
         hosts
@@ -392,6 +374,37 @@ fn smcr_capability_by_the_syn_option_between_two_namespaces() {
         served[1].0
     );
     assert_eq!(&served[1].1, b"howdy");
+}
+
+/// The SYN-option path between the two hosts, each with its own program instance: SMC-R only
+/// where both ends are SMC-R endpoints, and no CLC byte on the wire otherwise.
+#[test]
+fn smcr_capability_by_the_syn_option_between_two_namespaces() {
+    let test = "smcr_capability_by_the_syn_option_between_two_namespaces";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let cg = match test_cgroup() {
+        Ok(cg) => cg.clone(),
+        Err(why) => {
+            skip_unless(test, false, why);
+            return;
+        }
+    };
+    let attach = || match loader::attach(&cg) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            skip_unless(test, false, format_args!("cannot attach the program: {e}"));
+            None
+        }
+    };
+    // "Host" 1's smcd and host 2's: two instances, maps of their own.
+    let (Some(pa), Some(pb)) = (attach(), attach()) else {
+        return;
+    };
+    // Two smcds (maps of their own each), then one smcd serving both namespaces.
+    capability_round(&hosts, pa.maps(), pb.maps(), 0);
+    capability_round(&hosts, pa.maps(), pa.maps(), 10);
     drop((pa, pb));
 }
 

@@ -374,35 +374,37 @@ impl SmcrEndpoint {
 
     /// Connects to `addr`: SMC-R if the peer takes it, else TCP.
     pub fn connect(&self, addr: SocketAddr) -> io::Result<SmcrStream> {
+        use rustix::net::{AddressFamily, SocketFlags, SocketType, ipproto};
         let ep = &self.0;
-        let sock = match &ep.option {
-            Some(maps) => {
-                use rustix::net::{AddressFamily, SocketFlags, SocketType, ipproto};
-                let fam = if addr.is_ipv4() {
-                    AddressFamily::INET
-                } else {
-                    AddressFamily::INET6
-                };
-                let fd = rustix::net::socket_with(
-                    fam,
-                    SocketType::STREAM,
-                    SocketFlags::CLOEXEC,
-                    Some(ipproto::TCP),
-                )?;
-                maps.mark_client(&fd)?;
-                rustix::net::connect(&fd, &addr)?;
-                TcpStream::from(fd)
-            }
-            None => TcpStream::connect(addr)?,
+        let SocketAddr::V4(_) = addr else {
+            // The device has an IPv4 GID only.
+            return Ok(ep.plain(
+                TcpStream::connect(addr)?,
+                Fallback::local(ReasonCode::NOSMCRDEV),
+            ));
         };
-        if sock.local_addr()?.ip() != IpAddr::V4(ep.addr) {
-            // The RoCE path follows the IP path: another source address, another device.
-            return Ok(ep.plain(sock, Fallback::local(ReasonCode::NOSMCRDEV)));
+        let fd = rustix::net::socket_with(
+            AddressFamily::INET,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            Some(ipproto::TCP),
+        )?;
+        // From the device's address: the GID the CLC names is the TCP connection's source,
+        // as the kernel's device is the one of the route's netdev.
+        rustix::net::bind(&fd, &SocketAddr::from((ep.addr, 0)))?;
+        if let Some(maps) = &ep.option {
+            maps.mark_client(&fd)?;
         }
+        rustix::net::connect(&fd, &addr)?;
+        let sock = TcpStream::from(fd);
         if let Some(maps) = &ep.option
             && maps.sock_option(&sock).ok().and_then(|o| o.clc_runs()) != Some(true)
         {
             return Ok(ep.plain(sock, Fallback::local(ReasonCode::PEERNOSMC)));
+        }
+        if sock.local_addr()?.ip() != IpAddr::V4(ep.addr) {
+            // The peer expects CLC now: a Decline tells it (smc_connect_decline_fallback).
+            return ep.decline(sock, ReasonCode::NOSMCRDEV);
         }
         Ep::client(ep, sock)
     }
@@ -771,6 +773,10 @@ impl Ep {
         sock.set_read_timeout(Some(CLC_WAIT_TIME))?;
         let p = match read_clc(&mut sock)? {
             Ok(ClcMessage::Proposal(p)) => p,
+            // A client that could not propose after all says so (and reads no answer).
+            Ok(ClcMessage::Decline(d)) => {
+                return self.refused(sock, Refusal::declined(&d));
+            }
             Ok(_) => return self.decline(sock, ReasonCode::CNFERR),
             Err(r) => return self.decline(sock, r),
         };
