@@ -553,8 +553,8 @@ fn num(s: &str) -> u64 {
 /// tshark, capturing on the veth, decodes a first-contact SMC-R connection and one that
 /// reuses its group: the CLC Proposal, Accept and Confirm with their SMC-R fields (our GID,
 /// QPNs, rkeys, first-contact bits), the LLC CONFIRM_LINK request and response on the new
-/// link, CONFIRM_RKEY both ways for the second connection's RMBs, and CDC messages, all over
-/// RoCEv2; no packet is malformed.
+/// link, CONFIRM_RKEY both ways for the second connection's RMBs, CDC messages, and DELETE_RKEY
+/// both ways when the connections have closed, all over RoCEv2; no packet is malformed.
 #[test]
 fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
     let test = "tshark_decodes_smcr_first_contact_and_reuse_on_the_veth";
@@ -600,6 +600,17 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
         .join()
         .unwrap();
     let served = server.join().unwrap();
+    // Both closes finish (the linger sweep runs at least once a second): each side's RMBs
+    // leave the group with DELETE_RKEY.
+    let idle = |ep: &SmcrEndpoint| ep.link_groups().iter().all(|g| g.conns == 0);
+    assert!(
+        smc_tests::eventually(Duration::from_secs(30), || idle(&srv) && idle(&cli)),
+        "the connections never finished closing: {:?} {:?}",
+        srv.link_groups(),
+        cli.link_groups()
+    );
+    // Their DELETE_RKEY exchanges, once the RKEY flow was free.
+    std::thread::sleep(Duration::from_millis(500));
     let rows = cap.finish();
     let text: String = rows.iter().map(|r| r.join("|") + "\n").collect();
     assert!(
@@ -678,6 +689,15 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
     // The second connection's RMBs: each side's CONFIRM_RKEY and the other's response.
     let (rk1, rk2) = (llc(6, 1), llc(6, 2));
     assert_eq!((rk1.len(), rk2.len()), (2, 2), "CONFIRM_RKEY:\n{text}");
+    // The RMBs of both connections leave both groups: DELETE_RKEY requests and responses
+    // both ways.
+    let (dk1, dk2) = (llc(9, 1), llc(9, 2));
+    assert!(
+        dk1.len() >= 2 && dk2.len() >= 2,
+        "DELETE_RKEY ({} from the server, {} from the client):\n{text}",
+        dk1.len(),
+        dk2.len()
+    );
     // CDCs both ways, naming the tokens of both connections.
     let mut tokens: Vec<u64> = rows
         .iter()

@@ -1119,19 +1119,31 @@ impl Group {
         }
     }
 
+    /// Lets go of connections whose close finished: their RMBs leave the group, and the peer
+    /// is told with DELETE_RKEY (`smcr_buf_unuse`) once the RKEY flow is ours.
     fn sweep(&self) {
         let now = Instant::now();
         let mut l = lock(&self.lingering);
-        let before = l.len();
+        let mut gone = Vec::new();
         l.retain(|(c, since)| {
-            !(c.state() == SmcState::Closed || c.is_aborted() || now - *since > LINGER)
+            let done = c.state() == SmcState::Closed || c.is_aborted() || now - *since > LINGER;
+            if done {
+                gone.push(c.info.local_token as u32);
+            }
+            !done
         });
-        let gone = (before - l.len()) as u32;
         drop(l);
-        if gone > 0 {
-            let mut sh = lock(&self.sh);
-            sh.conns = sh.conns.saturating_sub(gone);
+        if gone.is_empty() {
+            return;
         }
+        let mut sh = lock(&self.sh);
+        sh.conns = sh.conns.saturating_sub(gone.len() as u32);
+        let now = core_now();
+        for token in gone {
+            sh.keys.remove(&token);
+            let _ = sh.llc.unregister_rmb(now, RmbId(token));
+        }
+        self.run(&mut sh, now);
     }
 
     fn first_contact(&self, within: Duration) -> Result<(), String> {
