@@ -199,6 +199,12 @@ impl MemoryRegion for SoftMr {
     }
 }
 
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
+    u32::from_ne_bytes(b)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -291,7 +297,10 @@ impl SoftDevice {
             }
             None => Qpns {
                 base: 0,
-                next: FIRST_QPN,
+                // A random start (rxe starts at 16 after each boot): a device of a process
+                // that restarts does not reuse the QPNs its predecessor's peers may still
+                // send to.
+                next: FIRST_QPN + random_u32() % (1 << 20),
                 end: crate::wire::MASK24 + 1,
                 free: Vec::new(),
             },
