@@ -14,7 +14,7 @@
 
 use smc_tests::{Netns, Rng, is_root, skip_unless, skip_unless_root};
 use smcd_engine::bpf::{Maps, loader};
-use smcd_engine::smcr::{Capability, SmcrConfig, SmcrEndpoint, SmcrMode, SmcrStream};
+use smcd_engine::smcr::{Capability, SmcrConfig, SmcrEndpoint, SmcrListener, SmcrMode, SmcrStream};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -75,6 +75,15 @@ impl Hosts {
 
     fn ns(&self, host: u8) -> &Netns {
         if host == 1 { &self.a } else { &self.b }
+    }
+
+    /// An SMC-R listener of `ep` on `at`, in host 1's namespace.
+    fn listen(&self, ep: &SmcrEndpoint, at: SocketAddr) -> SmcrListener {
+        let ep = ep.clone();
+        self.on(1, move || ep.listen(at))
+            .join()
+            .unwrap()
+            .expect("listen")
     }
 
     /// Runs `f` on a thread inside host `host`'s namespace (its sockets stay there).
@@ -186,14 +195,7 @@ fn smcr_first_contact_and_reuse_between_two_namespaces() {
     let srv = endpoint(&hosts, 1, Capability::Assume);
     let cli = endpoint(&hosts, 2, Capability::Assume);
     let at = SocketAddr::from((hosts.addr(1), 7001));
-    let l = {
-        let srv = srv.clone();
-        hosts
-            .on(1, move || srv.listen(at))
-            .join()
-            .unwrap()
-            .expect("listen")
-    };
+    let l = hosts.listen(&srv, at);
     let server = hosts.on(1, move || {
         let mut modes = Vec::new();
         let mut peers = Vec::new();
@@ -298,14 +300,7 @@ fn capability_round(hosts: &Hosts, srv_maps: &Maps, cli_maps: &Maps, offset: u8)
     let cli = on(2, ca, cli_maps);
     let smc_at = SocketAddr::from((sa, 7002));
     let plain_at = SocketAddr::from((sa, 7003));
-    let l = {
-        let srv = srv.clone();
-        hosts
-            .on(1, move || srv.listen(smc_at))
-            .join()
-            .unwrap()
-            .expect("listen")
-    };
+    let l = hosts.listen(&srv, smc_at);
     let plain = hosts
         .on(1, move || TcpListener::bind(plain_at))
         .join()
@@ -567,14 +562,7 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
     let srv = endpoint(&hosts, 1, Capability::Assume);
     let cli = endpoint(&hosts, 2, Capability::Assume);
     let at = SocketAddr::from((hosts.addr(1), 7004));
-    let l = {
-        let srv = srv.clone();
-        hosts
-            .on(1, move || srv.listen(at))
-            .join()
-            .unwrap()
-            .expect("listen")
-    };
+    let l = hosts.listen(&srv, at);
     let cap = Capture::start(&hosts, 7004);
     let server = hosts.on(1, move || {
         let mut tokens = Vec::new();
@@ -760,14 +748,7 @@ where
     let se = endpoint_with(hosts, 1, cfg(1));
     let ce = endpoint_with(hosts, 2, cfg(2));
     let at = SocketAddr::from((hosts.addr(1), port));
-    let l = {
-        let se = se.clone();
-        hosts
-            .on(1, move || se.listen(at))
-            .join()
-            .unwrap()
-            .expect("listen")
-    };
+    let l = hosts.listen(&se, at);
     let s = hosts.on(1, move || {
         let (s, _) = l.accept().expect("accept");
         srv(s)

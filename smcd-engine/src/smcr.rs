@@ -640,6 +640,55 @@ impl Ep {
         }
     }
 
+    /// The end of a first contact: once the LLC's CONFIRM_LINK exchange is over (its wait
+    /// times bound this), the group takes connections and this one is established.
+    fn finish_first(
+        self: &Arc<Self>,
+        sock: TcpStream,
+        group: Arc<Group>,
+        bufs: Bufs,
+        peer: &SmcrPeer,
+        resv: Reservation,
+    ) -> io::Result<SmcrStream> {
+        match group.first_contact(Duration::from_secs(10)) {
+            Ok(()) => {
+                self.insert(&group);
+                self.stats.first_contacts.fetch_add(1, Ordering::Relaxed);
+                group.joined();
+                Ok(self.established(sock, group, bufs, peer, resv))
+            }
+            Err(why) => {
+                tracing::debug!("SMC-R first contact failed: {why}");
+                group.kill();
+                self.decline(sock, ReasonCode::TIMEOUT_CL)
+            }
+        }
+    }
+
+    /// Server: sends the Accept and reads the client's Confirm (or why not).
+    fn accept_confirm(
+        &self,
+        sock: &mut TcpStream,
+        info: &hs::SmcrProposalInfo,
+        offer: &LinkOffer,
+        bufs: &Bufs,
+        first_contact: bool,
+    ) -> io::Result<Result<SmcrPeer, Refusal>> {
+        let accept = hs::server_accept(
+            &self.smcr,
+            info,
+            offer,
+            &bufs.offer(),
+            first_contact,
+            self.caps.hostname,
+        );
+        sock.write_all(&ClcMessage::Accept(accept).to_vec())?;
+        Ok(match read_clc(sock)? {
+            Ok(m) => hs::server_check_confirm(m, first_contact),
+            Err(r) => Err(Refusal::Decline(r)),
+        })
+    }
+
     // ------------------------------------------------------------------------ client
 
     fn client(self: &Arc<Self>, mut sock: TcpStream) -> io::Result<SmcrStream> {
@@ -708,19 +757,7 @@ impl Ep {
         );
         sock.write_all(&ClcMessage::Confirm(confirm).to_vec())?;
         // The server's CONFIRM_LINK, our response: the LLC's wait times bound this.
-        match group.first_contact(Duration::from_secs(10)) {
-            Ok(()) => {
-                self.insert(&group);
-                self.stats.first_contacts.fetch_add(1, Ordering::Relaxed);
-                group.joined();
-                Ok(self.established(sock, group, bufs, &peer, resv))
-            }
-            Err(why) => {
-                tracing::debug!("SMC-R first contact failed: {why}");
-                group.kill();
-                self.decline(sock, ReasonCode::TIMEOUT_CL)
-            }
-        }
+        self.finish_first(sock, group, bufs, &peer, resv)
     }
 
     fn client_reuse(
@@ -748,11 +785,7 @@ impl Ep {
             tracing::debug!("SMC-R CONFIRM_RKEY failed: {why}");
             return self.decline(sock, ReasonCode::ERR_REGBUF);
         }
-        let offer = LinkOffer {
-            qpn: group.link.qp_num(),
-            psn: group.psn,
-            mtu: self.port.path_mtu,
-        };
+        let offer = group.offer(self.port.path_mtu);
         let confirm = hs::client_confirm(
             &self.smcr,
             &peer,
@@ -824,20 +857,7 @@ impl Ep {
             psn: q.psn,
             mtu: self.port.path_mtu,
         };
-        let accept = hs::server_accept(
-            &self.smcr,
-            info,
-            &offer,
-            &bufs.offer(),
-            true,
-            self.caps.hostname,
-        );
-        sock.write_all(&ClcMessage::Accept(accept).to_vec())?;
-        let msg = match read_clc(&mut sock)? {
-            Ok(m) => m,
-            Err(r) => return self.decline(sock, r),
-        };
-        let peer = match hs::server_check_confirm(msg, true) {
+        let peer = match self.accept_confirm(&mut sock, info, &offer, &bufs, true)? {
             Ok(p) if p.gid == info.peer_gid => p,
             Ok(_) => return self.decline(sock, ReasonCode::CNFERR),
             Err(r) => return self.refused(sock, r),
@@ -852,19 +872,7 @@ impl Ep {
         // Sends CONFIRM_LINK at once.
         let llc = Llc::server(self.llc_config(lgr_id), core_now(), first);
         let group = Group::start(lgr_id, false, &peer, link, llc, first);
-        match group.first_contact(Duration::from_secs(10)) {
-            Ok(()) => {
-                self.insert(&group);
-                self.stats.first_contacts.fetch_add(1, Ordering::Relaxed);
-                group.joined();
-                Ok(self.established(sock, group, bufs, &peer, resv))
-            }
-            Err(why) => {
-                tracing::debug!("SMC-R first contact failed: {why}");
-                group.kill();
-                self.decline(sock, ReasonCode::TIMEOUT_CL)
-            }
-        }
+        self.finish_first(sock, group, bufs, &peer, resv)
     }
 
     fn server_reuse(
@@ -880,25 +888,8 @@ impl Ep {
             tracing::debug!("SMC-R CONFIRM_RKEY failed: {why}");
             return self.decline(sock, ReasonCode::ERR_REGBUF);
         }
-        let offer = LinkOffer {
-            qpn: group.link.qp_num(),
-            psn: group.psn,
-            mtu: self.port.path_mtu,
-        };
-        let accept = hs::server_accept(
-            &self.smcr,
-            info,
-            &offer,
-            &bufs.offer(),
-            false,
-            self.caps.hostname,
-        );
-        sock.write_all(&ClcMessage::Accept(accept).to_vec())?;
-        let msg = match read_clc(&mut sock)? {
-            Ok(m) => m,
-            Err(r) => return self.decline(sock, r),
-        };
-        let peer = match hs::server_check_confirm(msg, false) {
+        let offer = group.offer(self.port.path_mtu);
+        let peer = match self.accept_confirm(&mut sock, info, &offer, &bufs, false)? {
             // The Confirm must name the group's link.
             Ok(p) if p.qpn == group.peer_qpn && p.gid == group.peer_gid => p,
             Ok(_) => return self.decline(sock, ReasonCode::SYNCERR),
@@ -1195,6 +1186,15 @@ impl Group {
                 .wait_timeout(sh, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+        }
+    }
+
+    /// The group's link as a CLC message names it.
+    fn offer(&self, mtu: u8) -> LinkOffer {
+        LinkOffer {
+            qpn: self.link.qp_num(),
+            psn: self.psn,
+            mtu,
         }
     }
 
