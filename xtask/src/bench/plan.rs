@@ -547,17 +547,28 @@ pub fn human_size(n: usize) -> String {
 mod tests {
     use super::*;
 
+    /// The settings an SMC-R variant may name: what `smc-perf --smcr-set` takes (they go to
+    /// the two endpoints, not to smcd).
+    const SMCR_SETTINGS: [&str; 4] = ["autocorking_size", "autosplit_size", "tx_chunk", "rmem"];
+
     #[test]
     fn every_table_starts_with_tcp_and_has_smc() {
         for depth in [Depth::Full, Depth::Quick, Depth::Smoke] {
             for name in SUITES {
                 let s = suite(name, depth).expect("known suite");
                 for t in &s.tables {
-                    assert_eq!(t.variants[0].name, "tcp", "{}", t.id);
+                    let base = &t.variants[0];
+                    assert!(base.name.starts_with("tcp") && !base.smc, "{}", t.id);
                     assert!(t.variants[1..].iter().all(|v| v.smc), "{}", t.id);
+                    // TCP runs where the SMC variants do: on the veth beside SMC-R.
+                    assert!(t.variants.iter().all(|v| v.veth == base.veth), "{}", t.id);
                     assert!(!t.points.is_empty(), "{}", t.id);
                     for v in &t.variants {
                         for (k, _) in &v.settings {
+                            if v.smcr {
+                                assert!(SMCR_SETTINGS.contains(&k.as_str()), "{k}: no --smcr-set");
+                                continue;
+                            }
                             assert!(
                                 TOUCHED_DEFAULTS.iter().any(|(d, _)| d == k),
                                 "{k} missing from TOUCHED_DEFAULTS"
