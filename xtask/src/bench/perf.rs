@@ -587,7 +587,15 @@ pub(super) fn tail(p: &Path, n: usize) -> String {
 
 pub(super) fn last_lines(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join(" | ")
+    let tail = lines[lines.len().saturating_sub(n)..].join(" | ");
+    // A backtrace would push the message itself out of the tail: keep the error's first line.
+    match lines
+        .iter()
+        .find(|l| l.starts_with("Error: ") || l.starts_with("thread '"))
+    {
+        Some(first) if !tail.contains(*first) => format!("{first} | … | {tail}"),
+        _ => tail,
+    }
 }
 
 #[cfg(test)]

@@ -1300,6 +1300,15 @@ fn drip(to: SocketAddr, attackers: usize, time: Duration) -> anyhow::Result<Drip
 }
 
 fn main() -> anyhow::Result<()> {
+    // The engine's warnings (a failed SMC-R link, a peer's protocol violation) on stderr;
+    // RUST_LOG changes the level.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
     // crr at high concurrency needs many descriptors.
     if let Ok(lim) = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .maximum
