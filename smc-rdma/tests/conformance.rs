@@ -47,6 +47,7 @@ mod soft_device {
         unsignaled_writes_complete_silently_and_in_order,
         remote_access_errors_fail_the_request_and_flush_the_rest,
         a_send_without_a_receive_waits_for_one,
+        a_burst_into_an_empty_receive_queue_waits_without_using_up_retries,
         a_send_longer_than_the_receive_fails_both_ends,
         a_silent_peer_exhausts_the_retries,
         the_state_machine_refuses_out_of_order_steps,

@@ -124,6 +124,10 @@ struct S {
     noack: u32,
     deadline: Option<Instant>,
     rnr_until: Option<Instant>,
+    /// The PSN the responder last refused with an RNR NAK, until something past it is
+    /// acknowledged: a sequence NAK naming it is that refusal's echo (the packets behind the
+    /// refused one arrived out of sequence), not a loss, and starts no retry.
+    rnr_psn: Option<u32>,
     // Responder.
     epsn: u32,
     msn: u32,
@@ -177,6 +181,7 @@ impl QpInner {
                 noack: 0,
                 deadline: None,
                 rnr_until: None,
+                rnr_psn: None,
                 epsn: 0,
                 msn: 0,
                 nak_sent: false,
@@ -220,6 +225,7 @@ impl QpInner {
         s.state = QpState::Error;
         s.deadline = None;
         s.rnr_until = None;
+        s.rnr_psn = None;
         s.next_wqe = 0;
         s.next_pkt = 0;
     }
@@ -320,6 +326,7 @@ impl QpInner {
             }
         }
         s.una = psn_add(psn, 1);
+        s.rnr_psn = None;
         s.retries = s.retry_cnt;
         s.rnr_retries = s.rnr_retry;
         if psn_diff(Self::pos_psn(s), s.una) < 0 {
@@ -357,6 +364,7 @@ impl QpInner {
                 self.ack_through(s, psn_add(psn, MASK24));
                 if psn_cmp(psn, s.una) == Ordering::Equal
                     && psn_cmp(psn, s.sent_end) == Ordering::Less
+                    && s.rnr_psn != Some(psn)
                 {
                     self.retry(dev, s, psn);
                 }
@@ -375,6 +383,7 @@ impl QpInner {
                 Self::seek(s, psn);
                 s.deadline = None;
                 s.rnr_until = Some(Instant::now() + rnr_time(timer));
+                s.rnr_psn = Some(psn);
             }
             Syndrome::Nak(code) => {
                 self.ack_through(s, psn_add(psn, MASK24));
@@ -667,6 +676,7 @@ impl QueuePair for SoftQp {
                 s.cur = None;
                 s.deadline = None;
                 s.rnr_until = None;
+                s.rnr_psn = None;
                 s.next_wqe = 0;
                 s.next_pkt = 0;
                 s.peer = None;

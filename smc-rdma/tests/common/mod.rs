@@ -383,6 +383,38 @@ pub fn a_send_without_a_receive_waits_for_one<D: Device>(a: &D, b: &D) {
     assert_eq!(s[0].status, WcStatus::RnrRetryExcErr);
 }
 
+/// Several SENDs into an empty receive queue: the first is refused with an RNR NAK and the
+/// ones behind it arrive out of sequence and are NAKed too; that is the receiver not being
+/// ready, not a lossy path, so none of it may use up the retry count (one retry here). Once
+/// receives are posted every SEND completes, in order.
+pub fn a_burst_into_an_empty_receive_queue_waits_without_using_up_retries<D: Device>(a: &D, b: &D) {
+    let l = Link {
+        retry_cnt: 1,
+        ..Link::default()
+    };
+    let (ea, eb) = connect(a, b, &l);
+    for i in 0..10u64 {
+        ea.qp
+            .post_send(&SendWr {
+                wr_id: i,
+                op: SendOp::Send,
+                data: Payload::Inline(&[i as u8; 8]),
+                signaled: true,
+                solicited: false,
+            })
+            .unwrap();
+    }
+    // Many RNR rounds (the timer asked for is 0.01 ms).
+    std::thread::sleep(Duration::from_millis(300));
+    recv_all(&eb, 10, 64);
+    let s = wait_wcs(&*ea.scq, 10, Duration::from_secs(10));
+    for (i, w) in s.iter().enumerate() {
+        assert_eq!((w.wr_id, w.status), (i as u64, WcStatus::Success), "{s:?}");
+    }
+    let r = wait_wcs(&*eb.rcq, 10, Duration::from_secs(5));
+    assert_eq!(r.len(), 10);
+}
+
 pub fn a_send_longer_than_the_receive_fails_both_ends<D: Device>(a: &D, b: &D) {
     let l = Link::default();
     let (ea, eb) = connect(a, b, &l);
