@@ -1137,19 +1137,26 @@ impl Group {
         self.run(&mut sh, now);
     }
 
-    fn first_contact(&self, within: Duration) -> Result<(), String> {
+    /// Waits until `result` gives the outcome of what the flow machine was asked (its own
+    /// timers end every flow; `within` is a backstop), or the group ends.
+    fn wait_for(
+        &self,
+        mut sh: MutexGuard<'_, Shared>,
+        within: Duration,
+        what: &str,
+        mut result: impl FnMut(&mut Shared) -> Option<Result<(), String>>,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + within;
-        let mut sh = lock(&self.sh);
         loop {
-            if let Some(r) = &sh.first {
-                return r.clone();
+            if let Some(r) = result(&mut sh) {
+                return r;
             }
             if let Some(d) = &sh.dead {
                 return Err(d.clone());
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err("no first-contact result in time".into());
+                return Err(format!("no {what} result in time"));
             }
             sh = self
                 .cv
@@ -1157,6 +1164,12 @@ impl Group {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    fn first_contact(&self, within: Duration) -> Result<(), String> {
+        self.wait_for(lock(&self.sh), within, "first-contact", |sh| {
+            sh.first.clone()
+        })
     }
 
     /// `smcr_lgr_reg_rmbs`: the RMB `token` joins the group; returns once the peer
@@ -1168,25 +1181,10 @@ impl Group {
         sh.llc.register_rmb(now, RmbId(token), LinkIdx::FIRST);
         self.run(&mut sh, now);
         // The flow waits SMC_LLC_WAIT_TIME for the answer, and up to ten times that for the
-        // flow to be ours; its own timeouts end this.
-        let deadline = Instant::now() + Duration::from_secs(25);
-        loop {
-            if let Some(r) = sh.rkeys.remove(&token) {
-                return r;
-            }
-            if let Some(d) = &sh.dead {
-                return Err(d.clone());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err("no CONFIRM_RKEY result in time".into());
-            }
-            sh = self
-                .cv
-                .wait_timeout(sh, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        // flow to be ours.
+        self.wait_for(sh, Duration::from_secs(25), "CONFIRM_RKEY", |sh| {
+            sh.rkeys.remove(&token)
+        })
     }
 
     /// The group's link as a CLC message names it.
