@@ -142,6 +142,9 @@ pub struct RoceLink<D: Device> {
     /// Connections whose processing could not run when their CDC or completion arrived: the
     /// completion thread tries again (soon) until it ran or nothing is pending.
     retry: Mutex<Vec<Arc<Side>>>,
+    /// Held while receive completions are polled and handed on: whoever takes it next sees
+    /// every receive polled before as its connection's (see [`RoceLink::drain_rx`]).
+    rx_drain: Mutex<()>,
 }
 
 impl<D: Device> std::fmt::Debug for RoceLink<D> {
@@ -180,6 +183,7 @@ impl<D: Device> RoceLink<D> {
             failed: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             retry: Mutex::new(Vec::new()),
+            rx_drain: Mutex::new(()),
         });
         for i in 0..RECV_WRS {
             link.post_recv(u64::from(i)).map_err(io::Error::other)?;
@@ -293,7 +297,7 @@ impl<D: Device> RoceLink<D> {
             // Drain both until empty, then arm; if completions slipped in between, drain
             // again before sleeping.
             loop {
-                let n = link.drain(&*link.rcq, true) + link.drain(&*link.scq, true);
+                let n = link.drain_rx(true) + link.drain(&*link.scq, true);
                 if n > 0 {
                     continue;
                 }
@@ -329,6 +333,13 @@ impl<D: Device> RoceLink<D> {
             rcq.take_event();
             scq.take_event();
         }
+    }
+
+    /// Polls the receive queue empty under `rx_drain`: a receive the completion thread has
+    /// polled but not yet handed to its connection is handed on before this returns.
+    fn drain_rx(&self, serve: bool) -> usize {
+        let _g = lock(&self.rx_drain);
+        self.drain(&*self.rcq, serve)
     }
 
     /// Polls `cq` empty, handing each completion on; returns how many there were. With
@@ -642,7 +653,7 @@ impl<D: Device> Transport for SmcrLink<D> {
     }
 
     fn settle(&self) {
-        self.link.drain(&*self.link.rcq, false);
+        self.link.drain_rx(false);
     }
 
     fn events_pending(&self) -> bool {
