@@ -8,7 +8,7 @@ use common::{Pair, pattern, ring_read, ring_write, smcd_cfgs, smcr_cfgs};
 use proptest::prelude::*;
 use smc_core::close::{AbortKind, SmcState};
 use smc_core::conn::{
-    Config, Connection, HostCdc, OobError, RecvReady, SendFlags, TcpAction, Violation,
+    Config, Connection, Effects, HostCdc, OobError, RecvReady, SendFlags, TcpAction, Violation,
 };
 use smc_core::cursor::to_cursor;
 use smc_core::time::Instant;
@@ -450,6 +450,64 @@ fn smcr_old_sequence_numbers_are_ignored() {
     assert_eq!(c.readable(), 20);
 }
 
+/// A link goes down mid-stream with CDCs and their completions lost both ways, and the bytes
+/// of the lost RDMA WRITEs garbage: after the failover (validation CDC, rollback to the last
+/// completed CDC, rewrite) both streams arrive byte-exact and the connection closes.
+#[test]
+fn smcr_failover_rewrites_what_the_lost_link_carried() {
+    for keep in [[0, 0], [1, 0], [0, 3], [2, 2], [usize::MAX, 0]] {
+        let mut p = Pair::smcr(smcr_cfgs(64 << 10, 32 << 10, 16 << 10, 64 << 10));
+        p.s[0].to_write = 1 << 20;
+        p.s[1].to_write = 300_000;
+        p.write_size = 9000;
+        p.read_size = 7000;
+        // Traffic in both directions, some of it delivered and completed.
+        for _ in 0..5 {
+            p.deliver(1);
+            p.deliver(0);
+            p.read(1, 7000);
+            p.complete(0);
+            p.write(0, 9000, false);
+            p.write(1, 9000, false);
+        }
+        assert!(!p.s[1].inbox.is_empty() || !p.s[0].completions.is_empty());
+        p.link_down(keep);
+        p.check();
+        p.finish(BOUND);
+        assert_eq!(p.s[1].read, 1 << 20, "keep {keep:?}");
+        assert_eq!(p.s[0].read, 300_000, "keep {keep:?}");
+        assert!(p.both_closed(), "keep {keep:?}");
+        assert_eq!(p.s[0].conn.error(), None);
+    }
+}
+
+/// A validation CDC naming a sequence number the receiver never saw: the sides disagree
+/// about the stream, and the receiver refuses it (the driver aborts the connection).
+#[test]
+fn smcr_failover_validation_of_an_unseen_cdc_is_out_of_sync() {
+    let mut c = Connection::new(Config::smcr(16384, 16384, 16384));
+    let mut m = cdc(to_cursor(10, 16384), Cursor::ZERO);
+    m.seqno = 5;
+    let _ = c.on_cdc(&m).unwrap();
+    let mut v = HostCdc {
+        seqno: 5,
+        pflags: ProducerFlags::FAILOVER_VALIDATION,
+        ..HostCdc::default()
+    };
+    assert_eq!(c.on_cdc(&v), Ok(Effects::NONE), "CDC 5 arrived: ignored");
+    assert_eq!(c.readable(), 10, "its zero cursors change nothing");
+    v.seqno = 4;
+    assert_eq!(c.on_cdc(&v), Ok(Effects::NONE));
+    v.seqno = 6;
+    assert_eq!(
+        c.on_cdc(&v),
+        Err(Violation::OutOfSync {
+            last: 5,
+            validated: 6
+        })
+    );
+}
+
 #[test]
 fn peer_abort_wakes_and_errors() {
     let mut p = Pair::smcd(smcd_cfgs(16352, 16352));
@@ -494,6 +552,7 @@ enum Op {
     Complete(usize),
     ShutWr(usize),
     Tick,
+    LinkDown(usize, usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -505,6 +564,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => side.clone().prop_map(Op::Complete),
         1 => side.prop_map(Op::ShutWr),
         1 => Just(Op::Tick),
+        1 => (0usize..4, 0usize..4).prop_map(|(a, b)| Op::LinkDown(a, b)),
     ]
 }
 
@@ -535,6 +595,8 @@ fn run_ops(mut p: Pair, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 p.shutdown_write(i);
             }
             Op::Tick => p.tick(Duration::from_millis(500)),
+            Op::LinkDown(a, b) if p.smcr => p.link_down([a, b]),
+            Op::LinkDown(..) => {}
         }
         p.check();
     }

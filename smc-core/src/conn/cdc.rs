@@ -31,6 +31,14 @@ pub enum Violation {
     ProducerCursor(CursorError),
     /// The consumer cursor is outside the ring or confirms bytes never sent.
     ConsumerCursor(CursorError),
+    /// A failover-validation CDC names a sequence number this side never received: the two
+    /// ends disagree about what arrived (`smc_cdc_msg_validate`'s `out_of_sync`).
+    OutOfSync {
+        /// The last sequence number received here.
+        last: u16,
+        /// The one the peer says completed.
+        validated: u16,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -38,6 +46,10 @@ impl fmt::Display for Violation {
         match self {
             Self::ProducerCursor(e) => write!(f, "producer cursor: {e}"),
             Self::ConsumerCursor(e) => write!(f, "consumer cursor: {e}"),
+            Self::OutOfSync { last, validated } => write!(
+                f,
+                "failover validation names CDC {validated}, the last received is {last}"
+            ),
         }
     }
 }
@@ -57,6 +69,9 @@ impl Connection {
     pub fn on_cdc(&mut self, c: &HostCdc) -> Result<Effects, Violation> {
         if self.is_aborted() {
             return Ok(Effects::default());
+        }
+        if self.cfg.completions && c.pflags.failover_validation() {
+            return self.validate(c.seqno);
         }
         if self.cfg.completions && self.rx_seq.is_some_and(|last| seqno_before(c.seqno, last)) {
             return Ok(Effects::default());
@@ -236,6 +251,7 @@ impl Connection {
             }
             self.inflight.pop_front();
             self.fin = sent;
+            self.tx_seq_fin = s;
             any = true;
         }
         if !any || self.is_aborted() {
@@ -248,6 +264,63 @@ impl Connection {
         self.drained(&mut eff);
         self.flush_cdc(&mut eff, false);
         eff
+    }
+
+    /// The peer moved the connection to another link and names the last CDC of its own
+    /// that completed (`smc_cdc_msg_validate`). Having received it, this side ignores the
+    /// message (the peer now rewrites what followed, which the cursors of its next CDC
+    /// announce again); a sequence number never received means the two sides disagree about
+    /// the stream, and the connection must be aborted.
+    fn validate(&self, seqno: u16) -> Result<Effects, Violation> {
+        let last = self.rx_seq.unwrap_or(0);
+        if seqno_before(last, seqno) {
+            return Err(Violation::OutOfSync {
+                last,
+                validated: seqno,
+            });
+        }
+        Ok(Effects::default())
+    }
+
+    /// The connection moved to another link of its link group because its link went down
+    /// (`smc_switch_conns` → `smc_switch_cursor`). What was sent on the old link and not
+    /// confirmed by a completion may never have arrived, so the send side goes back to the
+    /// last completed CDC (or further, to what the peer has already consumed), the CDCs in
+    /// flight are forgotten (their completions will not come), and the bytes from there on
+    /// are written again. Rewriting is harmless: the peer reads only up to the producer
+    /// cursor of a CDC it received, and the bytes at each position are the same.
+    ///
+    /// Returns the failover-validation CDC to send first on the new link (the sequence
+    /// number of the last completed CDC, flag `failover_validation`, no cursors), and the
+    /// effects to carry out after it: the RDMA WRITEs of the rewritten bytes and a CDC with
+    /// the current cursors and flags, which goes out even when nothing is rewritten (the
+    /// last consumer cursor or close flags sent may have been lost with the link).
+    pub fn failover(&mut self) -> (HostCdc, Effects) {
+        let mut pflags = ProducerFlags::EMPTY;
+        pflags.set(ProducerFlags::FAILOVER_VALIDATION, true);
+        let validation = HostCdc {
+            seqno: self.tx_seq_fin,
+            pflags,
+            ..HostCdc::default()
+        };
+        let mut eff = Effects::default();
+        if self.is_aborted() || !self.cfg.completions {
+            return (validation, eff);
+        }
+        self.inflight.clear();
+        let base = self.fin.max(self.peer_consumed);
+        self.fin = base;
+        self.sent = base;
+        self.sent_cur = crate::cursor::to_cursor(base, self.cfg.tx_ring);
+        self.cdc_sent = base;
+        self.writes = [None, None];
+        self.push_data(&mut eff);
+        // Whatever our flags are now, the peer hears them again.
+        let pflags = self.own_pflags();
+        let confirm = self.consumed != self.confirmed;
+        self.emit_cdc(&mut eff, confirm, pflags, self.cflags_out);
+        eff.add(Effects::CDC_CONS | Effects::WAKE_WRITER);
+        (validation, eff)
     }
 
     /// Our producer flags as the next CDC carries them.
@@ -299,6 +372,21 @@ impl Connection {
         if !confirm && !flags_changed && self.sent == self.cdc_sent {
             return;
         }
+        self.emit_cdc(eff, confirm, pflags, cflags);
+        if confirm || flags_changed {
+            eff.add(Effects::CDC_CONS);
+        }
+    }
+
+    /// Builds the next CDC: the current producer cursor, the consumer cursor (confirmed now
+    /// if `confirm`), these flags.
+    fn emit_cdc(
+        &mut self,
+        eff: &mut Effects,
+        confirm: bool,
+        pflags: ProducerFlags,
+        cflags: ConnStateFlags,
+    ) {
         if confirm {
             self.confirmed = self.consumed;
             self.confirmed_cur = self.consumed_cur;
@@ -324,8 +412,5 @@ impl Connection {
             self.flags_dirty = true;
         }
         eff.add(Effects::CDC);
-        if confirm || flags_changed {
-            eff.add(Effects::CDC_CONS);
-        }
     }
 }

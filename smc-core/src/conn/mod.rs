@@ -446,6 +446,8 @@ pub struct Connection {
     prep_off: usize,
     // CDC exchange.
     tx_seq: u16,
+    /// The sequence number of the last CDC whose send completed (`tx_cdc_seq_fin`).
+    tx_seq_fin: u16,
     rx_seq: Option<u16>,
     /// The CDC last built: the one to publish after a call, and what the peer was told.
     out: HostCdc,
@@ -494,6 +496,7 @@ impl Connection {
             flags_dirty: false,
             prep_off: 0,
             tx_seq: 0,
+            tx_seq_fin: 0,
             rx_seq: None,
             out: HostCdc::default(),
             close: CloseMachine::active(),

@@ -73,6 +73,8 @@ pub struct Side {
     pub header: HostCdc,
     /// Largest number of new bytes one CDC announced.
     pub max_announce: u64,
+    /// The sequence number of our CDC whose completion was delivered last.
+    pub done_seq: u16,
     last_prod: u64,
 }
 
@@ -99,6 +101,7 @@ impl Side {
             cdcs_sent: 0,
             header: HostCdc::default(),
             max_announce: 0,
+            done_seq: 0,
             last_prod: 0,
         }
     }
@@ -362,6 +365,7 @@ impl Pair {
         let Some(seq) = self.s[i].completions.pop_front() else {
             return false;
         };
+        self.s[i].done_seq = seq;
         let eff = self.s[i].conn.on_cdc_complete(seq);
         self.apply(i, eff);
         true
@@ -505,6 +509,45 @@ impl Pair {
     /// Both sides are closed.
     pub fn both_closed(&self) -> bool {
         self.s.iter().all(|s| s.conn.state() == SmcState::Closed)
+    }
+
+    /// The link under both connections goes down and they move to another one: of the CDCs
+    /// in flight towards side `i` the first `keep[i]` had arrived and the rest are lost, no
+    /// send completion comes any more, and whatever the lost RDMA WRITEs would have put into
+    /// a ring is garbage (every byte not yet announced to its reader). Then each side fails
+    /// over: its validation CDC and its rewrite go out on the new link.
+    pub fn link_down(&mut self, keep: [usize; 2]) {
+        for (i, keep) in keep.into_iter().enumerate() {
+            // A CDC whose completion the sender has seen has arrived.
+            let done = self.s[1 - i].done_seq;
+            let arrived = self.s[i]
+                .inbox
+                .iter()
+                .take_while(|c| !smc_proto::cdc::seqno_before(done, c.seqno))
+                .count();
+            for _ in 0..keep.max(arrived).min(self.s[i].inbox.len()) {
+                self.deliver(i);
+            }
+        }
+        for i in 0..2 {
+            self.s[i].inbox.clear();
+            self.s[i].completions.clear();
+            let p = self.s[i].conn.positions();
+            let ring = self.s[i].rx.len() as u64;
+            for pos in p.produced..p.consumed + ring {
+                self.s[i].rx[(pos % ring) as usize] = 0xee;
+            }
+        }
+        for i in 0..2 {
+            let (validation, eff) = self.s[i].conn.failover();
+            assert!(
+                validation.pflags.failover_validation(),
+                "the validation CDC carries its flag"
+            );
+            self.s[1 - i].inbox.push_back(validation);
+            self.s[i].completions.push_back(validation.seqno);
+            self.apply(i, eff);
+        }
     }
 
     /// Advances the clock by `d` and runs timers.
