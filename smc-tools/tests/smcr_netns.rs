@@ -262,7 +262,10 @@ fn smcr_first_contact_and_reuse_between_two_namespaces() {
     );
     assert_eq!(srv.device().stats().rx_dropped.load(Ordering::Relaxed), 0);
     let (sg, cg) = (&srv.link_groups()[0], &cli.link_groups()[0]);
-    assert_eq!((sg.qpn, sg.peer_qpn), (cg.peer_qpn, cg.qpn));
+    assert_eq!(
+        (sg.links[0].qpn, sg.links[0].peer_qpn),
+        (cg.links[0].peer_qpn, cg.links[0].qpn)
+    );
     assert_eq!(sg.peer_gid, cli.gid());
     assert!(!sg.client && cg.client);
 }
@@ -628,7 +631,7 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
         assert!(from(a, 1));
         assert_eq!(
             num(col(a, "smc.accept.server.qp.number")),
-            u64::from(sg.qpn),
+            u64::from(sg.links[0].qpn),
             "{text}"
         );
         // Wireshark shows the first-contact bit (0x08) of an SMC-Rv2 Accept only in its
@@ -643,7 +646,7 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
         assert!(from(c, 2));
         assert_eq!(
             num(col(c, "smc.confirm.client.qp.number")),
-            u64::from(cg.qpn),
+            u64::from(cg.links[0].qpn),
             "{text}"
         );
         assert_eq!(
@@ -663,12 +666,15 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
     assert_eq!((req.len(), resp.len()), (1, 1), "CONFIRM_LINK:\n{text}");
     assert_eq!(
         num(col(req[0], "smc.confirm.link.sender.qp.number")),
-        u64::from(sg.qpn)
+        u64::from(sg.links[0].qpn)
     );
-    assert_eq!(num(col(req[0], "infiniband.bth.destqp")), u64::from(cg.qpn));
+    assert_eq!(
+        num(col(req[0], "infiniband.bth.destqp")),
+        u64::from(cg.links[0].qpn)
+    );
     assert_eq!(
         num(col(resp[0], "smc.confirm.link.sender.qp.number")),
-        u64::from(cg.qpn)
+        u64::from(cg.links[0].qpn)
     );
     assert!(matches!(
         col(resp[0], "smc.confirm.link.response"),

@@ -37,7 +37,7 @@ use crate::driver::handshake::Fallback;
 use crate::layout::status::StatusArea;
 use crate::settings::Settings;
 use crate::sys::core_now;
-use crate::transport::smcr::{PeerRmb, RECV_BUF, RECV_WRS, RoceLink, SmcrLink};
+use crate::transport::smcr::{Binding, ConnTable, PeerRmb, RECV_BUF, RECV_WRS, RoceLink, SmcrLink};
 use smc_core::close::SmcState;
 use smc_core::conn::Config;
 use smc_core::handshake::decide::Refusal;
@@ -46,8 +46,8 @@ use smc_core::handshake::smcr::{
 };
 use smc_core::handshake::{CLC_WAIT_TIME, ClcReader, LocalCaps};
 use smc_core::llc::{
-    FirstLink, LgrType, LinkIdx, Llc, LlcAction, LlcConfig, LocalPort, PeerQp, RmbId, RmbKey,
-    StepFailed,
+    CreatedLink, FirstLink, LgrType, LinkIdx, Llc, LlcAction, LlcConfig, LocalPort, PeerQp, RmbId,
+    RmbKey, StepFailed,
 };
 use smc_proto::clc::{
     ClcMessage, Decline, Eid, Hostname, ProposalBuilder, ReasonCode, SMC_V2, SMCR_MAX_BUFSIZE_CODE,
@@ -61,7 +61,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 pub use crate::bpf::Maps;
@@ -84,6 +84,10 @@ pub struct SmcrConfig {
     pub addr: Ipv4Addr,
     /// The netdev holding `addr` (found with `ip` when `None`).
     pub netdev: Option<String>,
+    /// A second RoCE port: its address and netdev (found with `ip` when `None`). Each link
+    /// group then gets a second link over it (ADD_LINK), `max_links` 2 is offered, and the
+    /// connections of a link that fails move to the other one.
+    pub alt: Option<(Ipv4Addr, Option<String>)>,
     /// The user EID both sides must share (SMC-Rv2 has no system EID).
     pub ueid: String,
     /// RMB and send-buffer size of each connection (rounded up to a power of two, at most
@@ -107,6 +111,7 @@ impl SmcrConfig {
         SmcrConfig {
             addr,
             netdev: None,
+            alt: None,
             ueid: ueid.to_string(),
             ring: 64 << 10,
             max_conns: MAX_CONNS_PER_LGR,
@@ -132,14 +137,51 @@ pub struct SmcrStats {
 #[derive(Debug, Clone)]
 pub struct SmcrEndpoint(Arc<Ep>);
 
+/// One RoCE port of an endpoint: a soft device on one local address.
 #[derive(Debug)]
-struct Ep {
+struct Port {
     dev: SoftDevice,
     pd: Pd,
     addr: Ipv4Addr,
+    local: LocalPort,
+}
+
+impl Port {
+    fn open(i: usize, addr: Ipv4Addr, netdev: Option<String>) -> io::Result<Port> {
+        let dev = SoftDevice::open(SoftConfig {
+            name: format!("sroce-{addr}"),
+            addr,
+            netdev,
+            steering: None,
+        })?;
+        let info = dev.info();
+        let p = info
+            .ports
+            .first()
+            .ok_or_else(|| io::Error::other("device without a port"))?;
+        let local = LocalPort {
+            dev: i as u32,
+            port: p.port,
+            gid: dev.gid().0,
+            mac: p.mac,
+            path_mtu: p.active_mtu as u8,
+        };
+        Ok(Port {
+            pd: dev.alloc_pd(),
+            dev,
+            addr,
+            local,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Ep {
+    /// The first is the one CLC names (the TCP connection's address); a second carries the
+    /// groups' second links.
+    ports: Vec<Port>,
     caps: LocalCaps,
     smcr: SmcrCaps,
-    port: LocalPort,
     ring: usize,
     settings: Settings,
     testlink_time: Duration,
@@ -215,34 +257,70 @@ struct NewQp {
     rcq: Arc<<SoftDevice as Device>::Cq>,
     recv: SoftMr,
     psn: u32,
+    /// The endpoint's port it is on.
+    port: usize,
 }
 
-/// A connection's buffers: its RMB (the peer writes into it) and its send buffer.
+impl std::fmt::Debug for NewQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewQp")
+            .field("qpn", &self.qp.qp_num())
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NewQp {
+    /// How a CLC message names it.
+    fn offer(&self, mtu: u8) -> LinkOffer {
+        LinkOffer {
+            qpn: self.qp.qp_num(),
+            psn: self.psn,
+            mtu,
+        }
+    }
+}
+
+/// A connection's buffers: its RMB (the peer writes into it) and its send buffer, each
+/// registered on every port's device.
 struct Bufs {
     token: u32,
-    rmb: SoftMr,
-    sndbuf: SoftMr,
+    /// Per port: (RMB, send buffer).
+    mrs: Vec<(SoftMr, SoftMr)>,
 }
 
 impl Bufs {
-    fn offer(&self) -> RmbOffer {
+    fn offer(&self, port: usize) -> RmbOffer {
+        let rmb = &self.mrs[port].0;
         RmbOffer {
             token: self.token,
-            rkey: self.rmb.rkey(),
-            addr: self.rmb.addr(),
-            len: self.rmb.len(),
+            rkey: rmb.rkey(),
+            addr: rmb.addr(),
+            len: rmb.len(),
         }
     }
 
-    fn key(&self) -> RmbKey {
-        RmbKey {
-            rkey: self.rmb.rkey(),
-            vaddr: self.rmb.addr(),
-        }
+    /// The RMB's key on each port.
+    fn keys(&self) -> Vec<RmbKey> {
+        self.mrs
+            .iter()
+            .map(|(rmb, _)| RmbKey {
+                rkey: rmb.rkey(),
+                vaddr: rmb.addr(),
+            })
+            .collect()
+    }
+
+    /// The send buffer's (address, lkey) on each port.
+    fn sndbufs(&self) -> Vec<(u64, u32)> {
+        self.mrs
+            .iter()
+            .map(|(_, snd)| (snd.addr(), snd.lkey()))
+            .collect()
     }
 }
 
-/// A connection made known to a link before its handshake ends (see
+/// A connection made known to its group before its handshake ends (see
 /// [`RoceLink::reserve`]); forgotten again unless kept.
 struct Reservation {
     link: Arc<RoceLink<SoftDevice>>,
@@ -274,40 +352,31 @@ impl SmcrEndpoint {
     pub fn open(cfg: SmcrConfig) -> io::Result<SmcrEndpoint> {
         let ueid = Eid::new(&cfg.ueid)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a valid user EID"))?;
-        let dev = SoftDevice::open(SoftConfig {
-            name: format!("sroce-{}", cfg.addr),
-            addr: cfg.addr,
-            netdev: cfg.netdev.clone(),
-            steering: None,
-        })?;
-        let info = dev.info();
-        let p = info
-            .ports
-            .first()
-            .ok_or_else(|| io::Error::other("device without a port"))?;
-        let gid = dev.gid().0;
+        let mut ports = vec![Port::open(0, cfg.addr, cfg.netdev.clone())?];
+        if let Some((addr, netdev)) = cfg.alt.clone() {
+            if addr == cfg.addr {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the second port needs another address",
+                ));
+            }
+            ports.push(Port::open(1, addr, netdev)?);
+        }
+        let (gid, mac) = (ports[0].local.gid, ports[0].local.mac);
         let r = random_u32().to_ne_bytes();
         let mut peer_id = [0u8; 8];
         peer_id[..2].copy_from_slice(&r[..2]);
-        peer_id[2..].copy_from_slice(&p.mac);
+        peer_id[2..].copy_from_slice(&mac);
         let max_conns = cfg
             .max_conns
             .clamp(hs::MIN_CONNS_PER_LGR, MAX_CONNS_PER_LGR);
-        let port = LocalPort {
-            dev: 0,
-            port: p.port,
-            gid,
-            mac: p.mac,
-            path_mtu: p.active_mtu as u8,
-        };
+        let max_links = ports.len().min(usize::from(hs::MAX_LINKS_PER_LGR)) as u8;
         let option = match cfg.capability {
             Capability::Option(m) => Some(m),
             Capability::Assume => None,
         };
         Ok(SmcrEndpoint(Arc::new(Ep {
-            pd: dev.alloc_pd(),
-            dev,
-            addr: cfg.addr,
+            ports,
             caps: LocalCaps {
                 gid: Default::default(),
                 chid: 0xffff,
@@ -318,12 +387,11 @@ impl SmcrEndpoint {
             smcr: SmcrCaps {
                 peer_id,
                 gid,
-                mac: p.mac,
+                mac,
                 max_conns,
-                // One link a group: see the module docs.
-                max_links: 1,
+                // A second link needs a second port: see the module docs.
+                max_links,
             },
-            port,
             // A size the CLC's size code names exactly: a power of two, 16 KiB to 512 KiB.
             ring: uncompress_bufsize(compress_bufsize(cfg.ring, SMCR_MAX_BUFSIZE_CODE)),
             settings: cfg.settings,
@@ -337,14 +405,19 @@ impl SmcrEndpoint {
         })))
     }
 
-    /// The device's GID.
+    /// The first device's GID (the one CLC names).
     pub fn gid(&self) -> Gid {
-        self.0.dev.gid()
+        self.0.ports[0].dev.gid()
     }
 
-    /// The device (its counters; `smcctl device show --smcr` material).
+    /// The first device (its counters; `smcctl device show --smcr` material).
     pub fn device(&self) -> &SoftDevice {
-        &self.0.dev
+        &self.0.ports[0].dev
+    }
+
+    /// Every device: the first, and the second port's if there is one.
+    pub fn devices(&self) -> impl Iterator<Item = &SoftDevice> {
+        self.0.ports.iter().map(|p| &p.dev)
     }
 
     /// The endpoint's counters.
@@ -358,15 +431,33 @@ impl SmcrEndpoint {
             .iter()
             .map(|g| {
                 let sh = lock(&g.sh);
+                let slots = read(&g.links);
+                let links = sh
+                    .llc
+                    .links()
+                    .filter_map(|(i, l)| {
+                        let s = slots.get(i.index())?.as_ref()?;
+                        Some(LinkInfo {
+                            idx: i.index() as u8,
+                            link_id: l.link_id,
+                            active: l.state == smc_core::llc::LinkState::Active,
+                            failed: s.link.failed(),
+                            qpn: s.link.qp_num(),
+                            peer_qpn: s.peer_qpn,
+                            gid: Gid(l.port.gid),
+                            peer_gid: Gid(l.peer.map_or([0; 16], |p| p.gid)),
+                            conns: sh.members.values().filter(|m| m.link == i).count() as u32,
+                        })
+                    })
+                    .collect();
                 LinkGroupInfo {
                     lgr_id: g.lgr_id,
                     client: g.client,
                     conns: sh.conns,
                     lgr_type: sh.lgr_type,
                     peer_gid: Gid(g.peer_gid),
-                    qpn: g.link.qp_num(),
-                    peer_qpn: g.peer_qpn,
                     up: sh.first == Some(Ok(())) && sh.dead.is_none(),
+                    links,
                 }
             })
             .collect()
@@ -391,7 +482,7 @@ impl SmcrEndpoint {
         )?;
         // From the device's address: the GID the CLC names is the TCP connection's source,
         // as the kernel's device is the one of the route's netdev.
-        rustix::net::bind(&fd, &SocketAddr::from((ep.addr, 0)))?;
+        rustix::net::bind(&fd, &SocketAddr::from((ep.ports[0].addr, 0)))?;
         if let Some(maps) = &ep.option {
             maps.mark_client(&fd)?;
         }
@@ -402,7 +493,7 @@ impl SmcrEndpoint {
         {
             return Ok(ep.plain(sock, Fallback::local(ReasonCode::PEERNOSMC)));
         }
-        if sock.local_addr()?.ip() != IpAddr::V4(ep.addr) {
+        if sock.local_addr()?.ip() != IpAddr::V4(ep.ports[0].addr) {
             // The peer expects CLC now: a Decline tells it (smc_connect_decline_fallback).
             return ep.decline(sock, ReasonCode::NOSMCRDEV);
         }
@@ -435,14 +526,35 @@ pub struct LinkGroupInfo {
     pub conns: u32,
     /// Its type.
     pub lgr_type: LgrType,
-    /// The peer's GID.
+    /// The peer's GID (its first port's, as CLC named it).
     pub peer_gid: Gid,
-    /// Our QP of its link.
+    /// First contact done and not terminated.
+    pub up: bool,
+    /// Its links.
+    pub links: Vec<LinkInfo>,
+}
+
+/// What `smcctl linkgroup links` would show of one link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// The slot (`link_idx`).
+    pub idx: u8,
+    /// The wire's link id.
+    pub link_id: u8,
+    /// It carries connections (`SMC_LNK_ACTIVE`).
+    pub active: bool,
+    /// Its QP failed or was taken down.
+    pub failed: bool,
+    /// Our QP.
     pub qpn: u32,
     /// The peer's.
     pub peer_qpn: u32,
-    /// First contact done and not terminated.
-    pub up: bool,
+    /// Our GID on it.
+    pub gid: Gid,
+    /// The peer's.
+    pub peer_gid: Gid,
+    /// Connections sending on it.
+    pub conns: u32,
 }
 
 impl Ep {
@@ -474,30 +586,38 @@ impl Ep {
     }
 
     fn bufs(&self) -> io::Result<Bufs> {
-        let mr = |acc| {
-            self.dev
-                .reg_mr(self.pd, Memory::new(self.ring)?, acc)
-                .map_err(io::Error::other)
-        };
+        let (rmb, snd) = (Memory::new(self.ring)?, Memory::new(self.ring)?);
         let mut token = 0;
         while token == 0 {
             token = self.next_token.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(Bufs {
-            token,
-            rmb: mr(Access::LOCAL_WRITE | Access::REMOTE_WRITE)?,
-            sndbuf: mr(Access::LOCAL_WRITE)?,
-        })
+        let mut mrs = Vec::with_capacity(self.ports.len());
+        for p in &self.ports {
+            let mr = |m: &Arc<Memory>, acc| {
+                p.dev
+                    .reg_mr(p.pd, Arc::clone(m), acc)
+                    .map_err(io::Error::other)
+            };
+            mrs.push((
+                mr(&rmb, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?,
+                mr(&snd, Access::LOCAL_WRITE)?,
+            ));
+        }
+        Ok(Bufs { token, mrs })
     }
 
-    fn new_qp(&self) -> io::Result<NewQp> {
+    fn new_qp(&self, port: usize) -> io::Result<NewQp> {
         let e = io::Error::other;
-        let scq = self.dev.create_cq(1024).map_err(e)?;
-        let rcq = self.dev.create_cq(1024).map_err(e)?;
-        let qp = self
+        let p = self
+            .ports
+            .get(port)
+            .ok_or_else(|| io::Error::other("no such port"))?;
+        let scq = p.dev.create_cq(1024).map_err(e)?;
+        let rcq = p.dev.create_cq(1024).map_err(e)?;
+        let qp = p
             .dev
             .create_qp(
-                self.pd,
+                p.pd,
                 QpInit {
                     send_cq: Arc::clone(&scq),
                     recv_cq: Arc::clone(&rcq),
@@ -512,10 +632,10 @@ impl Ep {
                 },
             )
             .map_err(e)?;
-        let recv = self
+        let recv = p
             .dev
             .reg_mr(
-                self.pd,
+                p.pd,
                 Memory::new((RECV_WRS * RECV_BUF) as usize)?,
                 Access::LOCAL_WRITE,
             )
@@ -526,19 +646,26 @@ impl Ep {
             rcq,
             recv,
             psn: random_u32() & 0x00ff_ffff,
+            port,
         })
     }
 
-    /// Takes `q` up towards the peer's QP and starts the link.
-    fn start_link(&self, q: NewQp, peer: &SmcrPeer) -> io::Result<Arc<RoceLink<SoftDevice>>> {
-        let mtu = Mtu::from_ib(peer.mtu.min(self.port.path_mtu)).unwrap_or(Mtu::M1024);
+    /// Takes `q` up towards the peer's QP and starts the link in the group of `table`.
+    fn start_link(
+        &self,
+        q: NewQp,
+        peer: &PeerQp,
+        table: &ConnTable,
+    ) -> io::Result<Arc<RoceLink<SoftDevice>>> {
+        let own = self.ports[q.port].local.path_mtu;
+        let mtu = Mtu::from_ib(peer.mtu.min(own)).unwrap_or(Mtu::M1024);
         let path = RcPath {
             mtu,
             ..RcPath::default()
         };
         bring_up(&q.qp, &path, peer.qpn, Gid(peer.gid), peer.psn, q.psn)
             .map_err(io::Error::other)?;
-        RoceLink::start(q.qp, q.scq, q.rcq, q.recv)
+        RoceLink::start_in(q.qp, q.scq, q.rcq, q.recv, table.clone())
     }
 
     /// The core's configuration: our RMB receives, the peer's (`peer_rmb` bytes) is where
@@ -554,6 +681,9 @@ impl Ep {
         }
     }
 
+    /// The connection joins `group`: it sends on our link `via`, and the peer's RMB is the
+    /// one its CLC message named for the peer's end of our link `named`.
+    #[allow(clippy::too_many_arguments)]
     fn established(
         self: &Arc<Self>,
         sock: TcpStream,
@@ -561,20 +691,42 @@ impl Ep {
         bufs: Bufs,
         peer: &SmcrPeer,
         mut resv: Reservation,
-    ) -> SmcrStream {
+        named: LinkIdx,
+        via: LinkIdx,
+    ) -> io::Result<SmcrStream> {
+        let clc_key = RmbKey {
+            rkey: peer.rmb.rkey,
+            vaddr: peer.rmb.addr,
+        };
+        let mut sh = lock(&group.sh);
+        let found = sh.llc.rtoken_add(named, clc_key).and_then(|idx| {
+            let key = sh.llc.rtoken(idx, via)?;
+            let slot = group.slot(via)?;
+            Some((idx, key, slot))
+        });
+        let Some((rtoken, key, slot)) = found else {
+            drop(sh);
+            tracing::debug!("SMC-R: no rtoken for the peer's RMB on our link");
+            return self.decline(sock, ReasonCode::ERR_RTOK);
+        };
         let _ = sock.set_read_timeout(None);
         resv.keep = true;
-        let link = SmcrLink::new(
-            Arc::clone(&group.link),
+        let sndbufs = bufs.sndbufs();
+        let mut mrs = bufs.mrs;
+        let (rmb, snd) = mrs.remove(slot.port);
+        let more = mrs.into_iter().flat_map(|(a, b)| [a, b]).collect();
+        let link = SmcrLink::with_registrations(
+            Arc::clone(&slot.link),
             bufs.token,
-            bufs.sndbuf,
-            bufs.rmb,
+            snd,
+            rmb,
             PeerRmb {
-                addr: peer.rmb.addr,
-                rkey: peer.rmb.rkey,
+                addr: key.vaddr,
+                rkey: key.rkey,
                 len: peer.rmb.len,
                 token: peer.rmb.token,
             },
+            more,
         );
         let conn = SmcConn::new(
             sock,
@@ -596,9 +748,20 @@ impl Ep {
             },
             self.status.conn_slot(),
         );
-        SmcrStream {
+        sh.members.insert(
+            bufs.token,
+            Member {
+                conn: Arc::downgrade(&conn),
+                rtoken,
+                link: via,
+                sndbufs,
+            },
+        );
+        sh.conns += 1;
+        drop(sh);
+        Ok(SmcrStream {
             kind: Kind::Smc { conn, group },
-        }
+        })
     }
 
     fn new_lgr_id(&self) -> u32 {
@@ -611,17 +774,18 @@ impl Ep {
         groups.push(Arc::clone(g));
     }
 
-    fn llc_config(&self, lgr_id: u32) -> LlcConfig {
+    /// The group's LLC settings, with the `max_links` the CLC negotiated.
+    fn llc_config(&self, lgr_id: u32, max_links: u8) -> LlcConfig {
         LlcConfig {
-            max_links: self.smcr.max_links,
+            max_links: max_links.clamp(1, self.smcr.max_links),
             testlink_time: self.testlink_time,
-            ..LlcConfig::new(lgr_id, vec![self.port])
+            ..LlcConfig::new(lgr_id, self.ports.iter().map(|p| p.local).collect())
         }
     }
 
     fn first_link(&self, q: &NewQp, peer: &SmcrPeer, bufs: &Bufs) -> FirstLink {
         FirstLink {
-            port: self.port,
+            port: self.ports[0].local,
             qpn: q.qp.qp_num(),
             psn: q.psn,
             peer: PeerQp {
@@ -632,7 +796,7 @@ impl Ep {
                 mtu: peer.mtu,
             },
             rmb: RmbId(bufs.token),
-            rmb_key: bufs.key(),
+            rmb_key: bufs.keys()[0],
             peer_rmb: RmbKey {
                 rkey: peer.rmb.rkey,
                 vaddr: peer.rmb.addr,
@@ -654,8 +818,8 @@ impl Ep {
             Ok(()) => {
                 self.insert(&group);
                 self.stats.first_contacts.fetch_add(1, Ordering::Relaxed);
-                group.joined();
-                Ok(self.established(sock, group, bufs, peer, resv))
+                let via = group.place();
+                self.established(sock, group, bufs, peer, resv, LinkIdx::FIRST, via)
             }
             Err(why) => {
                 tracing::debug!("SMC-R first contact failed: {why}");
@@ -672,13 +836,14 @@ impl Ep {
         info: &hs::SmcrProposalInfo,
         offer: &LinkOffer,
         bufs: &Bufs,
+        port: usize,
         first_contact: bool,
     ) -> io::Result<Result<SmcrPeer, Refusal>> {
         let accept = hs::server_accept(
             &self.smcr,
             info,
             offer,
-            &bufs.offer(),
+            &bufs.offer(port),
             first_contact,
             self.caps.hostname,
         );
@@ -730,33 +895,50 @@ impl Ep {
         peer: SmcrPeer,
         bufs: Bufs,
     ) -> io::Result<SmcrStream> {
-        let Ok(q) = self.new_qp() else {
+        let Ok(q) = self.new_qp(0) else {
             return self.decline(sock, ReasonCode::MEM);
         };
-        let offer = LinkOffer {
-            qpn: q.qp.qp_num(),
-            psn: q.psn,
-            mtu: self.port.path_mtu,
-        };
+        let offer = q.offer(self.ports[0].local.path_mtu);
         let lgr_id = self.new_lgr_id();
         let first = self.first_link(&q, &peer, &bufs);
-        let link = match self.start_link(q, &peer) {
+        let table = ConnTable::default();
+        let (qpn, psn) = (q.qp.qp_num(), q.psn);
+        let link = match self.start_link(q, &first.peer, &table) {
             Ok(l) => l,
             Err(_) => return self.decline(sock, ReasonCode::ERR_RDYLNK),
         };
         let resv = Reservation::new(&link, bufs.token);
-        let llc = Llc::client(self.llc_config(lgr_id), core_now(), first);
-        let group = Group::start(lgr_id, true, &peer, link, llc, first);
+        let max_links = peer.fce.and_then(|f| f.v2x).map_or(1, |x| x.max_links);
+        let llc = Llc::client(self.llc_config(lgr_id, max_links), core_now(), first);
+        let slot = Slot {
+            link,
+            port: 0,
+            qpn,
+            psn,
+            peer_qpn: peer.qpn,
+        };
+        let group = Group::start(
+            self,
+            lgr_id,
+            true,
+            &peer,
+            table,
+            slot,
+            llc,
+            (bufs.token, bufs.keys()),
+        );
+        let gids: Vec<_> = self.ports.iter().map(|p| p.local.gid).collect();
         let confirm = hs::client_confirm(
             &self.smcr,
             &peer,
             &offer,
-            &bufs.offer(),
+            &bufs.offer(0),
             self.caps.hostname,
-            &[self.smcr.gid],
+            &gids,
         );
         sock.write_all(&ClcMessage::Confirm(confirm).to_vec())?;
-        // The server's CONFIRM_LINK, our response: the LLC's wait times bound this.
+        // The server's CONFIRM_LINK, our response, its ADD_LINK if there is a second port:
+        // the LLC's wait times bound this.
         self.finish_first(sock, group, bufs, &peer, resv)
     }
 
@@ -766,38 +948,40 @@ impl Ep {
         peer: SmcrPeer,
         bufs: Bufs,
     ) -> io::Result<SmcrStream> {
-        // smcr_lgr_match: the server's system id and GID, and its QPN names the link.
-        let group = lock(&self.groups)
-            .iter()
-            .find(|g| {
-                g.client
-                    && g.peer_id == peer.peer_id
-                    && g.peer_gid == peer.gid
-                    && g.peer_qpn == peer.qpn
-                    && lock(&g.sh).dead.is_none()
-            })
-            .cloned();
-        let Some(group) = group else {
+        // smcr_lgr_match: the server's system id and GID, and its QPN names one of the
+        // group's links.
+        let found = lock(&self.groups).iter().find_map(|g| {
+            let named = g.link_named(peer.qpn)?;
+            (g.client
+                && g.peer_id == peer.peer_id
+                && g.peer_gid == peer.gid
+                && lock(&g.sh).dead.is_none())
+            .then(|| (Arc::clone(g), named))
+        });
+        let Some((group, named)) = found else {
             return self.decline(sock, ReasonCode::SYNCERR);
         };
-        let resv = Reservation::new(&group.link, bufs.token);
-        if let Err(why) = group.register(bufs.token, bufs.key()) {
+        let via = group.place();
+        let Some(slot) = group.slot(via) else {
+            return self.decline(sock, ReasonCode::SYNCERR);
+        };
+        let resv = Reservation::new(&slot.link, bufs.token);
+        if let Err(why) = group.register(bufs.token, bufs.keys(), via) {
             tracing::debug!("SMC-R CONFIRM_RKEY failed: {why}");
             return self.decline(sock, ReasonCode::ERR_REGBUF);
         }
-        let offer = group.offer(self.port.path_mtu);
+        let offer = slot.offer(self.ports[slot.port].local.path_mtu);
         let confirm = hs::client_confirm(
             &self.smcr,
             &peer,
             &offer,
-            &bufs.offer(),
+            &bufs.offer(slot.port),
             self.caps.hostname,
             &[],
         );
         sock.write_all(&ClcMessage::Confirm(confirm).to_vec())?;
         self.stats.reused.fetch_add(1, Ordering::Relaxed);
-        group.joined();
-        Ok(self.established(sock, group, bufs, &peer, resv))
+        self.established(sock, group, bufs, &peer, resv, named, via)
     }
 
     // ------------------------------------------------------------------------ server
@@ -813,7 +997,7 @@ impl Ep {
             Ok(_) => return self.decline(sock, ReasonCode::CNFERR),
             Err(r) => return self.decline(sock, r),
         };
-        if sock.local_addr()?.ip() != IpAddr::V4(self.addr) {
+        if sock.local_addr()?.ip() != IpAddr::V4(self.ports[0].addr) {
             return self.decline(sock, ReasonCode::NOSMCRDEV);
         }
         let info = match hs::server_check(&p, &self.caps, &self.smcr) {
@@ -849,29 +1033,43 @@ impl Ep {
         info: &hs::SmcrProposalInfo,
         bufs: Bufs,
     ) -> io::Result<SmcrStream> {
-        let Ok(q) = self.new_qp() else {
+        let Ok(q) = self.new_qp(0) else {
             return self.decline(sock, ReasonCode::MEM);
         };
-        let offer = LinkOffer {
-            qpn: q.qp.qp_num(),
-            psn: q.psn,
-            mtu: self.port.path_mtu,
-        };
-        let peer = match self.accept_confirm(&mut sock, info, &offer, &bufs, true)? {
+        let offer = q.offer(self.ports[0].local.path_mtu);
+        let peer = match self.accept_confirm(&mut sock, info, &offer, &bufs, 0, true)? {
             Ok(p) if p.gid == info.peer_gid => p,
             Ok(_) => return self.decline(sock, ReasonCode::CNFERR),
             Err(r) => return self.refused(sock, r),
         };
         let lgr_id = self.new_lgr_id();
         let first = self.first_link(&q, &peer, &bufs);
-        let link = match self.start_link(q, &peer) {
+        let table = ConnTable::default();
+        let (qpn, psn) = (q.qp.qp_num(), q.psn);
+        let link = match self.start_link(q, &first.peer, &table) {
             Ok(l) => l,
             Err(_) => return self.decline(sock, ReasonCode::ERR_RDYLNK),
         };
         let resv = Reservation::new(&link, bufs.token);
-        // Sends CONFIRM_LINK at once.
-        let llc = Llc::server(self.llc_config(lgr_id), core_now(), first);
-        let group = Group::start(lgr_id, false, &peer, link, llc, first);
+        // Sends CONFIRM_LINK at once (and ADD_LINK after it when both have a second port).
+        let llc = Llc::server(self.llc_config(lgr_id, info.max_links), core_now(), first);
+        let slot = Slot {
+            link,
+            port: 0,
+            qpn,
+            psn,
+            peer_qpn: peer.qpn,
+        };
+        let group = Group::start(
+            self,
+            lgr_id,
+            false,
+            &peer,
+            table,
+            slot,
+            llc,
+            (bufs.token, bufs.keys()),
+        );
         self.finish_first(sock, group, bufs, &peer, resv)
     }
 
@@ -882,22 +1080,28 @@ impl Ep {
         group: Arc<Group>,
         bufs: Bufs,
     ) -> io::Result<SmcrStream> {
-        let resv = Reservation::new(&group.link, bufs.token);
+        let via = group.place();
+        let Some(slot) = group.slot(via) else {
+            return self.decline(sock, ReasonCode::SYNCERR);
+        };
+        let resv = Reservation::new(&slot.link, bufs.token);
         // smc_listen_rdma_reg: the new RMB is confirmed before the Accept names it.
-        if let Err(why) = group.register(bufs.token, bufs.key()) {
+        if let Err(why) = group.register(bufs.token, bufs.keys(), via) {
             tracing::debug!("SMC-R CONFIRM_RKEY failed: {why}");
             return self.decline(sock, ReasonCode::ERR_REGBUF);
         }
-        let offer = group.offer(self.port.path_mtu);
-        let peer = match self.accept_confirm(&mut sock, info, &offer, &bufs, false)? {
-            // The Confirm must name the group's link.
-            Ok(p) if p.qpn == group.peer_qpn && p.gid == group.peer_gid => p,
+        let offer = slot.offer(self.ports[slot.port].local.path_mtu);
+        let peer = match self.accept_confirm(&mut sock, info, &offer, &bufs, slot.port, false)? {
+            Ok(p) if p.gid == group.peer_gid => p,
             Ok(_) => return self.decline(sock, ReasonCode::SYNCERR),
             Err(r) => return self.refused(sock, r),
         };
+        // The Confirm must name one of the group's links.
+        let Some(named) = group.link_named(peer.qpn) else {
+            return self.decline(sock, ReasonCode::SYNCERR);
+        };
         self.stats.reused.fetch_add(1, Ordering::Relaxed);
-        group.joined();
-        Ok(self.established(sock, group, bufs, &peer, resv))
+        self.established(sock, group, bufs, &peer, resv, named, via)
     }
 }
 
@@ -943,16 +1147,19 @@ impl Drop for SmcrListener {
 
 // ---------------------------------------------------------------------------- link group
 
-/// One SMC-R link group: its link, its LLC flow machine and what the machine decided.
+/// One SMC-R link group: its links, its LLC flow machine and what the machine decided.
 #[derive(Debug)]
 struct Group {
     lgr_id: u32,
     client: bool,
     peer_id: [u8; 8],
     peer_gid: [u8; 16],
-    peer_qpn: u32,
-    psn: u32,
-    link: Arc<RoceLink<SoftDevice>>,
+    me: Weak<Group>,
+    ep: Weak<Ep>,
+    /// The group's connections by token, shared by its links.
+    table: ConnTable,
+    /// The links by slot ([`LinkIdx`]); a slot is filled once its QP is up.
+    links: RwLock<Vec<Option<Slot>>>,
     sh: Mutex<Shared>,
     cv: Condvar,
     /// Connections closed by their application that still finish their close (the kernel
@@ -960,15 +1167,55 @@ struct Group {
     lingering: Mutex<Vec<(Conn, Instant)>>,
 }
 
+/// One link of a group.
+#[derive(Debug, Clone)]
+struct Slot {
+    link: Arc<RoceLink<SoftDevice>>,
+    /// The endpoint's port it is on.
+    port: usize,
+    qpn: u32,
+    psn: u32,
+    peer_qpn: u32,
+}
+
+impl Slot {
+    /// How a CLC message names the link.
+    fn offer(&self, mtu: u8) -> LinkOffer {
+        LinkOffer {
+            qpn: self.qpn,
+            psn: self.psn,
+            mtu,
+        }
+    }
+}
+
+/// A connection of the group, as the group moves it between links.
+#[derive(Debug)]
+struct Member {
+    conn: Weak<SmcConn<SmcrLink<SoftDevice>>>,
+    /// The peer's RMB in the rtoken table.
+    rtoken: u8,
+    /// The link it sends on.
+    link: LinkIdx,
+    /// Its send buffer's (address, lkey) on each port.
+    sndbufs: Vec<(u64, u32)>,
+}
+
 #[derive(Debug)]
 struct Shared {
     llc: Llc,
     first: Option<Result<(), String>>,
     rkeys: HashMap<u32, Result<(), String>>,
-    keys: HashMap<u32, RmbKey>,
+    /// Each RMB's key on each port.
+    keys: HashMap<u32, Vec<RmbKey>>,
     dead: Option<String>,
     conns: u32,
     lgr_type: LgrType,
+    members: HashMap<u32, Member>,
+    /// QPs the flow machine had created for a new link, until it is readied.
+    pending: HashMap<usize, NewQp>,
+    /// When the server last tried to add a second link.
+    add_tried: Instant,
 }
 
 /// An SMC-R connection of this module.
@@ -977,45 +1224,58 @@ type Conn = Arc<SmcConn<SmcrLink<SoftDevice>>>;
 /// How long a closed connection may take to finish its close.
 const LINGER: Duration = Duration::from_secs(10);
 
+/// How often a server whose group lacks its second link tries to add it again (the kernel
+/// does on a port event; the soft device has none, so the path is tried).
+const ADD_LINK_RETRY: Duration = Duration::from_secs(5);
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Group {
+    #[allow(clippy::too_many_arguments)]
     fn start(
+        ep: &Arc<Ep>,
         lgr_id: u32,
         client: bool,
         peer: &SmcrPeer,
-        link: Arc<RoceLink<SoftDevice>>,
+        table: ConnTable,
+        first: Slot,
         llc: Llc,
-        first: FirstLink,
+        (token, keys): (u32, Vec<RmbKey>),
     ) -> Arc<Group> {
-        let (psn, token, key) = (first.psn, first.rmb.0, first.rmb_key);
-        let g = Arc::new(Group {
+        let link = Arc::clone(&first.link);
+        let mut links = vec![None; smc_core::llc::SMC_LINKS_PER_LGR_MAX];
+        links[0] = Some(first);
+        let g = Arc::new_cyclic(|me| Group {
             lgr_id,
             client,
             peer_id: peer.peer_id,
             peer_gid: peer.gid,
-            peer_qpn: peer.qpn,
-            psn,
-            link,
+            me: me.clone(),
+            ep: Arc::downgrade(ep),
+            table,
+            links: RwLock::new(links),
             sh: Mutex::new(Shared {
                 llc,
                 first: None,
                 rkeys: HashMap::new(),
-                keys: HashMap::from([(token, key)]),
+                keys: HashMap::from([(token, keys)]),
                 dead: None,
                 conns: 0,
                 lgr_type: LgrType::None,
+                members: HashMap::new(),
+                pending: HashMap::new(),
+                add_tried: Instant::now(),
             }),
             cv: Condvar::new(),
             lingering: Mutex::new(Vec::new()),
         });
-        let w = Arc::downgrade(&g);
-        g.link.set_llc_handler(Box::new(move |bytes| {
-            if let Some(g) = w.upgrade() {
-                let mut sh = lock(&g.sh);
-                let now = core_now();
-                let _ = sh.llc.handle_message(now, LinkIdx::FIRST, bytes);
-                g.run(&mut sh, now);
-            }
-        }));
+        g.attach(LinkIdx::FIRST, &link);
         // What the constructor queued (the server's CONFIRM_LINK).
         {
             let mut sh = lock(&g.sh);
@@ -1028,31 +1288,126 @@ impl Group {
         g
     }
 
+    /// Hooks link `idx` up to the flow machine: its LLC messages, and its failure.
+    fn attach(&self, idx: LinkIdx, link: &RoceLink<SoftDevice>) {
+        let w = self.me.clone();
+        link.set_llc_handler(Box::new(move |bytes| {
+            if let Some(g) = w.upgrade() {
+                let mut sh = lock(&g.sh);
+                let now = core_now();
+                let _ = sh.llc.handle_message(now, idx, bytes);
+                g.run(&mut sh, now);
+            }
+        }));
+        let w = self.me.clone();
+        link.set_fail_handler(Box::new(move || {
+            // Told from a completion thread or a sender's post, maybe holding a connection:
+            // the group's work runs elsewhere.
+            let w = w.clone();
+            let _ = std::thread::Builder::new()
+                .name("smcr-link-down".into())
+                .spawn(move || {
+                    if let Some(g) = w.upgrade() {
+                        g.link_failed(idx);
+                    }
+                });
+        }));
+    }
+
+    fn slot(&self, idx: LinkIdx) -> Option<Slot> {
+        read(&self.links).get(idx.index())?.clone()
+    }
+
+    /// Our link whose peer end is QP `qpn` (what a CLC message names).
+    fn link_named(&self, qpn: u32) -> Option<LinkIdx> {
+        let links = read(&self.links);
+        let i = links.iter().position(|s| {
+            s.as_ref()
+                .is_some_and(|s| s.peer_qpn == qpn && !s.link.failed())
+        })?;
+        LinkIdx::new(i as u8)
+    }
+
+    /// `smcr_lgr_conn_assign_link`: the active link (not the asymmetric one) with the fewest
+    /// connections.
+    fn place(&self) -> LinkIdx {
+        let sh = lock(&self.sh);
+        let links = read(&self.links);
+        sh.llc
+            .links()
+            .filter(|(i, l)| {
+                l.state == smc_core::llc::LinkState::Active
+                    && !l.asym
+                    && links
+                        .get(i.index())
+                        .is_some_and(|s| s.as_ref().is_some_and(|s| !s.link.failed()))
+            })
+            .min_by_key(|(i, _)| sh.members.values().filter(|m| m.link == *i).count())
+            .map_or(LinkIdx::FIRST, |(i, _)| i)
+    }
+
+    /// A link's QP failed: the flow machine moves its connections to another link (and
+    /// tells the peer) or ends the group.
+    fn link_failed(&self, idx: LinkIdx) {
+        let mut sh = lock(&self.sh);
+        if sh.dead.is_some() {
+            return;
+        }
+        tracing::info!(lgr = self.lgr_id, link = idx.index(), "SMC-R link down");
+        let now = core_now();
+        sh.llc.link_down(now, idx);
+        self.run(&mut sh, now);
+        self.orphans(&mut sh);
+    }
+
+    /// Connections left on a link that is gone (nothing could take them) end.
+    fn orphans(&self, sh: &mut Shared) {
+        let links = read(&self.links);
+        for m in sh.members.values() {
+            let alive = links
+                .get(m.link.index())
+                .and_then(|s| s.as_ref())
+                .is_some_and(|s| !s.link.failed());
+            if !alive && let Some(c) = m.conn.upgrade() {
+                c.link().fail();
+            }
+        }
+    }
+
     /// Carries out what the flow machine asks, answering each step at once.
     fn run(&self, sh: &mut Shared, now: smc_core::Instant) {
         while let Some(a) = sh.llc.poll_action() {
             match a {
-                LlcAction::Send { id, msg, .. } => {
-                    let ok = self.link.send_llc(&msg.to_bytes()).is_ok();
+                LlcAction::Send { link, id, msg } => {
+                    let ok = self
+                        .slot(link)
+                        .is_some_and(|s| s.link.send_llc(&msg.to_bytes()).is_ok());
                     sh.llc.send_done(now, id, ok);
                 }
-                // The QP went to RTS with the Confirm (the soft device needs no wait for the
-                // server's first packet) and the RMB is registered on the only link.
+                // The QP went to RTS when it was brought up (the soft device needs no wait
+                // for the server's first packet) and the RMBs are registered on every port.
                 LlcAction::RtsAndRegister { link } => {
                     let _ = sh.llc.link_ready(now, link, true);
                 }
-                // One port and max_links 1: no second link is created.
-                LlcAction::CreateLink { link, .. } => {
-                    let _ = sh.llc.link_created(now, link, Err(StepFailed));
+                LlcAction::CreateLink {
+                    link, port, rmbs, ..
+                } => {
+                    let r = self.create_link(sh, link, port.dev as usize, &rmbs);
+                    let _ = sh.llc.link_created(now, link, r);
                 }
-                LlcAction::ReadyLink { link, .. } => {
-                    let _ = sh.llc.link_ready(now, link, false);
+                LlcAction::ReadyLink { link, peer, .. } => {
+                    let ok = self.ready_link(sh, link, &peer);
+                    let _ = sh.llc.link_ready(now, link, ok);
                 }
                 LlcAction::RegisterRmb { rmb, links } => {
-                    let r = match sh.keys.get(&rmb.0) {
-                        Some(k) => Ok(links.iter().map(|l| (*l, *k)).collect()),
-                        None => Err(StepFailed),
-                    };
+                    let r = links
+                        .iter()
+                        .map(|l| {
+                            let port = self.slot(*l).map(|s| s.port)?;
+                            Some((*l, *sh.keys.get(&rmb.0)?.get(port)?))
+                        })
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or(StepFailed);
                     let _ = sh.llc.rmb_registered(now, rmb, r);
                 }
                 LlcAction::GroupType(t) => sh.lgr_type = t,
@@ -1062,25 +1417,127 @@ impl Group {
                 LlcAction::RkeyConfirmed { rmb, result } => {
                     sh.rkeys.insert(rmb.0, result.map_err(|e| format!("{e:?}")));
                 }
+                LlcAction::LinkDown { link } => {
+                    if let Some(s) = self.slot(link) {
+                        s.link.take_down();
+                    }
+                }
+                LlcAction::LinkDeleted { link } => {
+                    sh.pending.remove(&link.index());
+                    let gone = write(&self.links)
+                        .get_mut(link.index())
+                        .and_then(Option::take);
+                    if let Some(s) = gone {
+                        tracing::info!(
+                            lgr = self.lgr_id,
+                            link = link.index(),
+                            "SMC-R link deleted"
+                        );
+                        s.link.take_down();
+                    }
+                }
+                LlcAction::MoveConnections { from, to } => self.move_conns(sh, from, to),
                 LlcAction::Terminated { reason, .. } => {
                     sh.dead = Some(format!("{reason:?}"));
-                    self.link.abort();
+                    for s in read(&self.links).iter().flatten() {
+                        s.link.abort();
+                    }
                 }
-                // One link: the peer's rtokens are the ones its CLC messages named, and
-                // there is no link to move connections to.
+                // The LLC keeps the rtoken table (read when a connection is placed or
+                // moved); placing reads the links' states.
                 LlcAction::SetRtoken { .. }
                 | LlcAction::DeleteRtoken { .. }
                 | LlcAction::LinkActive { .. }
-                | LlcAction::LinkDown { .. }
-                | LlcAction::LinkDeleted { .. }
-                | LlcAction::MoveConnections { .. }
                 | LlcAction::RkeyDeleted { .. } => {}
             }
         }
         self.cv.notify_all();
     }
 
-    /// The group's timer: the flow machine's deadlines, and closed connections' lingering.
+    /// `smcr_link_init` + `smcr_buf_map_lgr` for a new link on our port `port`: its QP, and
+    /// the keys of the RMBs (registered on every port when they were made).
+    fn create_link(
+        &self,
+        sh: &mut Shared,
+        link: LinkIdx,
+        port: usize,
+        rmbs: &[RmbId],
+    ) -> Result<CreatedLink, StepFailed> {
+        let ep = self.ep.upgrade().ok_or(StepFailed)?;
+        let q = ep.new_qp(port).map_err(|_| StepFailed)?;
+        let rmb_keys = rmbs
+            .iter()
+            .map(|r| Some((*r, *sh.keys.get(&r.0)?.get(port)?)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(StepFailed)?;
+        let created = CreatedLink {
+            qpn: q.qp.qp_num(),
+            psn: q.psn,
+            rmb_keys,
+        };
+        sh.pending.insert(link.index(), q);
+        Ok(created)
+    }
+
+    /// `smc_ib_ready_link`: the new link's QP up towards the peer's, its completion thread
+    /// started, its messages to the flow machine.
+    fn ready_link(&self, sh: &mut Shared, link: LinkIdx, peer: &PeerQp) -> bool {
+        let (Some(q), Some(ep)) = (sh.pending.remove(&link.index()), self.ep.upgrade()) else {
+            return false;
+        };
+        let (port, qpn, psn) = (q.port, q.qp.qp_num(), q.psn);
+        let Ok(l) = ep.start_link(q, peer, &self.table) else {
+            return false;
+        };
+        self.attach(link, &l);
+        if let Some(s) = write(&self.links).get_mut(link.index()) {
+            *s = Some(Slot {
+                link: l,
+                port,
+                qpn,
+                psn,
+                peer_qpn: peer.qpn,
+            });
+        }
+        true
+    }
+
+    /// `smc_switch_conns`: every connection sending on `from` goes to `to`, with the
+    /// peer's RMB as `to` reaches it; one that cannot ends.
+    fn move_conns(&self, sh: &mut Shared, from: LinkIdx, to: LinkIdx) {
+        let Some(slot) = self.slot(to) else {
+            return;
+        };
+        let mut moved = 0;
+        for m in sh.members.values_mut().filter(|m| m.link == from) {
+            let Some(conn) = m.conn.upgrade() else {
+                continue;
+            };
+            let key = sh.llc.rtoken(m.rtoken, to);
+            match (key, m.sndbufs.get(slot.port)) {
+                (Some(key), Some(&sndbuf)) => {
+                    m.link = to;
+                    moved += 1;
+                    conn.link().switch(Binding {
+                        link: Arc::clone(&slot.link),
+                        sndbuf,
+                        peer: (key.vaddr, key.rkey),
+                    });
+                }
+                _ => conn.link().fail(),
+            }
+        }
+        tracing::info!(
+            lgr = self.lgr_id,
+            from = from.index(),
+            to = to.index(),
+            moved,
+            "SMC-R connections moved"
+        );
+    }
+
+    /// The group's timer: the flow machine's deadlines, closed connections' lingering, and
+    /// (server) the second link when it is missing.
     fn timer(w: Weak<Group>) {
         loop {
             let Some(g) = w.upgrade() else { return };
@@ -1107,7 +1564,27 @@ impl Group {
                 sh.llc.handle_timeout(now);
                 g.run(&mut sh, now);
             }
+            g.retry_add_link(&mut sh, now);
         }
+    }
+
+    /// A server whose group has fewer links than it may have (the second path failed, or
+    /// its ADD_LINK did) tries ADD_LINK again now and then: once the path is back, the
+    /// link is.
+    fn retry_add_link(&self, sh: &mut Shared, now: smc_core::Instant) {
+        let cfg = sh.llc.config();
+        let want = usize::from(cfg.max_links).min(cfg.ports.len());
+        if self.client
+            || sh.first != Some(Ok(()))
+            || sh.llc.active_links() >= want
+            || sh.llc.flow().is_some()
+            || sh.add_tried.elapsed() < ADD_LINK_RETRY
+        {
+            return;
+        }
+        sh.add_tried = Instant::now();
+        sh.llc.add_link(now);
+        self.run(sh, now);
     }
 
     /// Lets go of connections whose close finished: their RMBs leave the group, and the peer
@@ -1128,9 +1605,11 @@ impl Group {
             return;
         }
         let mut sh = lock(&self.sh);
-        sh.conns = sh.conns.saturating_sub(gone.len() as u32);
         let now = core_now();
         for token in gone {
+            if sh.members.remove(&token).is_some() {
+                sh.conns = sh.conns.saturating_sub(1);
+            }
             sh.keys.remove(&token);
             let _ = sh.llc.unregister_rmb(now, RmbId(token));
         }
@@ -1172,32 +1651,20 @@ impl Group {
         })
     }
 
-    /// `smcr_lgr_reg_rmbs`: the RMB `token` joins the group; returns once the peer
-    /// confirmed its rkey (CONFIRM_RKEY), or why not.
-    fn register(&self, token: u32, key: RmbKey) -> Result<(), String> {
+    /// `smcr_lgr_reg_rmbs`: the RMB `token` (`keys`: on each port) joins the group,
+    /// announced on link `via`; returns once the peer confirmed its rkeys (CONFIRM_RKEY), or
+    /// why not.
+    fn register(&self, token: u32, keys: Vec<RmbKey>, via: LinkIdx) -> Result<(), String> {
         let mut sh = lock(&self.sh);
-        sh.keys.insert(token, key);
+        sh.keys.insert(token, keys);
         let now = core_now();
-        sh.llc.register_rmb(now, RmbId(token), LinkIdx::FIRST);
+        sh.llc.register_rmb(now, RmbId(token), via);
         self.run(&mut sh, now);
         // The flow waits SMC_LLC_WAIT_TIME for the answer, and up to ten times that for the
         // flow to be ours.
         self.wait_for(sh, Duration::from_secs(25), "CONFIRM_RKEY", |sh| {
             sh.rkeys.remove(&token)
         })
-    }
-
-    /// The group's link as a CLC message names it.
-    fn offer(&self, mtu: u8) -> LinkOffer {
-        LinkOffer {
-            qpn: self.link.qp_num(),
-            psn: self.psn,
-            mtu,
-        }
-    }
-
-    fn joined(&self) {
-        lock(&self.sh).conns += 1;
     }
 
     fn closed(&self, conn: Conn) {
@@ -1211,7 +1678,9 @@ impl Group {
         if sh.dead.is_none() {
             sh.dead = Some("first contact failed".into());
         }
-        self.link.abort();
+        for s in read(&self.links).iter().flatten() {
+            s.link.abort();
+        }
         self.cv.notify_all();
     }
 }

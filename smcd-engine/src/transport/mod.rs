@@ -94,6 +94,14 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// Whether the link under the connection failed since the last call (SMC-R: an error
     /// completion or the link group's end); the connection is then reset, as the kernel's
     /// `smc_conn_kill` does.
+    /// Whether the connection was moved to another link of its group since the last call
+    /// (SMC-R failover): the connection then rolls its send side back to the last completed
+    /// CDC, sends the failover-validation CDC and writes the rest again
+    /// ([`smc_core::conn::Connection::failover`]). Called under the connection's lock before
+    /// anything else is posted.
+    fn take_switch(&self) -> bool {
+        false
+    }
     fn take_failure(&self) -> bool {
         false
     }

@@ -23,8 +23,8 @@ use crate::device::Dir;
 use smc_core::conn::{HostCdc, RemoteWrite};
 use smc_proto::cdc::SmcrCdcRepr;
 use smc_rdma::verbs::{
-    CompletionQueue, Device, MemoryRegion, Payload, QueuePair, RecvWr, SendOp, SendWr, Sge, Wc,
-    WcOpcode, WcStatus,
+    CompletionQueue, Device, Memory, MemoryRegion, Payload, QpModify, QueuePair, RecvWr, SendOp,
+    SendWr, Sge, Wc, WcOpcode, WcStatus,
 };
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -57,6 +57,8 @@ struct Side {
     pending: AtomicU32,
     /// The link failed under the connection: it sees an abort.
     failed: AtomicBool,
+    /// The connection was moved to another link ([`SmcrLink::switch`]): it fails over.
+    switched: AtomicBool,
     /// Per direction: who waits (0 nobody, else a `Waiter` bit set), and the futex word a
     /// sleeping thread waits on.
     armed: [AtomicU32; 2],
@@ -127,14 +129,31 @@ impl Side {
 /// Handles LLC messages received on a link (the link group's flow machine).
 pub type LlcHandler = Box<dyn Fn(&[u8]) + Send + Sync>;
 
+/// Told that a link failed (an error completion, a post that failed); it must not block.
+pub type FailHandler = Box<dyn Fn() + Send + Sync>;
+
+/// The connections of a link group by token, shared by its links: a CDC or a completion is
+/// the connection's whichever link it came on (the kernel looks connections up in the group).
+#[derive(Clone, Default)]
+pub struct ConnTable(Arc<RwLock<HashMap<u32, Arc<Side>>>>);
+
+impl std::fmt::Debug for ConnTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnTable")
+            .field("conns", &read(&self.0).len())
+            .finish()
+    }
+}
+
 /// One RoCE link: an RC QP in RTS with its completion queues, shared by connections.
 pub struct RoceLink<D: Device> {
     qp: D::Qp,
     scq: Arc<D::Cq>,
     rcq: Arc<D::Cq>,
     recv_mr: D::Mr,
-    conns: RwLock<HashMap<u32, Arc<Side>>>,
+    conns: ConnTable,
     llc: OnceLock<LlcHandler>,
+    on_fail: OnceLock<FailHandler>,
     stop: AtomicBool,
     failed: AtomicBool,
     /// Receives that were neither a CDC for a known connection nor LLC.
@@ -166,6 +185,17 @@ impl<D: Device> RoceLink<D> {
         rcq: Arc<D::Cq>,
         recv_mr: D::Mr,
     ) -> io::Result<Arc<Self>> {
+        Self::start_in(qp, scq, rcq, recv_mr, ConnTable::default())
+    }
+
+    /// [`RoceLink::start`] for a link of a group whose connections are `conns`.
+    pub fn start_in(
+        qp: D::Qp,
+        scq: Arc<D::Cq>,
+        rcq: Arc<D::Cq>,
+        recv_mr: D::Mr,
+        conns: ConnTable,
+    ) -> io::Result<Arc<Self>> {
         if recv_mr.len() < (RECV_WRS * RECV_BUF) as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -177,8 +207,9 @@ impl<D: Device> RoceLink<D> {
             scq,
             rcq,
             recv_mr,
-            conns: RwLock::default(),
+            conns,
             llc: OnceLock::new(),
+            on_fail: OnceLock::new(),
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
@@ -210,9 +241,33 @@ impl<D: Device> RoceLink<D> {
         self.failed.load(Ordering::Acquire)
     }
 
-    /// Fails the link from above (the link group ended): its connections see an abort.
+    /// What to do when the link fails (set once): a link of a group with another link
+    /// leaves its connections to the group, which moves them ([`SmcrLink::switch`]) or ends
+    /// them ([`RoceLink::abort`]); without a handler they see an abort at once.
+    pub fn set_fail_handler(&self, h: FailHandler) {
+        let _ = self.on_fail.set(h);
+    }
+
+    /// Whether a failure is the group's to handle: posts on the failed link are then dropped
+    /// (what they carried is written again after the failover).
+    fn managed(&self) -> bool {
+        self.on_fail.get().is_some()
+    }
+
+    /// Fails the link from above (the link group ended): every connection of the group sees
+    /// an abort.
     pub fn abort(&self) {
-        self.fail();
+        self.failed.store(true, Ordering::Release);
+        let _ = self.qp.modify(&QpModify::Error);
+        self.abort_conns();
+    }
+
+    /// Takes the link out of service without touching its connections (the group moves
+    /// them): nothing more is sent on it, and what is queued on its QP is flushed.
+    pub fn take_down(&self) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            let _ = self.qp.modify(&QpModify::Error);
+        }
     }
 
     /// Receives that were dropped: too short, an unknown connection, LLC without a handler.
@@ -262,7 +317,7 @@ impl<D: Device> RoceLink<D> {
     }
 
     fn attach(&self, token: u32) -> Arc<Side> {
-        Arc::clone(write(&self.conns).entry(token).or_default())
+        Arc::clone(write(&self.conns.0).entry(token).or_default())
     }
 
     /// Makes the connection `token` known before its [`SmcrLink`] exists, so that CDCs the
@@ -279,11 +334,11 @@ impl<D: Device> RoceLink<D> {
     }
 
     fn detach(&self, token: u32) {
-        write(&self.conns).remove(&token);
+        write(&self.conns.0).remove(&token);
     }
 
     fn side(&self, token: u32) -> Option<Arc<Side>> {
-        read(&self.conns).get(&token).cloned()
+        read(&self.conns.0).get(&token).cloned()
     }
 
     /// The completion thread: sleep on the channels, drain, re-arm, drain again.
@@ -437,12 +492,21 @@ impl<D: Device> RoceLink<D> {
         None
     }
 
-    /// The link is down: every connection on it sees an abort.
+    /// The link is down: its group is told, or, without one, every connection on it sees an
+    /// abort.
     fn fail(&self) {
         if self.failed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let sides: Vec<_> = read(&self.conns).values().cloned().collect();
+        let _ = self.qp.modify(&QpModify::Error);
+        match self.on_fail.get() {
+            Some(h) => h(),
+            None => self.abort_conns(),
+        }
+    }
+
+    fn abort_conns(&self) {
+        let sides: Vec<_> = read(&self.conns.0).values().cloned().collect();
         // Woken here; the completion thread serves those nobody waits in (this may run in a
         // sender's post, holding a connection).
         let mut r = lock(&self.retry);
@@ -487,21 +551,40 @@ pub struct PeerRmb {
     pub token: u32,
 }
 
-/// One SMC-R connection on a [`RoceLink`].
+/// Where a connection's bytes go over one link: the link, its send buffer's registration on
+/// that link's device and the peer's RMB as that link reaches it (its rtoken).
+#[derive(Debug)]
+pub struct Binding<D: Device> {
+    /// The link.
+    pub link: Arc<RoceLink<D>>,
+    /// The send buffer's address and lkey on the link's device.
+    pub sndbuf: (u64, u32),
+    /// The peer's RMB on that link: address and rkey.
+    pub peer: (u64, u32),
+}
+
+/// One SMC-R connection on a [`RoceLink`] of its group (moved to another with
+/// [`SmcrLink::switch`]).
 pub struct SmcrLink<D: Device> {
-    link: Arc<RoceLink<D>>,
+    bind: RwLock<Arc<Binding<D>>>,
+    /// The binding a switch moves to, taken under the connection's lock
+    /// ([`Transport::take_switch`]).
+    next: Mutex<Option<Arc<Binding<D>>>>,
     side: Arc<Side>,
     token: u32,
-    sndbuf: D::Mr,
-    rmb: D::Mr,
-    peer: PeerRmb,
+    sndbuf: Arc<Memory>,
+    rmb: Arc<Memory>,
+    /// The buffers' registrations (on every device of the group).
+    _mrs: Vec<D::Mr>,
+    peer_len: usize,
+    peer_token: u32,
 }
 
 impl<D: Device> std::fmt::Debug for SmcrLink<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SmcrLink")
             .field("token", &self.token)
-            .field("peer_token", &self.peer.token)
+            .field("peer_token", &self.peer_token)
             .finish_non_exhaustive()
     }
 }
@@ -516,15 +599,99 @@ impl<D: Device> SmcrLink<D> {
         rmb: D::Mr,
         peer: PeerRmb,
     ) -> Self {
+        Self::with_registrations(link, token, sndbuf, rmb, peer, Vec::new())
+    }
+
+    /// [`SmcrLink::new`], also keeping the buffers' registrations on the group's other
+    /// devices (`more`) for as long as the connection lives.
+    pub fn with_registrations(
+        link: Arc<RoceLink<D>>,
+        token: u32,
+        sndbuf: D::Mr,
+        rmb: D::Mr,
+        peer: PeerRmb,
+        more: Vec<D::Mr>,
+    ) -> Self {
         let side = link.attach(token);
-        Self {
+        let bind = Binding {
+            sndbuf: (sndbuf.addr(), sndbuf.lkey()),
+            peer: (peer.addr, peer.rkey),
             link,
+        };
+        let (snd_mem, rmb_mem) = (Arc::clone(sndbuf.memory()), Arc::clone(rmb.memory()));
+        let mut mrs = vec![sndbuf, rmb];
+        mrs.extend(more);
+        Self {
+            bind: RwLock::new(Arc::new(bind)),
+            next: Mutex::new(None),
             side,
             token,
-            sndbuf,
-            rmb,
-            peer,
+            sndbuf: snd_mem,
+            rmb: rmb_mem,
+            _mrs: mrs,
+            peer_len: peer.len,
+            peer_token: peer.token,
         }
+    }
+
+    /// Our token.
+    pub fn token(&self) -> u32 {
+        self.token
+    }
+
+    /// The link the connection sends on.
+    pub fn link(&self) -> Arc<RoceLink<D>> {
+        Arc::clone(&self.binding().link)
+    }
+
+    /// Moves the connection to another link of its group (`smc_switch_conns`). The next
+    /// time the connection's lock is held ([`Transport::take_switch`], run at once by the
+    /// link's completion thread when no thread is in the connection) it changes links,
+    /// rolls its send side back and writes again what the old link may have lost; until
+    /// then what it posts on the old link is dropped.
+    pub fn switch(&self, to: Binding<D>) {
+        let link = Arc::clone(&to.link);
+        *lock(&self.next) = Some(Arc::new(to));
+        if !self.side.switched.swap(true, Ordering::SeqCst) {
+            self.side.pending.fetch_add(1, Ordering::SeqCst);
+        }
+        if !self.side.arrived() {
+            let mut r = lock(&link.retry);
+            if !r.iter().any(|x| Arc::ptr_eq(x, &self.side)) {
+                r.push(Arc::clone(&self.side));
+            }
+        }
+    }
+
+    /// Ends the connection as a failed link would (the group has no link to move it to).
+    pub fn fail(&self) {
+        if !self.side.failed.swap(true, Ordering::SeqCst) {
+            self.side.pending.fetch_add(1, Ordering::SeqCst);
+        }
+        if !self.side.arrived() {
+            let link = self.link();
+            let mut r = lock(&link.retry);
+            if !r.iter().any(|x| Arc::ptr_eq(x, &self.side)) {
+                r.push(Arc::clone(&self.side));
+            }
+        }
+    }
+
+    fn binding(&self) -> Arc<Binding<D>> {
+        Arc::clone(&read(&self.bind))
+    }
+
+    /// A post on `b`'s link failed or the link is out of service: a group moves the
+    /// connection (the post is redone after the failover), a lone link aborts it.
+    fn dead_link(&self, b: &Binding<D>) -> io::Result<()> {
+        if b.link.managed() {
+            b.link.fail();
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "the SMC-R link failed",
+        ))
     }
 
     fn wrapped(len: usize, offset: usize, n: usize) -> [(usize, usize); 2] {
@@ -535,13 +702,13 @@ impl<D: Device> SmcrLink<D> {
 
 impl<D: Device> Drop for SmcrLink<D> {
     fn drop(&mut self) {
-        self.link.detach(self.token);
+        self.binding().link.detach(self.token);
     }
 }
 
 impl<D: Device> Transport for SmcrLink<D> {
     fn write_tx(&self, offset: usize, data: &[u8]) {
-        let mem = self.sndbuf.memory();
+        let mem = &self.sndbuf;
         let mut at = 0;
         for (off, n) in Self::wrapped(mem.len(), offset, data.len()) {
             mem.write(off, &data[at..at + n]);
@@ -550,7 +717,7 @@ impl<D: Device> Transport for SmcrLink<D> {
     }
 
     fn read_rx(&self, offset: usize, out: &mut [u8]) {
-        let mem = self.rmb.memory();
+        let mem = &self.rmb;
         let mut at = 0;
         let n = out.len();
         for (off, k) in Self::wrapped(mem.len(), offset, n) {
@@ -560,66 +727,67 @@ impl<D: Device> Transport for SmcrLink<D> {
     }
 
     fn write_remote(&self, w: &RemoteWrite) -> io::Result<()> {
-        if self.link.failed() {
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the SMC-R link failed",
-            ));
+        let b = self.binding();
+        if b.link.failed() {
+            return self.dead_link(&b);
         }
-        if w.dst + w.len() > self.peer.len {
+        if w.dst + w.len() > self.peer_len {
             return Err(io::Error::other("RDMA WRITE past the peer's buffer"));
         }
-        let mut sges = [Sge {
-            addr: 0,
-            len: 0,
-            lkey: self.sndbuf.lkey(),
-        }; 2];
+        let (addr, lkey) = b.sndbuf;
+        let mut sges = [Sge { addr, len: 0, lkey }; 2];
         let mut k = 0;
         for (off, n) in w.src {
             if n > 0 {
                 sges[k] = Sge {
-                    addr: self.sndbuf.addr() + off as u64,
+                    addr: addr + off as u64,
                     len: n as u32,
-                    lkey: self.sndbuf.lkey(),
+                    lkey,
                 };
                 k += 1;
             }
         }
-        self.link.post(&SendWr {
+        let r = b.link.post(&SendWr {
             wr_id: WR_WRITE | (u64::from(self.token) << 16),
             op: SendOp::Write {
-                remote_addr: self.peer.addr + w.dst as u64,
-                rkey: self.peer.rkey,
+                remote_addr: b.peer.0 + w.dst as u64,
+                rkey: b.peer.1,
             },
             data: Payload::Sges(&sges[..k]),
             signaled: false,
             solicited: false,
-        })
+        });
+        match r {
+            Err(_) if b.link.managed() => self.dead_link(&b),
+            r => r,
+        }
     }
 
     fn send_cdc(&self, cdc: &HostCdc, _cons_changed: bool) -> io::Result<()> {
-        if self.link.failed() {
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the SMC-R link failed",
-            ));
+        let b = self.binding();
+        if b.link.failed() {
+            return self.dead_link(&b);
         }
         let bytes = SmcrCdcRepr {
             seqno: cdc.seqno,
-            token: self.peer.token,
+            token: self.peer_token,
             prod: cdc.prod,
             cons: cdc.cons,
             prod_flags: cdc.pflags,
             conn_flags: cdc.cflags,
         }
         .to_bytes();
-        self.link.post(&SendWr {
+        let r = b.link.post(&SendWr {
             wr_id: WR_CDC | (u64::from(self.token) << 16) | u64::from(cdc.seqno),
             op: SendOp::Send,
             data: Payload::Inline(&bytes),
             signaled: true,
             solicited: true,
-        })
+        });
+        match r {
+            Err(_) if b.link.managed() => self.dead_link(&b),
+            r => r,
+        }
     }
 
     fn recv_cdc(&self) -> Option<HostCdc> {
@@ -640,6 +808,17 @@ impl<D: Device> Transport for SmcrLink<D> {
         failed
     }
 
+    fn take_switch(&self) -> bool {
+        if !self.side.switched.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        self.side.pending.fetch_sub(1, Ordering::SeqCst);
+        if let Some(b) = lock(&self.next).take() {
+            *write(&self.bind) = b;
+        }
+        true
+    }
+
     fn cdc_pending(&self) -> bool {
         self.side.pending.load(Ordering::Relaxed) != 0
     }
@@ -653,7 +832,7 @@ impl<D: Device> Transport for SmcrLink<D> {
     }
 
     fn settle(&self) {
-        self.link.drain_rx(false);
+        self.binding().link.drain_rx(false);
     }
 
     fn events_pending(&self) -> bool {

@@ -29,6 +29,19 @@ impl<T: Transport> SmcConn<T> {
             self.apply(st, eff);
             return Ok(());
         }
+        if self.link.take_switch() {
+            let (validation, eff) = st.core.failover();
+            tracing::debug!(
+                token = self.info.local_token,
+                seq = validation.seqno,
+                "SMC-R connection moved to another link"
+            );
+            if let Err(e) = self.link.send_cdc(&validation, true) {
+                self.link_failed(st, "CDC send", &e);
+                return Ok(());
+            }
+            self.apply(st, eff);
+        }
         while let Some(seq) = self.link.poll_completion() {
             let eff = st.core.on_cdc_complete(seq);
             self.apply(st, eff);
