@@ -34,7 +34,8 @@ fn ip(args: &[&str]) {
     assert!(ok, "ip {}", args.join(" "));
 }
 
-/// Two namespaces joined by a veth pair: `a` holds 10.N.0.1/24, `b` 10.N.0.2/24.
+/// Two namespaces joined by a veth pair: `a` holds 10.N.0.1/24, `b` 10.N.0.2/24 (with
+/// [`Hosts::two_paths`] also a second pair, 10.N.1.1/24 and 10.N.1.2/24).
 struct Hosts {
     a: Netns,
     b: Netns,
@@ -42,6 +43,47 @@ struct Hosts {
 }
 
 impl Hosts {
+    /// With a second veth pair between the namespaces: a second path for a second link.
+    fn two_paths(test: &str) -> Option<Hosts> {
+        let h = Self::new(test)?;
+        let (wa, wb) = (h.veth(1, 2), h.veth(2, 2));
+        ip(&[
+            "link", "add", &wa, "netns", &h.a.name, "type", "veth", "peer", "name", &wb, "netns",
+            &h.b.name,
+        ]);
+        for (ns, dev, host) in [(&h.a, &wa, 1), (&h.b, &wb, 2)] {
+            let addr = format!("10.{}.1.{host}/24", h.net);
+            ip(&["-n", &ns.name, "addr", "add", &addr, "dev", dev]);
+            ip(&["-n", &ns.name, "link", "set", dev, "mtu", "9000", "up"]);
+        }
+        Some(h)
+    }
+
+    /// The veth of host `host` on path `path` (1 or 2).
+    fn veth(&self, host: u8, path: u8) -> String {
+        let side = if host == 1 { 'a' } else { 'b' };
+        let kind = if path == 1 { 'v' } else { 'w' };
+        format!("{kind}{side}{}", std::process::id())
+    }
+
+    /// Host `host`'s address on path 2.
+    fn addr2(&self, host: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.net, 1, host)
+    }
+
+    /// Takes path `path` down or up at host 1's end.
+    fn set_path(&self, path: u8, up: bool) {
+        let dev = self.veth(1, path);
+        ip(&[
+            "-n",
+            &self.a.name,
+            "link",
+            "set",
+            &dev,
+            if up { "up" } else { "down" },
+        ]);
+    }
+
     fn new(test: &str) -> Option<Hosts> {
         if skip_unless_root(test) {
             return None;
@@ -407,7 +449,7 @@ fn smcr_capability_by_the_syn_option_between_two_namespaces() {
 }
 
 /// What tshark prints of each packet (one line, `|` between fields).
-const FIELDS: [&str; 20] = [
+const FIELDS: [&str; 24] = [
     "ip.src",
     "udp.dstport",
     "tcp.dstport",
@@ -427,6 +469,10 @@ const FIELDS: [&str; 20] = [
     "smc.confirm.link.sender.qp.number",
     "smc.confirm.rkey.response",
     "smc.rmbe.ctrl.alert.token",
+    "smc.add.link.sender.qp.number",
+    "smc.add.link.response",
+    "smc.delete.link.reason.code",
+    "smc.rmbe.ctrl.failover.validation",
     "_ws.malformed",
 ];
 
@@ -874,4 +920,360 @@ fn smcr_connection_resets_when_the_path_goes_away() {
         "writer: {ck:?}"
     );
     assert!(got <= sent);
+}
+
+/// Waits (at most `within`) until `ok` holds for both endpoints' only group.
+fn wait_groups(
+    eps: [&SmcrEndpoint; 2],
+    within: Duration,
+    what: &str,
+    ok: impl Fn(&smcd_engine::smcr::LinkGroupInfo) -> bool,
+) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let groups: Vec<_> = eps.iter().map(|e| e.link_groups()).collect();
+        if groups.iter().all(|g| g.len() == 1 && ok(&g[0])) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}: {groups:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn active_links(g: &smcd_engine::smcr::LinkGroupInfo) -> usize {
+    g.links.iter().filter(|l| l.active && !l.failed).count()
+}
+
+/// Two veth pairs between the namespaces, an endpoint with two ports on each side: the
+/// group gets its second link by ADD_LINK (symmetric), connections spread over both links,
+/// and when one path goes down mid-stream every connection on it moves to the other link
+/// (failover-validation CDC, rewrite) with no byte lost or duplicated; the link is deleted,
+/// and added again once the path is back. Then the path the TCP connections use goes down
+/// under a second round of streams: they finish over the other link all the same.
+#[test]
+fn smcr_two_links_and_failover_between_two_namespaces() {
+    let test = "smcr_two_links_and_failover_between_two_namespaces";
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    const TOTAL: u64 = 24 << 20;
+    const CONNS: u64 = 4;
+    let cfg = |host: u8| SmcrConfig {
+        alt: Some((hosts.addr2(host), None)),
+        // An idle link is noticed by TEST_LINK; a busy one by its retries.
+        testlink_time: Duration::from_secs(2),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    let srv = endpoint_with(&hosts, 1, cfg(1));
+    let cli = endpoint_with(&hosts, 2, cfg(2));
+    let at = SocketAddr::from((hosts.addr(1), 7007));
+    let l = hosts.listen(&srv, at);
+    let l = std::sync::Arc::new(l);
+    // One round: CONNS connections at once, each TOTAL bytes both ways at the same time;
+    // `mid` runs once every connection has moved a quarter of its bytes.
+    let round = |seed: u64, mid: &dyn Fn()| {
+        let l = std::sync::Arc::clone(&l);
+        let server = hosts.on(1, move || {
+            let mut peers = Vec::new();
+            for _ in 0..CONNS {
+                let (s, _) = l.accept().expect("accept");
+                peers.push(std::thread::spawn(move || {
+                    let mut s = s;
+                    s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+                    let mut seed = [0u8; 8];
+                    s.read_exact(&mut seed).unwrap();
+                    let seed = u64::from_le_bytes(seed);
+                    let mode = s.mode();
+                    let mut w = s.try_clone().expect("clone");
+                    let back = std::thread::spawn(move || send(&mut w, seed + 1, TOTAL));
+                    let got = recv(&mut s, seed);
+                    back.join().unwrap();
+                    (mode, got)
+                }));
+            }
+            peers
+                .into_iter()
+                .map(|p| p.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let clients: Vec<_> = (0..CONNS)
+            .map(|k| {
+                let cli = cli.clone();
+                let progress = std::sync::Arc::clone(&progress);
+                hosts.on(2, move || {
+                    let seed = seed + 10 * k;
+                    let mut s = cli.connect(at).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+                    s.write_all(&seed.to_le_bytes()).unwrap();
+                    let mode = s.mode();
+                    let mut w = s.try_clone().expect("clone");
+                    let out = std::thread::spawn(move || send(&mut w, seed, TOTAL));
+                    let got = recv_counting(&mut s, seed + 1, &progress);
+                    out.join().unwrap();
+                    (mode, got)
+                })
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while progress.load(Ordering::Relaxed) < CONNS * TOTAL / 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the streams never got going"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        mid();
+        for c in clients {
+            let (m, got) = c.join().unwrap();
+            smcr_lgr(&m);
+            assert_eq!(got, TOTAL, "client got short");
+        }
+        for (m, got) in server.join().unwrap() {
+            smcr_lgr(&m);
+            assert_eq!(got, TOTAL, "server got short");
+        }
+    };
+
+    // Round 1: two links, two connections on each; path 2 goes down mid-stream.
+    let spread = std::sync::Mutex::new(None);
+    round(100, &|| {
+        let g = &srv.link_groups()[0];
+        assert_eq!(active_links(g), 2, "no second link: {g:#?}");
+        *spread.lock().unwrap() = Some(g.links.iter().map(|l| l.conns).collect::<Vec<_>>());
+        hosts.set_path(2, false);
+    });
+    assert_eq!(
+        spread.into_inner().unwrap(),
+        Some(vec![2, 2]),
+        "connections were not spread"
+    );
+    wait_groups(
+        [&srv, &cli],
+        Duration::from_secs(30),
+        "one link left",
+        |g| active_links(g) == 1 && g.links.len() == 1 && g.up,
+    );
+    // The path returns: the server adds the link again.
+    hosts.set_path(2, true);
+    wait_groups(
+        [&srv, &cli],
+        Duration::from_secs(40),
+        "the second link again",
+        |g| active_links(g) == 2,
+    );
+    // Round 2: the first path (the TCP connections' and the first link's) goes down.
+    round(200, &|| hosts.set_path(1, false));
+    hosts.set_path(1, true);
+    for ep in [&srv, &cli] {
+        let st = ep.stats();
+        assert_eq!(st.first_contacts.load(Ordering::Relaxed), 1);
+        assert_eq!(st.reused.load(Ordering::Relaxed), 2 * CONNS - 1);
+        assert_eq!(st.fallbacks.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// [`recv`], adding what arrives to `progress`.
+fn recv_counting(s: &mut SmcrStream, seed: u64, progress: &std::sync::atomic::AtomicU64) -> u64 {
+    let mut buf = vec![0u8; 70 << 10];
+    let mut at = 0u64;
+    loop {
+        let n = s.read(&mut buf).expect("read");
+        if n == 0 {
+            return at;
+        }
+        for (k, &b) in buf[..n].iter().enumerate() {
+            assert_eq!(
+                b,
+                byte(seed, at + k as u64),
+                "byte {} of stream {seed}",
+                at + k as u64
+            );
+        }
+        at += n as u64;
+        progress.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Echoes what it reads until the end of stream, then ends its own.
+fn echo(mut s: SmcrStream) -> u64 {
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut n = 0u64;
+    loop {
+        let k = s.read(&mut buf).expect("read");
+        if k == 0 {
+            s.shutdown(Shutdown::Write).expect("shutdown");
+            return n;
+        }
+        s.write_all(&buf[..k]).expect("write");
+        n += k as u64;
+    }
+}
+
+/// `len` pattern bytes of `seed` out and the same back from [`echo`].
+fn round_trip(s: &mut SmcrStream, seed: u64, len: u64) {
+    let out: Vec<u8> = (0..len).map(|i| byte(seed, i)).collect();
+    s.write_all(&out).expect("write");
+    let mut back = vec![0u8; len as usize];
+    s.read_exact(&mut back).expect("read the echo");
+    assert!(back == out, "the echo of stream {seed} differs");
+}
+
+/// The second link and a failover as tshark sees them on the first path: ADD_LINK request
+/// and response and ADD_LINK_CONT (the rkey exchange) over the first link, then, once the
+/// second path is down, DELETE_LINK (reason LOST_PATH) and the failover-validation CDC of the
+/// connection that moved; nothing malformed.
+#[test]
+fn tshark_decodes_smcr_add_link_delete_link_and_failover_on_the_veth() {
+    let test = "tshark_decodes_smcr_add_link_delete_link_and_failover_on_the_veth";
+    if smc_tests::skip_unless_tool(test, "tshark") {
+        return;
+    }
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    let cfg = |host: u8| SmcrConfig {
+        alt: Some((hosts.addr2(host), None)),
+        testlink_time: Duration::from_secs(2),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    let srv = endpoint_with(&hosts, 1, cfg(1));
+    let cli = endpoint_with(&hosts, 2, cfg(2));
+    let at = SocketAddr::from((hosts.addr(1), 7008));
+    let l = hosts.listen(&srv, at);
+    let cap = Capture::start(&hosts, 7008);
+    let server = hosts.on(1, move || {
+        let mut peers = Vec::new();
+        for _ in 0..2 {
+            let (s, _) = l.accept().expect("accept");
+            peers.push(std::thread::spawn(move || echo(s)));
+        }
+        peers
+            .into_iter()
+            .map(|p| p.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let c = cli.clone();
+    let mut conns = hosts
+        .on(2, move || {
+            let mut a = c.connect(at).expect("connect");
+            a.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            round_trip(&mut a, 1, 10_000);
+            let mut b = c.connect(at).expect("connect");
+            b.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            round_trip(&mut b, 2, 10_000);
+            vec![a, b]
+        })
+        .join()
+        .unwrap();
+    let sg = srv.link_groups().remove(0);
+    assert_eq!(active_links(&sg), 2, "{sg:#?}");
+    assert_eq!(
+        sg.links.iter().map(|l| l.conns).collect::<Vec<_>>(),
+        vec![1, 1],
+        "one connection on each link: {sg:#?}"
+    );
+    hosts.set_path(2, false);
+    // The connection on the second link notices on its next CDC (or TEST_LINK) and moves.
+    let mut b = conns.pop().unwrap();
+    let a = conns.pop().unwrap();
+    let (b, a) = hosts
+        .on(2, move || {
+            round_trip(&mut b, 3, 200_000);
+            (b, a)
+        })
+        .join()
+        .unwrap();
+    wait_groups(
+        [&srv, &cli],
+        Duration::from_secs(30),
+        "one link left",
+        |g| g.links.iter().filter(|l| !l.failed).count() == 1,
+    );
+    for mut s in [a, b] {
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+    }
+    assert_eq!(server.join().unwrap(), vec![10_000, 210_000]);
+    let rows = cap.finish();
+    let text: String = rows
+        .iter()
+        .filter(|r| {
+            num(col(r, "smc.llc_msg")) != 0xfe
+                || !col(r, "smc.rmbe.ctrl.failover.validation").starts_with('0')
+        })
+        .map(|r| r.join("|") + "\n")
+        .collect();
+    assert!(
+        rows.iter().all(|r| col(r, "_ws.malformed").is_empty()),
+        "malformed packets:\n{text}"
+    );
+    let from = |r: &[String], host: u8| col(r, "ip.src") == hosts.addr(host).to_string();
+    let llc = |t: u64, host: u8| -> Vec<&Vec<String>> {
+        rows.iter()
+            .filter(|r| num(col(r, "udp.dstport")) == 4791 && from(r, host))
+            .filter(|r| num(col(r, "smc.llc_msg")) == t)
+            .collect()
+    };
+    // ADD_LINK: the server's request, the client's response, each naming the QP of its
+    // end of the new link.
+    let (add_req, add_resp) = (llc(2, 1), llc(2, 2));
+    assert!(
+        !add_req.is_empty() && !add_resp.is_empty(),
+        "ADD_LINK:\n{text}"
+    );
+    let truthy = |v: &str| matches!(v, "1" | "True");
+    assert!(
+        add_req
+            .iter()
+            .all(|r| !truthy(col(r, "smc.add.link.response"))),
+        "{text}"
+    );
+    assert!(
+        add_resp
+            .iter()
+            .all(|r| truthy(col(r, "smc.add.link.response"))),
+        "{text}"
+    );
+    assert!(
+        add_req
+            .iter()
+            .all(|r| num(col(r, "smc.add.link.sender.qp.number")) != 0),
+        "{text}"
+    );
+    // ADD_LINK_CONT: the rkeys of the RMB in use, both ways.
+    assert!(
+        !llc(3, 1).is_empty() && !llc(3, 2).is_empty(),
+        "ADD_LINK_CONT:\n{text}"
+    );
+    // DELETE_LINK for the lost path (LOST_PATH, 0x00010000), from either side.
+    let dels: Vec<_> = llc(4, 1).into_iter().chain(llc(4, 2)).collect();
+    assert!(!dels.is_empty(), "DELETE_LINK:\n{text}");
+    assert!(
+        dels.iter()
+            .any(|r| num(col(r, "smc.delete.link.reason.code")) == 0x0001_0000),
+        "{text}"
+    );
+    eprintln!(
+        "ADD_LINK {}/{}, ADD_LINK_CONT {}/{}, DELETE_LINK {:?}",
+        add_req.len(),
+        add_resp.len(),
+        llc(3, 1).len(),
+        llc(3, 2).len(),
+        dels.iter()
+            .map(|r| col(r, "smc.delete.link.reason.code"))
+            .collect::<Vec<_>>()
+    );
+    // The moved connection's failover-validation CDC.
+    assert!(
+        rows.iter().any(|r| num(col(r, "smc.llc_msg")) == 0xfe
+            && truthy(col(r, "smc.rmbe.ctrl.failover.validation"))),
+        "no failover-validation CDC:\n{text}"
+    );
 }

@@ -760,7 +760,7 @@ impl Ep {
         sh.conns += 1;
         drop(sh);
         Ok(SmcrStream {
-            kind: Kind::Smc { conn, group },
+            kind: Kind::Smc(Arc::new(Handle { conn, group })),
         })
     }
 
@@ -1709,26 +1709,36 @@ pub struct SmcrStream {
     kind: Kind,
 }
 
+/// An SMC-R connection held by one or more [`SmcrStream`]s: closed when the last goes.
+#[derive(Debug)]
+struct Handle {
+    conn: Conn,
+    group: Arc<Group>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.conn.close_now();
+        // The close finishes on the link's completion thread; the group keeps the
+        // connection until it has (or LINGER passed).
+        self.group.closed(Arc::clone(&self.conn));
+    }
+}
+
 #[derive(Debug)]
 enum Kind {
-    Smc {
-        conn: Arc<SmcConn<SmcrLink<SoftDevice>>>,
-        group: Arc<Group>,
-    },
-    Tcp {
-        sock: TcpStream,
-        fallback: Fallback,
-    },
+    Smc(Arc<Handle>),
+    Tcp { sock: TcpStream, fallback: Fallback },
 }
 
 impl SmcrStream {
     /// SMC-R or TCP.
     pub fn mode(&self) -> SmcrMode {
         match &self.kind {
-            Kind::Smc { conn, group } => {
-                let i = &conn.info;
+            Kind::Smc(h) => {
+                let i = &h.conn.info;
                 SmcrMode::SmcR {
-                    lgr_id: group.lgr_id,
+                    lgr_id: h.group.lgr_id,
                     local_token: i.local_token as u32,
                     peer_token: i.peer_token as u32,
                 }
@@ -1737,10 +1747,24 @@ impl SmcrStream {
         }
     }
 
+    /// Another handle on the same connection (as `dup(2)`, or `TcpStream::try_clone`): one
+    /// thread may read while another writes. The connection closes when the last handle goes.
+    pub fn try_clone(&self) -> io::Result<SmcrStream> {
+        Ok(SmcrStream {
+            kind: match &self.kind {
+                Kind::Smc(h) => Kind::Smc(Arc::clone(h)),
+                Kind::Tcp { sock, fallback } => Kind::Tcp {
+                    sock: sock.try_clone()?,
+                    fallback: *fallback,
+                },
+            },
+        })
+    }
+
     /// `shutdown(2)`.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         match &self.kind {
-            Kind::Smc { conn, .. } => conn.shutdown(how),
+            Kind::Smc(h) => h.conn.shutdown(how),
             Kind::Tcp { sock, .. } => sock.shutdown(how),
         }
     }
@@ -1748,8 +1772,8 @@ impl SmcrStream {
     /// `SO_RCVTIMEO`.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match &self.kind {
-            Kind::Smc { conn, .. } => {
-                conn.set_read_timeout(t);
+            Kind::Smc(h) => {
+                h.conn.set_read_timeout(t);
                 Ok(())
             }
             Kind::Tcp { sock, .. } => sock.set_read_timeout(t),
@@ -1759,8 +1783,8 @@ impl SmcrStream {
     /// `TCP_NODELAY`.
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         match &self.kind {
-            Kind::Smc { conn, .. } => {
-                conn.set_nodelay(on);
+            Kind::Smc(h) => {
+                h.conn.set_nodelay(on);
                 Ok(())
             }
             Kind::Tcp { sock, .. } => sock.set_nodelay(on),
@@ -1771,7 +1795,7 @@ impl SmcrStream {
 impl Read for SmcrStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match &mut self.kind {
-            Kind::Smc { conn, .. } => conn.read(buf),
+            Kind::Smc(h) => h.conn.read(buf),
             Kind::Tcp { sock, .. } => sock.read(buf),
         }
     }
@@ -1780,26 +1804,15 @@ impl Read for SmcrStream {
 impl Write for SmcrStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match &mut self.kind {
-            Kind::Smc { conn, .. } => conn.write_with(buf, false, false),
+            Kind::Smc(h) => h.conn.write_with(buf, false, false),
             Kind::Tcp { sock, .. } => sock.write(buf),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.kind {
-            Kind::Smc { conn, .. } => conn.flush(),
+            Kind::Smc(h) => h.conn.flush(),
             Kind::Tcp { sock, .. } => sock.flush(),
-        }
-    }
-}
-
-impl Drop for SmcrStream {
-    fn drop(&mut self) {
-        if let Kind::Smc { conn, group } = &self.kind {
-            conn.close_now();
-            // The close finishes on the link's completion thread; the group keeps the
-            // connection until it has (or LINGER passed).
-            group.closed(Arc::clone(conn));
         }
     }
 }
