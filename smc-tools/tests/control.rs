@@ -667,6 +667,7 @@ fn status_areas_over_the_socket() {
         dmb: 65536,
         peer_host: "there".into(),
         eid: "EID".into(),
+        smcr: None,
         ..LgrRecord::default()
     });
     let conn = area.conn_slot();

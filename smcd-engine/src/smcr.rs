@@ -34,7 +34,7 @@
 
 use crate::driver::conn::{ConnParams, SmcConn, SmcdInfo};
 use crate::driver::handshake::Fallback;
-use crate::layout::status::StatusArea;
+use crate::layout::status::{LgrRecord, LgrSlot, LinkRecord, PortRecord, SmcrLgr, StatusArea};
 use crate::settings::Settings;
 use crate::sys::core_now;
 use crate::transport::smcr::{Binding, ConnTable, PeerRmb, RECV_BUF, RECV_WRS, RoceLink, SmcrLink};
@@ -102,6 +102,10 @@ pub struct SmcrConfig {
     /// `smcr_testlink_time`: TEST_LINK after this long without an LLC message from the peer
     /// (zero: never). A link whose TEST_LINK goes unanswered ends its group.
     pub testlink_time: Duration,
+    /// The smcd to publish to (its socket): its dumps then list this endpoint's devices,
+    /// link groups, links and connections (`smcctl device show --smcr`, `linkgroup show
+    /// --smcr`, `linkgroup links`, `ss`). Without one, nobody sees them.
+    pub smcd: Option<std::path::PathBuf>,
 }
 
 impl SmcrConfig {
@@ -118,6 +122,7 @@ impl SmcrConfig {
             settings: Settings::default(),
             capability,
             testlink_time: smc_core::llc::SMC_LLC_TESTLINK_DEFAULT_TIME,
+            smcd: None,
         }
     }
 }
@@ -144,6 +149,13 @@ struct Port {
     pd: Pd,
     addr: Ipv4Addr,
     local: LocalPort,
+    /// The device's name and its netdev's ifindex (in the namespace it was opened in).
+    name: String,
+    ifindex: u32,
+    /// Links on the port (`lnk_cnt_by_port`).
+    links: AtomicU32,
+    /// Its record in the status area.
+    slot: Option<LgrSlot>,
 }
 
 impl Port {
@@ -166,12 +178,70 @@ impl Port {
             mac: p.mac,
             path_mtu: p.active_mtu as u8,
         };
+        let ifindex = std::ffi::CString::new(p.netdev.clone())
+            // SAFETY: a NUL-terminated name; if_nametoindex only reads it.
+            .map(|n| unsafe { libc::if_nametoindex(n.as_ptr()) })
+            .unwrap_or(0);
         Ok(Port {
             pd: dev.alloc_pd(),
+            name: info.name.clone(),
             dev,
             addr,
             local,
+            ifindex,
+            links: AtomicU32::new(0),
+            slot: None,
         })
+    }
+
+    /// Writes the port's record (`GET_DEV_SMCR`).
+    fn publish(&self) {
+        let Some(slot) = &self.slot else { return };
+        let active = self
+            .dev
+            .info()
+            .ports
+            .first()
+            .is_none_or(|p| p.state == smc_rdma::verbs::PortState::Active);
+        slot.publish_port(&PortRecord {
+            ib_dev: self.name.clone(),
+            ib_port: self.local.port,
+            net_dev: self.ifindex,
+            active,
+            lnk_cnt: self.links.load(Ordering::Relaxed),
+            gid: gid_u128(&self.local.gid),
+        });
+    }
+}
+
+/// A link's hold on its port: counted in the port's record while it lasts.
+#[derive(Debug)]
+struct PortUse {
+    ep: Weak<Ep>,
+    port: usize,
+}
+
+impl PortUse {
+    fn new(ep: &Arc<Ep>, port: usize) -> Arc<PortUse> {
+        if let Some(p) = ep.ports.get(port) {
+            p.links.fetch_add(1, Ordering::Relaxed);
+            p.publish();
+        }
+        Arc::new(PortUse {
+            ep: Arc::downgrade(ep),
+            port,
+        })
+    }
+}
+
+impl Drop for PortUse {
+    fn drop(&mut self) {
+        if let Some(ep) = self.ep.upgrade()
+            && let Some(p) = ep.ports.get(self.port)
+        {
+            p.links.fetch_sub(1, Ordering::Relaxed);
+            p.publish();
+        }
     }
 }
 
@@ -190,6 +260,8 @@ struct Ep {
     next_lgr: AtomicU32,
     next_token: AtomicU32,
     status: Arc<StatusArea>,
+    /// The smcd it publishes to, if any (kept open: smcd forgets an engine that goes).
+    _session: Option<crate::ipc::SmcdSession>,
     stats: SmcrStats,
 }
 
@@ -362,6 +434,18 @@ impl SmcrEndpoint {
             }
             ports.push(Port::open(1, addr, netdev)?);
         }
+        let session = match &cfg.smcd {
+            Some(path) => Some(crate::ipc::SmcdSession::open(path)?),
+            None => None,
+        };
+        let status = match &session {
+            Some(s) => Arc::clone(&s.status),
+            None => StatusArea::private()?,
+        };
+        for p in &mut ports {
+            p.slot = Some(status.lgr_slot());
+            p.publish();
+        }
         let (gid, mac) = (ports[0].local.gid, ports[0].local.mac);
         let r = random_u32().to_ne_bytes();
         let mut peer_id = [0u8; 8];
@@ -400,7 +484,8 @@ impl SmcrEndpoint {
             groups: Mutex::new(Vec::new()),
             next_lgr: AtomicU32::new(random_u32() & 0xffff_ff00 | 1),
             next_token: AtomicU32::new(random_u32() | 1),
-            status: StatusArea::private()?,
+            status,
+            _session: session,
             stats: SmcrStats::default(),
         })))
     }
@@ -758,6 +843,7 @@ impl Ep {
             },
         );
         sh.conns += 1;
+        group.publish(&sh);
         drop(sh);
         Ok(SmcrStream {
             kind: Kind::Smc(Arc::new(Handle { conn, group })),
@@ -913,14 +999,19 @@ impl Ep {
         let slot = Slot {
             link,
             port: 0,
+            _use: PortUse::new(self, 0),
             qpn,
             psn,
             peer_qpn: peer.qpn,
         };
+        let max_conns = peer
+            .fce
+            .and_then(|f| f.v2x)
+            .map_or(self.smcr.max_conns, |x| x.max_conns);
         let group = Group::start(
             self,
             lgr_id,
-            true,
+            (true, max_conns),
             &peer,
             table,
             slot,
@@ -1056,6 +1147,7 @@ impl Ep {
         let slot = Slot {
             link,
             port: 0,
+            _use: PortUse::new(self, 0),
             qpn,
             psn,
             peer_qpn: peer.qpn,
@@ -1063,7 +1155,7 @@ impl Ep {
         let group = Group::start(
             self,
             lgr_id,
-            false,
+            (false, info.max_conns),
             &peer,
             table,
             slot,
@@ -1156,6 +1248,11 @@ struct Group {
     peer_gid: [u8; 16],
     me: Weak<Group>,
     ep: Weak<Ep>,
+    /// Its record in the status area (`GET_LGR_SMCR`, `GET_LINK_SMCR`).
+    record: LgrSlot,
+    /// What the record shows of the peer and the negotiation.
+    peer_v2: (u8, u8, String, String),
+    max_conns: u8,
     /// The group's connections by token, shared by its links.
     table: ConnTable,
     /// The links by slot ([`LinkIdx`]); a slot is filled once its QP is up.
@@ -1171,8 +1268,9 @@ struct Group {
 #[derive(Debug, Clone)]
 struct Slot {
     link: Arc<RoceLink<SoftDevice>>,
-    /// The endpoint's port it is on.
+    /// The endpoint's port it is on (counted there while the slot lives).
     port: usize,
+    _use: Arc<PortUse>,
     qpn: u32,
     psn: u32,
     peer_qpn: u32,
@@ -1241,7 +1339,7 @@ impl Group {
     fn start(
         ep: &Arc<Ep>,
         lgr_id: u32,
-        client: bool,
+        (client, max_conns): (bool, u8),
         peer: &SmcrPeer,
         table: ConnTable,
         first: Slot,
@@ -1258,6 +1356,16 @@ impl Group {
             peer_gid: peer.gid,
             me: me.clone(),
             ep: Arc::downgrade(ep),
+            record: ep.status.lgr_slot(),
+            peer_v2: (
+                peer.fce.map_or(0, |f| f.release),
+                peer.fce.map_or(0, |f| f.os_type.nibble()),
+                peer.fce
+                    .map(|f| String::from_utf8_lossy(f.hostname.trimmed()).into_owned())
+                    .unwrap_or_default(),
+                String::from_utf8_lossy(peer.eid.trimmed()).into_owned(),
+            ),
+            max_conns,
             table,
             links: RwLock::new(links),
             sh: Mutex::new(Shared {
@@ -1451,7 +1559,69 @@ impl Group {
                 | LlcAction::RkeyDeleted { .. } => {}
             }
         }
+        self.publish(sh);
         self.cv.notify_all();
+    }
+
+    /// Writes the group's record: its type and links as the flow machine has them, the
+    /// connections on each (`smc_nl_fill_lgr`, `smc_nl_fill_lgr_link`).
+    fn publish(&self, sh: &Shared) {
+        if sh.dead.is_some() {
+            self.record.withdraw();
+            return;
+        }
+        if sh.first != Some(Ok(())) {
+            return;
+        }
+        let Some(ep) = self.ep.upgrade() else { return };
+        let slots = read(&self.links);
+        let links = sh
+            .llc
+            .links()
+            .filter_map(|(i, l)| {
+                let s = slots.get(i.index())?.as_ref()?;
+                let port = ep.ports.get(s.port)?;
+                Some(LinkRecord {
+                    id: l.link_id,
+                    state: match l.state {
+                        smc_core::llc::LinkState::Inactive => 1,
+                        smc_core::llc::LinkState::Activating => 2,
+                        smc_core::llc::LinkState::Active => 3,
+                    },
+                    ib_port: l.port.port,
+                    conn_cnt: sh.members.values().filter(|m| m.link == i).count() as u32,
+                    uid: l.link_uid,
+                    peer_uid: l.peer_link_uid,
+                    net_dev: port.ifindex,
+                    gid: l.port.gid,
+                    peer_gid: l.peer.map_or([0; 16], |p| p.gid),
+                    ib_dev: port.name.clone(),
+                })
+            })
+            .collect();
+        let cfg = sh.llc.config();
+        let (release, os, host, eid) = self.peer_v2.clone();
+        let bytes = u64::from(sh.conns) * ep.ring as u64;
+        self.record.publish(&LgrRecord {
+            id: self.lgr_id,
+            role: u8::from(!self.client),
+            version: SMC_V2,
+            release,
+            os,
+            conns: sh.conns,
+            peer_gid: gid_u128(&self.peer_gid),
+            gid: gid_u128(&ep.smcr.gid),
+            sndbuf: bytes,
+            dmb: bytes,
+            peer_host: host,
+            eid,
+            smcr: Some(SmcrLgr {
+                lgr_type: sh.lgr_type.code(),
+                max_conns: self.max_conns,
+                max_links: cfg.max_links,
+                links,
+            }),
+        });
     }
 
     /// `smcr_link_init` + `smcr_buf_map_lgr` for a new link on our port `port`: its QP, and
@@ -1494,6 +1664,7 @@ impl Group {
             *s = Some(Slot {
                 link: l,
                 port,
+                _use: PortUse::new(&ep, port),
                 qpn,
                 psn,
                 peer_qpn: peer.qpn,

@@ -109,6 +109,7 @@ impl LinkGroup {
             dmb: p.dmb_bytes as u64,
             peer_host: peer.hostname,
             eid: peer.eid,
+            smcr: None,
         });
     }
 

@@ -41,7 +41,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"SMCSTAT1");
 /// The layout version in the header (smcd reads only areas of its own version).
 /// 2: 16,384 link-group slots (1,024 before, which capped `linkgroup show` per engine).
 /// 3: the capability-path totals (`T_*_PATH_*`) before the fallback reasons.
-pub const VERSION: u32 = 3;
+/// 4: 512-byte link-group slots, which also hold SMC-R link groups (with their links) and
+/// SMC-R device ports ([`LgrSlot::publish_port`]).
+pub const VERSION: u32 = 4;
 const H_PID: usize = 12;
 const H_FOLD_SEQ: usize = 32;
 const TOTALS: usize = 64;
@@ -55,7 +57,7 @@ pub const CONN_SLOT: usize = 512;
 /// never writes cost nothing, to it or to smcd.
 pub const LGR_SLOTS: usize = 16384;
 /// Bytes per link-group slot.
-pub const LGR_SLOT: usize = 256;
+pub const LGR_SLOT: usize = 512;
 /// Listener slots.
 pub const LST_SLOTS: usize = 256;
 /// Bytes per listener slot.
@@ -268,6 +270,28 @@ const G_SNDBUF: usize = 56;
 const G_DMB: usize = 64;
 const G_HOST: usize = 72;
 const G_EID: usize = 104;
+/// kind u8 (0 SMC-D group, 1 SMC-R group, 2 SMC-R device port), then for an SMC-R group its
+/// type u8, max_conns u8, max_links u8 and number of links u8.
+const G_KIND: usize = 136;
+/// SMC-R: up to [`SMCR_LINKS`] link records of [`LINK_REC`] bytes.
+const G_LINKS: usize = 144;
+const LINK_REC: usize = 96;
+/// Links a slot holds (`SMC_LINKS_PER_LGR_MAX`).
+pub const SMCR_LINKS: usize = 3;
+// Link record words: id u8, state u8, ib_port u8, conn_cnt u32 (at bit 32); uid u32, peer
+// uid u32; netdev ifindex u32; gid 16; peer gid 16; ib_dev 32.
+const K_INFO: usize = 0;
+const K_UID: usize = 8;
+const K_NETDEV: usize = 16;
+const K_GID: usize = 24;
+const K_PGID: usize = 40;
+const K_IBDEV: usize = 56;
+// Device port records reuse the group words: ib_dev name at G_HOST, netdev ifindex | ib_port
+// << 32 | active << 40 at G_CONNS, links on the port at G_SNDBUF, the port's GID at G_GID.
+const _: () = assert!(G_LINKS + SMCR_LINKS * LINK_REC <= LGR_SLOT);
+const KIND_SMCD: u8 = 0;
+const KIND_SMCR: u8 = 1;
+const KIND_PORT: u8 = 2;
 
 // Listener slot words.
 const L_SEQ: usize = 0;
@@ -701,6 +725,65 @@ pub struct LgrRecord {
     pub peer_host: String,
     /// Negotiated EID.
     pub eid: String,
+    /// An SMC-R link group: what SMC-D has not (for SMC-R `sndbuf` and `dmb` are the send
+    /// buffers' and RMBs' bytes).
+    pub smcr: Option<SmcrLgr>,
+}
+
+/// The SMC-R part of a link-group record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SmcrLgr {
+    /// `enum smc_lgr_type` (0 NONE, 1 SINGLE, 2 SYMMETRIC, 3 ASYMMETRIC_PEER, 4
+    /// ASYMMETRIC_LOCAL).
+    pub lgr_type: u8,
+    /// Negotiated `max_conns`.
+    pub max_conns: u8,
+    /// Negotiated `max_links`.
+    pub max_links: u8,
+    /// Its links (at most [`SMCR_LINKS`]).
+    pub links: Vec<LinkRecord>,
+}
+
+/// One SMC-R link of a group record (what `SMC_GEN_LINK_SMCR` shows).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkRecord {
+    /// The wire's link id.
+    pub id: u8,
+    /// `enum smc_link_state` (0 UNUSED, 1 INACTIVE, 2 ACTIVATING, 3 ACTIVE).
+    pub state: u8,
+    /// The RoCE device port (1-based).
+    pub ib_port: u8,
+    /// Connections sending on it.
+    pub conn_cnt: u32,
+    /// `link_uid`.
+    pub uid: u32,
+    /// The peer's `link_uid`.
+    pub peer_uid: u32,
+    /// The netdev's ifindex.
+    pub net_dev: u32,
+    /// Our GID on it.
+    pub gid: [u8; 16],
+    /// The peer's.
+    pub peer_gid: [u8; 16],
+    /// The RoCE device's name.
+    pub ib_dev: String,
+}
+
+/// One port of an SMC-R device (what `SMC_GEN_DEV_SMCR` shows).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortRecord {
+    /// The device's name.
+    pub ib_dev: String,
+    /// The port (1-based).
+    pub ib_port: u8,
+    /// Its netdev's ifindex.
+    pub net_dev: u32,
+    /// The port is up.
+    pub active: bool,
+    /// Links on it.
+    pub lnk_cnt: u32,
+    /// Its GID.
+    pub gid: u128,
 }
 
 impl LgrSlot {
@@ -732,6 +815,67 @@ impl LgrSlot {
             r.u64_at(self.base + G_DMB).store(g.dmb, Relaxed);
             put_str32(r, self.base + G_HOST, &g.peer_host);
             put_str32(r, self.base + G_EID, &g.eid);
+            match &g.smcr {
+                None => r.u64_at(self.base + G_KIND).store(u64::from(KIND_SMCD), Relaxed),
+                Some(x) => {
+                    let n = x.links.len().min(SMCR_LINKS);
+                    r.u64_at(self.base + G_KIND).store(
+                        u64::from(KIND_SMCR)
+                            | u64::from(x.lgr_type) << 8
+                            | u64::from(x.max_conns) << 16
+                            | u64::from(x.max_links) << 24
+                            | (n as u64) << 32,
+                        Relaxed,
+                    );
+                    for (k, l) in x.links.iter().take(n).enumerate() {
+                        let b = self.base + G_LINKS + k * LINK_REC;
+                        r.u64_at(b + K_INFO).store(
+                            u64::from(l.id)
+                                | u64::from(l.state) << 8
+                                | u64::from(l.ib_port) << 16
+                                | u64::from(l.conn_cnt) << 32,
+                            Relaxed,
+                        );
+                        r.u64_at(b + K_UID)
+                            .store(u64::from(l.uid) | u64::from(l.peer_uid) << 32, Relaxed);
+                        r.u64_at(b + K_NETDEV).store(u64::from(l.net_dev), Relaxed);
+                        put_addr(r, b + K_GID, IpAddr::V6(Ipv6Addr::from(l.gid)));
+                        put_addr(r, b + K_PGID, IpAddr::V6(Ipv6Addr::from(l.peer_gid)));
+                        put_str32(r, b + K_IBDEV, &l.ib_dev);
+                    }
+                }
+            }
+            r.u32_at(self.base + G_USE).store(1, Relaxed);
+        });
+    }
+
+    /// Hides the slot's record (the object is gone; the slot is freed when dropped).
+    pub fn withdraw(&self) {
+        if self.idx == 0 {
+            return;
+        }
+        let r = &self.area.r;
+        seq_write(r.u32_at(self.base + G_SEQ), || {
+            r.u32_at(self.base + G_USE).store(0, Relaxed)
+        });
+    }
+
+    /// Writes an SMC-R device port's record into the slot and makes it visible.
+    pub fn publish_port(&self, p: &PortRecord) {
+        if self.idx == 0 {
+            return;
+        }
+        let r = &self.area.r;
+        seq_write(r.u32_at(self.base + G_SEQ), || {
+            r.u64_at(self.base + G_KIND).store(u64::from(KIND_PORT), Relaxed);
+            put_str32(r, self.base + G_HOST, &p.ib_dev);
+            r.u64_at(self.base + G_CONNS).store(
+                u64::from(p.net_dev) | u64::from(p.ib_port) << 32 | u64::from(p.active) << 40,
+                Relaxed,
+            );
+            r.u64_at(self.base + G_SNDBUF).store(u64::from(p.lnk_cnt), Relaxed);
+            r.u64_at(self.base + G_GID).store((p.gid >> 64) as u64, Relaxed);
+            r.u64_at(self.base + G_GID + 8).store(p.gid as u64, Relaxed);
             r.u32_at(self.base + G_USE).store(1, Relaxed);
         });
     }
@@ -1023,6 +1167,16 @@ impl StatusView {
         self.walk(Table::Lgrs, from, budget, Self::read_lgr, take)
     }
 
+    /// Walks the live SMC-R device ports (see [`StatusView::walk_lgrs`]).
+    pub fn walk_ports(
+        &self,
+        from: usize,
+        budget: &mut Budget,
+        take: impl FnMut(PortRecord) -> bool,
+    ) -> Option<usize> {
+        self.walk(Table::Lgrs, from, budget, Self::read_port, take)
+    }
+
     /// Walks the live listeners (see [`StatusView::walk_lgrs`]).
     pub fn walk_listeners(
         &self,
@@ -1199,6 +1353,43 @@ impl StatusView {
             let w = |off: usize| self.r.u64_at(base + off).load(Relaxed);
             let id = w(G_ID);
             let g = |off: usize| u128::from(w(off)) << 64 | u128::from(w(off + 8));
+            let kind = w(G_KIND);
+            let smcr = match kind as u8 {
+                KIND_SMCD => None,
+                KIND_SMCR => {
+                    // The count is the engine's: at most the slot's.
+                    let n = ((kind >> 32) as u8 as usize).min(SMCR_LINKS);
+                    let links = (0..n)
+                        .map(|k| {
+                            let b = G_LINKS + k * LINK_REC;
+                            let (info, uid) = (w(b + K_INFO), w(b + K_UID));
+                            let gid = |off| match get_addr(&self.r, base + off) {
+                                IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+                                IpAddr::V6(a) => a.octets(),
+                            };
+                            LinkRecord {
+                                id: info as u8,
+                                state: (info >> 8) as u8,
+                                ib_port: (info >> 16) as u8,
+                                conn_cnt: (info >> 32) as u32,
+                                uid: uid as u32,
+                                peer_uid: (uid >> 32) as u32,
+                                net_dev: w(b + K_NETDEV) as u32,
+                                gid: gid(b + K_GID),
+                                peer_gid: gid(b + K_PGID),
+                                ib_dev: get_str32(&self.r, base + b + K_IBDEV),
+                            }
+                        })
+                        .collect();
+                    Some(SmcrLgr {
+                        lgr_type: (kind >> 8) as u8,
+                        max_conns: (kind >> 16) as u8,
+                        max_links: (kind >> 24) as u8,
+                        links,
+                    })
+                }
+                _ => return None,
+            };
             (self.r.u32_at(base + G_USE).load(Relaxed) != 0).then(|| LgrRecord {
                 id: id as u32,
                 role: (id >> 32) as u8,
@@ -1212,6 +1403,30 @@ impl StatusView {
                 dmb: w(G_DMB),
                 peer_host: get_str32(&self.r, base + G_HOST),
                 eid: get_str32(&self.r, base + G_EID),
+                smcr,
+            })
+        })
+        .flatten()
+    }
+
+    fn read_port(&self, i: usize) -> Option<PortRecord> {
+        if !self.live(Table::Lgrs, i) {
+            return None;
+        }
+        let base = LGR_BASE + i * LGR_SLOT;
+        seq_read(self.r.u32_at(base + G_SEQ), 100, || {
+            let w = |off: usize| self.r.u64_at(base + off).load(Relaxed);
+            if w(G_KIND) as u8 != KIND_PORT || self.r.u32_at(base + G_USE).load(Relaxed) == 0 {
+                return None;
+            }
+            let info = w(G_CONNS);
+            Some(PortRecord {
+                ib_dev: get_str32(&self.r, base + G_HOST),
+                net_dev: info as u32,
+                ib_port: (info >> 32) as u8,
+                active: (info >> 40) as u8 != 0,
+                lnk_cnt: w(G_SNDBUF) as u32,
+                gid: u128::from(w(G_GID)) << 64 | u128::from(w(G_GID + 8)),
             })
         })
         .flatten()
@@ -1340,11 +1555,55 @@ mod tests {
             dmb: 131072,
             peer_host: "peer".into(),
             eid: "SEID".into(),
+            smcr: None,
         };
         g.publish(&rec);
-        assert_eq!(view.lgrs(), vec![rec]);
+        assert_eq!(view.lgrs(), vec![rec.clone()]);
         drop(g);
         assert!(view.lgrs().is_empty());
+        // An SMC-R group with two links, and a device port beside it: each walk sees its own.
+        let (g, port) = (area.lgr_slot(), area.lgr_slot());
+        let link = |id: u8, n: u8| LinkRecord {
+            id,
+            state: 3,
+            ib_port: 1,
+            conn_cnt: u32::from(n),
+            uid: 0x0102_0300 + u32::from(id),
+            peer_uid: 0x0a0b_0c00 + u32::from(id),
+            net_dev: 7 + u32::from(id),
+            gid: std::net::Ipv4Addr::new(10, 1, 0, id).to_ipv6_mapped().octets(),
+            peer_gid: std::net::Ipv4Addr::new(10, 1, 0, 10 + id).to_ipv6_mapped().octets(),
+            ib_dev: format!("sroce-10.1.0.{id}"),
+        };
+        let smcr = LgrRecord {
+            smcr: Some(SmcrLgr {
+                lgr_type: 2,
+                max_conns: 255,
+                max_links: 2,
+                links: vec![link(1, 2), link(2, 1)],
+            }),
+            ..rec.clone()
+        };
+        g.publish(&smcr);
+        let pr = PortRecord {
+            ib_dev: "sroce-10.1.0.1".into(),
+            ib_port: 1,
+            net_dev: 7,
+            active: true,
+            lnk_cnt: 1,
+            gid: 0xffff_0a01_0001,
+        };
+        port.publish_port(&pr);
+        assert_eq!(view.lgrs(), vec![smcr]);
+        let mut ports = Vec::new();
+        view.walk_ports(1, &mut Budget::unlimited(), |p| {
+            ports.push(p);
+            true
+        });
+        assert_eq!(ports, vec![pr]);
+        g.withdraw();
+        assert!(view.lgrs().is_empty());
+        drop((g, port));
         let l = area.listener_slot();
         let lr = LstRecord {
             addr: "0.0.0.0:80".parse().unwrap(),
@@ -1487,11 +1746,16 @@ mod tests {
             r.u32_at(base).store(2, Relaxed); // an even sequence: readable
             r.u32_at(base + 4).store(1, Relaxed);
         }
+        // The link group's kind says SMC-R, with a garbage link count and garbage links.
+        let g = bases[2] + G_KIND;
+        r.u64_at(g).store(r.u64_at(g).load(Relaxed) & !0xff | 1, Relaxed);
         let view = StatusView::open(fd.try_clone().unwrap()).unwrap();
         let before = allocated(&fd);
         assert!(before <= 4 * 4096, "{before}");
         assert_eq!(view.conns().len(), 2);
-        assert_eq!(view.lgrs().len(), 1);
+        let lgrs = view.lgrs();
+        assert_eq!(lgrs.len(), 1);
+        assert!(lgrs[0].smcr.as_ref().is_some_and(|x| x.links.len() <= SMCR_LINKS));
         assert!(view.listeners().is_empty());
         let t = view.totals();
         assert_eq!(t.len(), N_TOTALS);

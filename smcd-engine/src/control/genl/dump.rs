@@ -39,6 +39,11 @@ pub(crate) enum Walk {
     Socks { ns: u64, states: u32 },
     /// `GET_LGR_SMCD`: the link groups of namespace `ns`.
     Lgrs { ns: u64 },
+    /// `GET_LGR_SMCR` (`links` false) or `GET_LINK_SMCR` (each group, then its links): the
+    /// SMC-R link groups of namespace `ns`.
+    LgrsSmcr { ns: u64, links: bool },
+    /// `GET_DEV_SMCR`: the SMC-R device ports of the engines of namespace `ns`.
+    DevSmcr { ns: u64 },
     /// `GET_DEV_SMCD`: the device, with the number of link groups of all namespaces.
     Dev { lgrs: usize },
     /// `NETNS_LIST`: these namespaces, with what lives in each.
@@ -60,7 +65,11 @@ impl Walk {
     /// Whether the walk visits engine `s`.
     fn visits(&self, s: &Session) -> bool {
         match self {
-            Walk::Socks { ns, .. } | Walk::Lgrs { ns } | Walk::Totals { ns, .. } => s.netns == *ns,
+            Walk::Socks { ns, .. }
+            | Walk::Lgrs { ns }
+            | Walk::LgrsSmcr { ns, .. }
+            | Walk::DevSmcr { ns }
+            | Walk::Totals { ns, .. } => s.netns == *ns,
             Walk::Dev { .. } => true,
             Walk::Netns { list } => list.contains_key(&s.netns),
         }
@@ -71,7 +80,10 @@ impl Walk {
     fn tables(&self) -> &'static [Option<Table>] {
         match self {
             Walk::Socks { .. } => &[Some(Table::Listeners), Some(Table::Conns)],
-            Walk::Lgrs { .. } | Walk::Dev { .. } => &[Some(Table::Lgrs)],
+            Walk::Lgrs { .. }
+            | Walk::LgrsSmcr { .. }
+            | Walk::DevSmcr { .. }
+            | Walk::Dev { .. } => &[Some(Table::Lgrs)],
             Walk::Netns { .. } => &[
                 Some(Table::Listeners),
                 Some(Table::Conns),
@@ -127,6 +139,26 @@ struct Page {
 impl Page {
     /// Appends `m` unless the page already holds something and `m` would take it past
     /// [`PAGE`].
+    /// Appends all of `ms` or, if they would take a page that holds something past
+    /// [`PAGE`], none (a link group and its links stay together).
+    fn offer_all<T: framing::GenlPayload>(&mut self, ms: &[framing::Message<T>]) -> bool {
+        let bytes: Vec<Vec<u8>> = ms.iter().filter_map(|m| framing::to_bytes(m).ok()).collect();
+        let total: usize = bytes
+            .iter()
+            .map(|b| smc_proto::netlink::attr::align4(b.len()))
+            .sum();
+        let start = smc_proto::netlink::attr::align4(self.bytes.len());
+        if !self.bytes.is_empty() && start + total > PAGE {
+            return false;
+        }
+        for b in bytes {
+            let start = smc_proto::netlink::attr::align4(self.bytes.len());
+            self.bytes.resize(start, 0);
+            self.bytes.extend_from_slice(&b);
+        }
+        true
+    }
+
     fn offer<T: framing::GenlPayload>(&mut self, m: &framing::Message<T>) -> bool {
         let Ok(b) = framing::to_bytes(m) else {
             return true; // not encodable (none of ours): skipped
@@ -273,13 +305,46 @@ impl Job {
                 }
             }
             Walk::Lgrs { .. } => view.walk_lgrs(from, budget, |g| {
-                page.offer(&multi.of(SmcGenlMessage::lgr_smcd_reply(&super::smc::lgr_smcd(&g))))
+                g.smcr.is_some()
+                    || page.offer(&multi.of(SmcGenlMessage::lgr_smcd_reply(
+                        &super::smc::lgr_smcd(&g),
+                    )))
             }),
-            Walk::Dev { lgrs } => view.count(t, from, budget, lgrs),
+            Walk::LgrsSmcr { links, .. } => {
+                let links = *links;
+                view.walk_lgrs(from, budget, |g| {
+                    let Some(x) = &g.smcr else {
+                        return true;
+                    };
+                    let mut ms = vec![multi.of(SmcGenlMessage::lgr_smcr_reply(
+                        &super::smc::lgr_smcr(&g, x),
+                    ))];
+                    if links {
+                        ms.extend(x.links.iter().map(|l| {
+                            multi.of(SmcGenlMessage::link_smcr_reply(&super::smc::link_smcr(l)))
+                        }));
+                    }
+                    page.offer_all(&ms)
+                })
+            }
+            Walk::DevSmcr { .. } => view.walk_ports(from, budget, |p| {
+                page.offer(&multi.of(SmcGenlMessage::dev_smcr_reply(&super::smc::dev_smcr(&p))))
+            }),
+            Walk::Dev { lgrs } => view.walk_lgrs(from, budget, |g| {
+                *lgrs += usize::from(g.smcr.is_none());
+                true
+            }),
             Walk::Netns { list } => {
                 let info = list.get_mut(&s.netns)?;
                 let mut n = 0usize;
-                let next = view.count(t, from, budget, &mut n);
+                let next = match t {
+                    // Link groups of either kind; not SMC-R device ports.
+                    Table::Lgrs => view.walk_lgrs(from, budget, |_| {
+                        n += 1;
+                        true
+                    }),
+                    _ => view.count(t, from, budget, &mut n),
+                };
                 let n32 = u32::try_from(n).unwrap_or(u32::MAX);
                 match t {
                     Table::Listeners => {
@@ -308,7 +373,10 @@ impl Job {
         let (family, h) = (self.family, self.header);
         let multi = Multi(family, h);
         match &mut self.walk {
-            Walk::Socks { .. } | Walk::Lgrs { .. } => {}
+            Walk::Socks { .. }
+            | Walk::Lgrs { .. }
+            | Walk::LgrsSmcr { .. }
+            | Walk::DevSmcr { .. } => {}
             Walk::Dev { lgrs } => {
                 let dev = super::smc::loopback_dev(*lgrs);
                 out.msg(&multi.of(SmcGenlMessage::dev_smcd_reply(&dev)));

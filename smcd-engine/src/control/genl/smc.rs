@@ -29,7 +29,7 @@ use super::{Ctx, Errno, Op, Out, Request, SMC_FAMILY_ID};
 use crate::device::LOOPBACK_CHID;
 use crate::layout::UEID_MAX;
 use crate::layout::status::{
-    BUCKETS, FBACK_CODES, LgrRecord, RMB_ALLOC, RMB_DGRADE, RMB_FULL, RMB_FULL_PEER, RMB_REUSE,
+    BUCKETS, FBACK_CODES, LgrRecord, LinkRecord, PortRecord, SmcrLgr, RMB_ALLOC, RMB_DGRADE, RMB_FULL, RMB_FULL_PEER, RMB_REUSE,
     RMB_SIZE_SM, RMB_SIZE_SM_PEER, T_CLNT_FBACK, T_CLNT_HS_ERR, T_CLNT_V1_SUCC, T_CLNT_V2_SUCC,
     T_CORK, T_NDLY, T_RX_BYTES, T_RX_CNT, T_RX_PD, T_RX_RMB, T_RX_RMB_SIZE, T_RX_RMB_USAGE,
     T_SPLICE, T_SRV_FBACK, T_SRV_HS_ERR, T_SRV_V1_SUCC, T_SRV_V2_SUCC, T_TX_BYTES, T_TX_CNT,
@@ -41,7 +41,7 @@ use smc_proto::netlink::smc::consts::{
     SMC_MAX_EID_LEN, SMC_MAX_HOSTNAME_LEN, SMC_NLA_EID_TABLE_ENTRY,
 };
 use smc_proto::netlink::smc::{
-    DevInfo, DevPort, FbackStats, LgrSmcd, LgrV2Common, RmbStats, SeidInfo, SizeBuckets, SmcAttr,
+    DevInfo, DevPort, FbackStats, LgrSmcd, LgrSmcr, LgrSmcrV2, LgrV2Common, LinkSmcr, RmbStats, SeidInfo, SizeBuckets, SmcAttr,
     SmcCmd, SmcGenlMessage, StatsReply, StatsTech, SysInfo,
 };
 
@@ -87,9 +87,16 @@ pub(crate) fn handle(ctx: &mut Ctx<'_>, req: &Request<'_>, out: &mut Out) -> Res
             out.walk(SMC_FAMILY_ID, req, Walk::Lgrs { ns });
         }
         SmcCmd::GetDevSmcd => out.walk(SMC_FAMILY_ID, req, Walk::Dev { lgrs: 0 }),
-        // No SMC-R: no link groups, links or RDMA devices.
-        SmcCmd::GetLgrSmcr | SmcCmd::GetLinkSmcr | SmcCmd::GetDevSmcr => {
-            out.dump(SMC_FAMILY_ID, h, Vec::<SmcGenlMessage>::new());
+        // SMC-R: what the engines' SMC-R endpoints publish (link groups with their links,
+        // device ports).
+        SmcCmd::GetLgrSmcr | SmcCmd::GetLinkSmcr => {
+            let ns = ctx.caller_netns()?;
+            let links = cmd == SmcCmd::GetLinkSmcr;
+            out.walk(SMC_FAMILY_ID, req, Walk::LgrsSmcr { ns, links });
+        }
+        SmcCmd::GetDevSmcr => {
+            let ns = ctx.caller_netns()?;
+            out.walk(SMC_FAMILY_ID, req, Walk::DevSmcr { ns });
         }
         SmcCmd::GetStats => {
             let ns = ctx.caller_netns()?;
@@ -284,6 +291,92 @@ pub(crate) fn lgr_smcd(g: &LgrRecord) -> LgrSmcd {
             other: Vec::new(),
         }),
         other: Vec::new(),
+    }
+}
+
+/// `smc_nl_fill_lgr` for an SMC-R link group an engine published.
+pub(crate) fn lgr_smcr(g: &LgrRecord, x: &SmcrLgr) -> LgrSmcr {
+    LgrSmcr {
+        id: g.id,
+        conns_num: g.conns,
+        role: g.role,
+        lgr_type: x.lgr_type,
+        // SMCR_PHYS_CONT_BUFS: the engine's buffers are one mapping each.
+        buf_type: Some(0),
+        vlan_id: 0,
+        net_cookie: None,
+        pnetid: String::new(),
+        sndbuf_alloc: Some(g.sndbuf),
+        rmb_alloc: Some(g.dmb),
+        v2_common: (g.version >= 2).then(|| LgrV2Common {
+            ver: g.version,
+            rel: g.release,
+            os: g.os,
+            peer_host: g.peer_host.clone(),
+            neg_eid: g.eid.clone(),
+            other: Vec::new(),
+        }),
+        v2: (g.version >= 2).then(|| LgrSmcrV2 {
+            direct: true,
+            max_conns: Some(x.max_conns),
+            max_links: Some(x.max_links),
+            other: Vec::new(),
+        }),
+        other: Vec::new(),
+    }
+}
+
+/// `smc_gid_be16_convert`: eight groups of four hex digits.
+fn gid_text(g: &[u8; 16]) -> String {
+    let w: Vec<String> = g
+        .chunks(2)
+        .map(|c| format!("{:04x}", u16::from_be_bytes([c[0], c[1]])))
+        .collect();
+    w.join(":")
+}
+
+/// `smc_nl_fill_lgr_link`.
+pub(crate) fn link_smcr(l: &LinkRecord) -> LinkSmcr {
+    LinkSmcr {
+        id: l.id,
+        state: u32::from(l.state),
+        conn_cnt: l.conn_cnt,
+        ib_port: l.ib_port,
+        net_dev: l.net_dev,
+        ib_dev: l.ib_dev.clone(),
+        // The kernel copies the uid's four bytes (network order) into the u32.
+        uid: u32::from_ne_bytes(l.uid.to_be_bytes()),
+        peer_uid: u32::from_ne_bytes(l.peer_uid.to_be_bytes()),
+        gid: gid_text(&l.gid),
+        peer_gid: gid_text(&l.peer_gid),
+        other: Vec::new(),
+    }
+}
+
+/// `smc_nl_handle_smcr_dev` for one port of a soft RoCE device: no PCI device behind it
+/// (so no PCI attributes, as the kernel leaves them out for a non-PCI parent), its name and
+/// the port.
+pub(crate) fn dev_smcr(p: &PortRecord) -> DevInfo {
+    let port = DevPort {
+        pnet_usr: false,
+        pnetid: String::new(),
+        netdev: Some(p.net_dev),
+        valid: Some(true),
+        state: Some(u8::from(p.active)),
+        lnk_cnt: Some(p.lnk_cnt),
+        other: Vec::new(),
+    };
+    let (port, port2) = if p.ib_port == 2 {
+        (None, Some(port))
+    } else {
+        (Some(port), None)
+    };
+    DevInfo {
+        is_crit: p.lnk_cnt > 0,
+        ib_name: Some(p.ib_dev.clone()),
+        port,
+        port2,
+        ..DevInfo::default()
     }
 }
 

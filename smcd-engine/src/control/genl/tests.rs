@@ -636,6 +636,7 @@ fn live_state_from_status_areas() {
         dmb: 65536,
         peer_host: "peerhost".into(),
         eid: "SEID-TEST".into(),
+        smcr: None,
     });
     let c = area.conn_slot();
     c.publish(&ConnIdentity {
