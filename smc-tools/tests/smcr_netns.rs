@@ -1277,3 +1277,167 @@ fn tshark_decodes_smcr_add_link_delete_link_and_failover_on_the_veth() {
         "no failover-validation CDC:\n{text}"
     );
 }
+
+/// What a tool in this process's mount namespace prints for the ifindex of `dev` in host
+/// `host`'s namespace: the name sysfs here has for that index (another interface's: sysfs
+/// is the test namespace's), or the number.
+fn ifindex(hosts: &Hosts, host: u8, dev: &str) -> String {
+    let out = Command::new("ip")
+        .args(["-n", &hosts.ns(host).name, "-o", "link", "show", "dev", dev])
+        .output()
+        .expect("ip link show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let index = text
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    std::fs::read_dir("/sys/class/net")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("ifindex")).is_ok_and(|s| s.trim() == index)
+        })
+        .map_or(index, |e| e.file_name().to_string_lossy().into_owned())
+}
+
+/// One smcd, an endpoint with two ports in each namespace publishing to it: `smcctl
+/// linkgroup show --smcr`, `linkgroup links` and `device show --smcr` show both sides' groups
+/// (role, type SYM, connections), their links (state, connections on each, the device and
+/// netdev, the GIDs in the kernel's format) and the four device ports with one link each;
+/// after the second path goes down each group shows one link carrying both connections.
+///
+/// smcd files an engine under its process's network namespace as the kernel reports it for
+/// the pid (`/proc/PID/ns/net`), not the namespace a thread of it moved to: both endpoints of
+/// this test process are the test's namespace's, so smcctl asks from there (and prints the
+/// veths' ifindexes, whose names live in the test namespaces).
+#[test]
+fn smcctl_shows_smcr_link_groups_links_and_devices() {
+    let test = "smcctl_shows_smcr_link_groups_links_and_devices";
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    let smcd = smc_tests::Smcd::start(smc_tests::bins!());
+    let cfg = |host: u8| SmcrConfig {
+        alt: Some((hosts.addr2(host), None)),
+        testlink_time: Duration::from_secs(2),
+        smcd: Some(smcd.socket.clone()),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    let srv = endpoint_with(&hosts, 1, cfg(1));
+    let cli = endpoint_with(&hosts, 2, cfg(2));
+    let at = SocketAddr::from((hosts.addr(1), 7009));
+    let l = hosts.listen(&srv, at);
+    let server = hosts.on(1, move || {
+        let mut peers = Vec::new();
+        for _ in 0..2 {
+            let (s, _) = l.accept().expect("accept");
+            peers.push(std::thread::spawn(move || echo(s)));
+        }
+        peers
+            .into_iter()
+            .map(|p| p.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let c = cli.clone();
+    let conns = hosts
+        .on(2, move || {
+            (0..2)
+                .map(|k| {
+                    let mut s = c.connect(at).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    round_trip(&mut s, k, 50_000);
+                    s
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+    let gid = |a: Ipv4Addr| {
+        let o = a.octets();
+        format!(
+            "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
+            o[0], o[1], o[2], o[3]
+        )
+    };
+    let lg = smcd.ctl("--json linkgroup show --smcr").json();
+    let groups = lg["linkgroups"].as_array().expect("linkgroups");
+    assert_eq!(groups.len(), 2, "{lg}");
+    let links = smcd.ctl("--json linkgroup links").json();
+    let ls = links["links"].as_array().expect("links");
+    assert_eq!(ls.len(), 4, "{links}");
+    for (host, role) in [(1u8, "SERV"), (2, "CLNT")] {
+        let peer = 3 - host;
+        let g = groups
+            .iter()
+            .find(|g| g["role"] == role)
+            .unwrap_or_else(|| panic!("no {role} group: {lg}"));
+        assert_eq!(g["lgr_type"], "SYM", "{lg}");
+        assert_eq!(g["conns"], 2, "{lg}");
+        assert_eq!(g["version"], 2, "{lg}");
+        let mine: Vec<_> = ls.iter().filter(|l| l["role"] == role).collect();
+        assert_eq!(mine.len(), 2, "{links}");
+        for (k, l) in mine.iter().enumerate() {
+            let path = k as u8 + 1;
+            let (own, theirs) = if path == 1 {
+                (hosts.addr(host), hosts.addr(peer))
+            } else {
+                (hosts.addr2(host), hosts.addr2(peer))
+            };
+            assert_eq!(l["state"], "LINK_ACTIVE", "{links}");
+            assert_eq!(l["conns"], 1, "one connection on each link: {links}");
+            assert_eq!(l["lgr_id"], g["id"]);
+            assert_eq!(
+                l["net_dev"],
+                ifindex(&hosts, host, &hosts.veth(host, path)),
+                "{links}"
+            );
+            assert_eq!(l["ib_dev"], format!("sroce-{own}"), "{links}");
+            assert_eq!(l["gid"], gid(own), "{links}");
+            assert_eq!(l["peer_gid"], gid(theirs), "{links}");
+        }
+    }
+    let dev = smcd.ctl("--json device show --smcr").json();
+    let ports = dev["ports"].as_array().expect("ports");
+    assert_eq!(ports.len(), 4, "{dev}");
+    for p in ports {
+        assert_eq!(p["link_count"], 1, "{dev}");
+        assert_eq!(p["ib_state"], "ACTIVE", "{dev}");
+    }
+    // SMC-D's dump does not list SMC-R groups.
+    let d = smcd.ctl("--json linkgroup show --smcd").json();
+    assert_eq!(d["linkgroups"].as_array().map(Vec::len), Some(0), "{d}");
+    // The second path goes; once the connection on it has moved, one link is left.
+    hosts.set_path(2, false);
+    let mut conns = conns;
+    let b = conns.pop().unwrap();
+    let b = hosts
+        .on(2, move || {
+            let mut b = b;
+            round_trip(&mut b, 9, 50_000);
+            b
+        })
+        .join()
+        .unwrap();
+    let left = || smcd.ctl("--json linkgroup links").json();
+    assert!(
+        smc_tests::eventually(Duration::from_secs(30), || {
+            left()["links"].as_array().is_some_and(|l| l.len() == 2)
+        }),
+        "the lost links are still listed: {}",
+        left()
+    );
+    let links = left();
+    for l in links["links"].as_array().unwrap() {
+        assert_eq!(l["conns"], 2, "{links}");
+        assert_eq!(l["state"], "LINK_ACTIVE", "{links}");
+    }
+    for mut s in conns.into_iter().chain([b]) {
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+    }
+    server.join().unwrap();
+}

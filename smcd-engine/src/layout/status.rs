@@ -816,7 +816,9 @@ impl LgrSlot {
             put_str32(r, self.base + G_HOST, &g.peer_host);
             put_str32(r, self.base + G_EID, &g.eid);
             match &g.smcr {
-                None => r.u64_at(self.base + G_KIND).store(u64::from(KIND_SMCD), Relaxed),
+                None => r
+                    .u64_at(self.base + G_KIND)
+                    .store(u64::from(KIND_SMCD), Relaxed),
                 Some(x) => {
                     let n = x.links.len().min(SMCR_LINKS);
                     r.u64_at(self.base + G_KIND).store(
@@ -867,14 +869,17 @@ impl LgrSlot {
         }
         let r = &self.area.r;
         seq_write(r.u32_at(self.base + G_SEQ), || {
-            r.u64_at(self.base + G_KIND).store(u64::from(KIND_PORT), Relaxed);
+            r.u64_at(self.base + G_KIND)
+                .store(u64::from(KIND_PORT), Relaxed);
             put_str32(r, self.base + G_HOST, &p.ib_dev);
             r.u64_at(self.base + G_CONNS).store(
                 u64::from(p.net_dev) | u64::from(p.ib_port) << 32 | u64::from(p.active) << 40,
                 Relaxed,
             );
-            r.u64_at(self.base + G_SNDBUF).store(u64::from(p.lnk_cnt), Relaxed);
-            r.u64_at(self.base + G_GID).store((p.gid >> 64) as u64, Relaxed);
+            r.u64_at(self.base + G_SNDBUF)
+                .store(u64::from(p.lnk_cnt), Relaxed);
+            r.u64_at(self.base + G_GID)
+                .store((p.gid >> 64) as u64, Relaxed);
             r.u64_at(self.base + G_GID + 8).store(p.gid as u64, Relaxed);
             r.u32_at(self.base + G_USE).store(1, Relaxed);
         });
@@ -1571,8 +1576,12 @@ mod tests {
             uid: 0x0102_0300 + u32::from(id),
             peer_uid: 0x0a0b_0c00 + u32::from(id),
             net_dev: 7 + u32::from(id),
-            gid: std::net::Ipv4Addr::new(10, 1, 0, id).to_ipv6_mapped().octets(),
-            peer_gid: std::net::Ipv4Addr::new(10, 1, 0, 10 + id).to_ipv6_mapped().octets(),
+            gid: std::net::Ipv4Addr::new(10, 1, 0, id)
+                .to_ipv6_mapped()
+                .octets(),
+            peer_gid: std::net::Ipv4Addr::new(10, 1, 0, 10 + id)
+                .to_ipv6_mapped()
+                .octets(),
             ib_dev: format!("sroce-10.1.0.{id}"),
         };
         let smcr = LgrRecord {
@@ -1748,14 +1757,20 @@ mod tests {
         }
         // The link group's kind says SMC-R, with a garbage link count and garbage links.
         let g = bases[2] + G_KIND;
-        r.u64_at(g).store(r.u64_at(g).load(Relaxed) & !0xff | 1, Relaxed);
+        r.u64_at(g)
+            .store(r.u64_at(g).load(Relaxed) & !0xff | 1, Relaxed);
         let view = StatusView::open(fd.try_clone().unwrap()).unwrap();
         let before = allocated(&fd);
         assert!(before <= 4 * 4096, "{before}");
         assert_eq!(view.conns().len(), 2);
         let lgrs = view.lgrs();
         assert_eq!(lgrs.len(), 1);
-        assert!(lgrs[0].smcr.as_ref().is_some_and(|x| x.links.len() <= SMCR_LINKS));
+        assert!(
+            lgrs[0]
+                .smcr
+                .as_ref()
+                .is_some_and(|x| x.links.len() <= SMCR_LINKS)
+        );
         assert!(view.listeners().is_empty());
         let t = view.totals();
         assert_eq!(t.len(), N_TOTALS);

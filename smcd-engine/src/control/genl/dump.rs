@@ -80,10 +80,9 @@ impl Walk {
     fn tables(&self) -> &'static [Option<Table>] {
         match self {
             Walk::Socks { .. } => &[Some(Table::Listeners), Some(Table::Conns)],
-            Walk::Lgrs { .. }
-            | Walk::LgrsSmcr { .. }
-            | Walk::DevSmcr { .. }
-            | Walk::Dev { .. } => &[Some(Table::Lgrs)],
+            Walk::Lgrs { .. } | Walk::LgrsSmcr { .. } | Walk::DevSmcr { .. } | Walk::Dev { .. } => {
+                &[Some(Table::Lgrs)]
+            }
             Walk::Netns { .. } => &[
                 Some(Table::Listeners),
                 Some(Table::Conns),
@@ -142,7 +141,10 @@ impl Page {
     /// Appends all of `ms` or, if they would take a page that holds something past
     /// [`PAGE`], none (a link group and its links stay together).
     fn offer_all<T: framing::GenlPayload>(&mut self, ms: &[framing::Message<T>]) -> bool {
-        let bytes: Vec<Vec<u8>> = ms.iter().filter_map(|m| framing::to_bytes(m).ok()).collect();
+        let bytes: Vec<Vec<u8>> = ms
+            .iter()
+            .filter_map(|m| framing::to_bytes(m).ok())
+            .collect();
         let total: usize = bytes
             .iter()
             .map(|b| smc_proto::netlink::attr::align4(b.len()))
@@ -306,9 +308,8 @@ impl Job {
             }
             Walk::Lgrs { .. } => view.walk_lgrs(from, budget, |g| {
                 g.smcr.is_some()
-                    || page.offer(&multi.of(SmcGenlMessage::lgr_smcd_reply(
-                        &super::smc::lgr_smcd(&g),
-                    )))
+                    || page
+                        .offer(&multi.of(SmcGenlMessage::lgr_smcd_reply(&super::smc::lgr_smcd(&g))))
             }),
             Walk::LgrsSmcr { links, .. } => {
                 let links = *links;
@@ -316,9 +317,9 @@ impl Job {
                     let Some(x) = &g.smcr else {
                         return true;
                     };
-                    let mut ms = vec![multi.of(SmcGenlMessage::lgr_smcr_reply(
-                        &super::smc::lgr_smcr(&g, x),
-                    ))];
+                    let mut ms = vec![
+                        multi.of(SmcGenlMessage::lgr_smcr_reply(&super::smc::lgr_smcr(&g, x))),
+                    ];
                     if links {
                         ms.extend(x.links.iter().map(|l| {
                             multi.of(SmcGenlMessage::link_smcr_reply(&super::smc::link_smcr(l)))

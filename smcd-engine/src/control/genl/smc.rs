@@ -29,11 +29,11 @@ use super::{Ctx, Errno, Op, Out, Request, SMC_FAMILY_ID};
 use crate::device::LOOPBACK_CHID;
 use crate::layout::UEID_MAX;
 use crate::layout::status::{
-    BUCKETS, FBACK_CODES, LgrRecord, LinkRecord, PortRecord, SmcrLgr, RMB_ALLOC, RMB_DGRADE, RMB_FULL, RMB_FULL_PEER, RMB_REUSE,
-    RMB_SIZE_SM, RMB_SIZE_SM_PEER, T_CLNT_FBACK, T_CLNT_HS_ERR, T_CLNT_V1_SUCC, T_CLNT_V2_SUCC,
-    T_CORK, T_NDLY, T_RX_BYTES, T_RX_CNT, T_RX_PD, T_RX_RMB, T_RX_RMB_SIZE, T_RX_RMB_USAGE,
-    T_SPLICE, T_SRV_FBACK, T_SRV_HS_ERR, T_SRV_V1_SUCC, T_SRV_V2_SUCC, T_TX_BYTES, T_TX_CNT,
-    T_TX_PD, T_TX_RMB, T_TX_RMB_SIZE, T_TX_RMB_USAGE, T_URG,
+    BUCKETS, FBACK_CODES, LgrRecord, LinkRecord, PortRecord, RMB_ALLOC, RMB_DGRADE, RMB_FULL,
+    RMB_FULL_PEER, RMB_REUSE, RMB_SIZE_SM, RMB_SIZE_SM_PEER, SmcrLgr, T_CLNT_FBACK, T_CLNT_HS_ERR,
+    T_CLNT_V1_SUCC, T_CLNT_V2_SUCC, T_CORK, T_NDLY, T_RX_BYTES, T_RX_CNT, T_RX_PD, T_RX_RMB,
+    T_RX_RMB_SIZE, T_RX_RMB_USAGE, T_SPLICE, T_SRV_FBACK, T_SRV_HS_ERR, T_SRV_V1_SUCC,
+    T_SRV_V2_SUCC, T_TX_BYTES, T_TX_CNT, T_TX_PD, T_TX_RMB, T_TX_RMB_SIZE, T_TX_RMB_USAGE, T_URG,
 };
 use crate::settings::{KNOBS, knob_index};
 use smc_proto::clc::ReasonCode;
@@ -41,8 +41,8 @@ use smc_proto::netlink::smc::consts::{
     SMC_MAX_EID_LEN, SMC_MAX_HOSTNAME_LEN, SMC_NLA_EID_TABLE_ENTRY,
 };
 use smc_proto::netlink::smc::{
-    DevInfo, DevPort, FbackStats, LgrSmcd, LgrSmcr, LgrSmcrV2, LgrV2Common, LinkSmcr, RmbStats, SeidInfo, SizeBuckets, SmcAttr,
-    SmcCmd, SmcGenlMessage, StatsReply, StatsTech, SysInfo,
+    DevInfo, DevPort, FbackStats, LgrSmcd, LgrSmcr, LgrSmcrV2, LgrV2Common, LinkSmcr, RmbStats,
+    SeidInfo, SizeBuckets, SmcAttr, SmcCmd, SmcGenlMessage, StatsReply, StatsTech, SysInfo,
 };
 
 /// `SMC_V2`.
