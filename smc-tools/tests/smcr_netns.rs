@@ -1409,6 +1409,35 @@ fn smcctl_shows_smcr_link_groups_links_and_devices() {
     // SMC-D's dump does not list SMC-R groups.
     let d = smcd.ctl("--json linkgroup show --smcd").json();
     assert_eq!(d["linkgroups"].as_array().map(Vec::len), Some(0), "{d}");
+    // smcss -R: the four connections, mode SMCR, each with the link it sends on.
+    let ss = smcd.ctl("--json ss -R").json();
+    let socks = ss.as_array().or(ss["sockets"].as_array()).expect("sockets");
+    assert_eq!(socks.len(), 4, "{ss}");
+    for k in socks {
+        assert_eq!(k["mode"], "SMCR", "{ss}");
+        let r = &k["smcr"];
+        let id = r["linkid"].as_u64().unwrap_or(0);
+        assert!(id == 1 || id == 2, "no link: {ss}");
+        let own = if id == 1 {
+            hosts.addr(1)
+        } else {
+            hosts.addr2(1)
+        };
+        let own2 = if id == 1 {
+            hosts.addr(2)
+        } else {
+            hosts.addr2(2)
+        };
+        assert!(
+            r["gid"] == gid(own) || r["gid"] == gid(own2),
+            "the GID of link {id}: {ss}"
+        );
+        assert!(
+            r["ib_device"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("sroce-"))
+        );
+    }
     // The second path goes; once the connection on it has moved, one link is left.
     hosts.set_path(2, false);
     let mut conns = conns;

@@ -34,7 +34,9 @@
 
 use crate::driver::conn::{ConnParams, SmcConn, SmcdInfo};
 use crate::driver::handshake::Fallback;
-use crate::layout::status::{LgrRecord, LgrSlot, LinkRecord, PortRecord, SmcrLgr, StatusArea};
+use crate::layout::status::{
+    ConnIdentity, LgrRecord, LgrSlot, LinkRecord, PortRecord, SmcrLgr, StatusArea,
+};
 use crate::settings::Settings;
 use crate::sys::core_now;
 use crate::transport::smcr::{Binding, ConnTable, PeerRmb, RECV_BUF, RECV_WRS, RoceLink, SmcrLink};
@@ -813,6 +815,28 @@ impl Ep {
             },
             more,
         );
+        let slot = self.status.conn_slot();
+        slot.publish(&ConnIdentity {
+            state: SmcState::Active as u8,
+            // smc_diag's SMCR mode.
+            mode: 0,
+            role: u8::from(!group.client),
+            fallback: (0, 0),
+            local: sock.local_addr().ok(),
+            peer: sock.peer_addr().ok(),
+            inode: rustix::fs::fstat(&sock).map_or(0, |s| s.st_ino),
+            lgr: group.lgr_id,
+            token: u64::from(bufs.token),
+            peer_token: u64::from(peer.rmb.token),
+            gid: gid_u128(&self.smcr.gid),
+            peer_gid: gid_u128(&peer.gid),
+            rmbe: self.ring as u64,
+            peer_rmbe: peer.rmb.len as u64,
+            sndbuf: self.ring as u64,
+        });
+        if let Some(l) = sh.llc.link(via) {
+            slot.set_link(l.link_id);
+        }
         let conn = SmcConn::new(
             sock,
             link,
@@ -831,7 +855,7 @@ impl Ep {
                 version: SMC_V2,
                 client: group.client,
             },
-            self.status.conn_slot(),
+            slot,
         );
         sh.members.insert(
             bufs.token,
@@ -1679,6 +1703,7 @@ impl Group {
         let Some(slot) = self.slot(to) else {
             return;
         };
+        let link_id = sh.llc.link(to).map_or(0, |l| l.link_id);
         let mut moved = 0;
         for m in sh.members.values_mut().filter(|m| m.link == from) {
             let Some(conn) = m.conn.upgrade() else {
@@ -1689,6 +1714,7 @@ impl Group {
                 (Some(key), Some(&sndbuf)) => {
                     m.link = to;
                     moved += 1;
+                    conn.slot.set_link(link_id);
                     conn.link().switch(Binding {
                         link: Arc::clone(&slot.link),
                         sndbuf,

@@ -201,6 +201,9 @@ const C_CNT: usize = 216;
 /// and folded into the totals when it ends, like the other counters: the data path never
 /// writes a cache line it shares with other connections.
 const C_RMB: usize = C_CNT + 8 * (6 + 2 * BUCKETS);
+/// SMC-R: the id of the link the connection sends on (low byte); 0 none.
+const C_LINK: usize = CONN_SLOT - 8;
+const _: () = assert!(C_RMB + 8 * RMB_STATS <= C_LINK);
 const _: () = assert!(C_RMB + 8 * 3 <= CONN_SLOT);
 
 /// A buffer event of the data path (`SMC_STAT_RMB_TX_SIZE_SMALL`, `_TX_FULL`, `_RX_FULL`).
@@ -584,6 +587,11 @@ impl ConnSlot {
         for (c, pos) in c {
             self.w(C_CURS + 8 * *c as usize).store(*pos, Relaxed);
         }
+    }
+
+    /// SMC-R: the connection sends on the link with this id (`conn->lnk`, for `smcss -R`).
+    pub fn set_link(&self, link_id: u8) {
+        self.w(C_LINK).store(u64::from(link_id), Relaxed);
     }
 
     /// Sets the flag bytes: rx producer, rx conn state, tx producer, tx conn state.
@@ -982,6 +990,8 @@ pub struct ConnRecord {
     pub cursors: [u64; 7],
     /// Flag bytes.
     pub flags: [u8; 4],
+    /// SMC-R: the id of the link it sends on (0: none).
+    pub link: u8,
 }
 
 /// The counters a reader sums.
@@ -1346,6 +1356,7 @@ impl StatusView {
             shutdown: kind[4],
             cursors: [0, 1, 2, 3, 4, 5, 6].map(|k| w(C_CURS + 8 * k)),
             flags: [fl[0], fl[1], fl[2], fl[3]],
+            link: w(C_LINK) as u8,
         })
     }
 

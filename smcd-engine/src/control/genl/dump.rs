@@ -299,11 +299,20 @@ impl Job {
                         !wanted(info.state)
                             || page.offer(&multi.of(EngineMessage::sock_reply(&info)))
                     }),
-                    _ => view.walk_conns(from, budget, |c| {
-                        let info = super::engine::conn_sock(&c, s.uid, s.pid, ns);
-                        !wanted(info.state)
-                            || page.offer(&multi.of(EngineMessage::sock_reply(&info)))
-                    }),
+                    _ => {
+                        // SMC-R connections name their link; its device and GIDs are in
+                        // the engine's link-group records (read once, when one is seen).
+                        let mut lgrs: Option<Vec<crate::layout::status::LgrRecord>> = None;
+                        view.walk_conns(from, budget, |c| {
+                            let mut info = super::engine::conn_sock(&c, s.uid, s.pid, ns);
+                            if c.id.mode == 0 && c.link != 0 {
+                                let lgrs = lgrs.get_or_insert_with(|| view.lgrs());
+                                info.smcr = super::engine::conn_link(&c, lgrs);
+                            }
+                            !wanted(info.state)
+                                || page.offer(&multi.of(EngineMessage::sock_reply(&info)))
+                        })
+                    }
                 }
             }
             Walk::Lgrs { .. } => view.walk_lgrs(from, budget, |g| {

@@ -12,8 +12,8 @@
 use super::dump::Walk;
 use super::{Ctx, ENGINE_FAMILY_ID, Errno, Op, Out, Request, netns};
 use crate::layout::status::{
-    ConnRecord, Curs, LstRecord, N_TOTALS, T_CLNT_FBACK, T_CLNT_PATH_INTENT, T_CLNT_PATH_OPTION,
-    T_SRV_PATH_INTENT, T_SRV_PATH_OPTION,
+    ConnRecord, Curs, LgrRecord, LstRecord, N_TOTALS, T_CLNT_FBACK, T_CLNT_PATH_INTENT,
+    T_CLNT_PATH_OPTION, T_SRV_PATH_INTENT, T_SRV_PATH_OPTION,
 };
 use crate::settings::{KNOBS, Kind, Knob, knob_index};
 use netlink_packet_core::{NLA_TYPE_MASK, Nla};
@@ -22,8 +22,8 @@ use smc_proto::netlink::GenlPayload;
 use smc_proto::netlink::engine::{
     ConnInfo, Cursor, DiagMode, ENGINE_A_MAX, ENGINE_NETNS_SEL_NAME, ENGINE_STATS_SCOPE_COUNTERS,
     ENGINE_STATS_SCOPE_FBACK, ENGINE_SYSCTL_FLAGS, EngineAttr, EngineCmd, EngineMessage, NetnsInfo,
-    NetnsSelAttr, NetnsSelector, PathCounts, SmcdSockInfo, SockInfo, SysctlAttr, SysctlInfo,
-    SysctlType, SysctlValue,
+    NetnsSelAttr, NetnsSelector, PathCounts, SmcdSockInfo, SmcrSockInfo, SockInfo, SysctlAttr,
+    SysctlInfo, SysctlType, SysctlValue,
 };
 use std::collections::BTreeMap;
 
@@ -339,6 +339,21 @@ pub(crate) fn conn_sock(c: &ConnRecord, uid: u32, pid: u32, ns: u64) -> SockInfo
         smcr: None,
         other: Vec::new(),
     }
+}
+
+/// `smc_diag_fill_lgrinfo`: the link an SMC-R connection sends on, from its engine's
+/// link-group records.
+pub(crate) fn conn_link(c: &ConnRecord, lgrs: &[LgrRecord]) -> Option<SmcrSockInfo> {
+    let g = lgrs.iter().find(|g| g.id == c.id.lgr && g.smcr.is_some())?;
+    let l = g.smcr.as_ref()?.links.iter().find(|l| l.id == c.link)?;
+    let link = super::smc::link_smcr(l);
+    Some(SmcrSockInfo {
+        link_id: l.id,
+        ib_dev: link.ib_dev,
+        ib_port: l.ib_port,
+        gid: link.gid,
+        peer_gid: link.peer_gid,
+    })
 }
 
 /// A listening socket (no connection yet, so smc_diag's default mode).
