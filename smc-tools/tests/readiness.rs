@@ -1060,7 +1060,7 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32, n: usize) {
     // socket and the server's bell: 5 (and 10 before); per further link group its bell
     // channel's two ends; and the few process-wide ones of the note below.
     assert!(
-        mine <= mine0 + 5 * n + 2 * n.div_ceil(255) + 8,
+        mine <= mine0 + 5 * n + 2 * n.div_ceil(255) + 12,
         "this process went from {mine0} to {mine} descriptors for {n} connections"
     );
     assert!(
@@ -1087,8 +1087,9 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32, n: usize) {
     };
     // A few process-wide descriptors may appear after the first count, when the threads that
     // make them get there (the liveness watcher's epoll set, each engine's events channel
-    // and housekeeping copy of its bell set): 8, against 64 or 300 if a connection leaked one.
-    settled("this process", me, mine0 + 8);
+    // and housekeeping copy of its bell set): 12, against 64 or 300 if a connection leaked
+    // one (8 was one short once in CI beside two hogs).
+    settled("this process", me, mine0 + 12);
     settled("smcd", smcd_pid, smcd0 + 2 * n + 4);
     drop((first, first_s));
 }
