@@ -341,20 +341,35 @@ fn hostile_status_area_costs_only_its_own_records() {
     garbage(conn(CONN_SLOTS - 1), CONN_SLOT);
     garbage(conn(CONN_SLOTS / 2), CONN_SLOT);
     garbage(lgr(LGR_SLOTS - 1), LGR_SLOT);
+    garbage(lgr(LGR_SLOTS - 2), LGR_SLOT);
+    // A slot's kind is its byte 136: an SMC-D group, and an SMC-R one whose link count and
+    // links are garbage.
+    let kind = |i: usize, k: u64| {
+        let w = r.u64_at(lgr(i) + 136);
+        w.store(w.load(Ordering::Relaxed) & !0xff | k, Ordering::Relaxed);
+    };
+    kind(LGR_SLOTS - 1, 0);
+    kind(LGR_SLOTS - 2, 1);
     let _ch = register(&smcd, 0xbad, fd);
     let pid = smcd.pid();
     let before = status_kb(pid, "VmRSS");
     let ss = smcd.ctl("--json ss -a").json();
     let lg = smcd.ctl("--json linkgroup show").json();
+    let lr = smcd.ctl("--json linkgroup show --smcr").json();
+    let links = smcd.ctl("--json linkgroup links").json();
     smcd.ctl("stats").ok();
+    smcd.ctl("stats --smcr").ok();
     smcd.ctl("device").ok();
+    smcd.ctl("device show --smcr").ok();
     let after = status_kb(pid, "VmRSS");
     assert_eq!(ss["sockets"].as_array().unwrap().len(), 2, "{ss}");
     assert_eq!(lg["linkgroups"].as_array().unwrap().len(), 1, "{lg}");
+    assert_eq!(lr["linkgroups"].as_array().unwrap().len(), 1, "{lr}");
+    assert!(links["links"].as_array().unwrap().len() <= 3, "{links}");
     let grown = after.saturating_sub(before);
     assert!(
         grown < 2048,
-        "a hostile area of 12 MiB with 4 pages written grew smcd by {grown} kB"
+        "a hostile area with 5 pages written grew smcd by {grown} kB"
     );
     smcd.require_control_plane();
     drop(r);

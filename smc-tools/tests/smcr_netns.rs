@@ -1438,6 +1438,24 @@ fn smcctl_shows_smcr_link_groups_links_and_devices() {
                 .is_some_and(|d| d.starts_with("sroce-"))
         );
     }
+    // smcstat --smcr: both sides' handshakes and bytes, as SMC-R's (SMC-D's stay zero).
+    let st = smcd.ctl("--json stats --smcr").json();
+    assert_eq!(st["connections"]["smc"]["client"], 2, "{st}");
+    assert_eq!(st["connections"]["smc"]["server"], 2, "{st}");
+    assert_eq!(st["connections"]["v2"], 4, "{st}");
+    // Each connection's 50,000 bytes and their echo, counted on both sides.
+    assert!(
+        st["tx"]["bytes"].as_u64().unwrap_or(0) >= 4 * 50_000,
+        "{st}"
+    );
+    assert!(
+        st["rx"]["bytes"].as_u64().unwrap_or(0) >= 4 * 50_000,
+        "{st}"
+    );
+    assert_eq!(st["rx"]["buffer_allocs"], 4, "{st}");
+    let sd = smcd.ctl("--json stats --smcd").json();
+    assert_eq!(sd["connections"]["smc"]["total"], 0, "{sd}");
+    assert_eq!(sd["tx"]["bytes"], 0, "{sd}");
     // The second path goes; once the connection on it has moved, one link is left.
     hosts.set_path(2, false);
     let mut conns = conns;

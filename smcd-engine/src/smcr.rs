@@ -815,6 +815,25 @@ impl Ep {
             },
             more,
         );
+        // SMC_NLA_STATS_SMCR_TECH: the handshake and the buffers (each connection gets new
+        // ones: no reuse yet).
+        {
+            use crate::layout::status as st;
+            let t = |i| st::T_SMCR + i;
+            let st = &self.status;
+            st.add(
+                t(if group.client {
+                    st::T_CLNT_V2_SUCC
+                } else {
+                    st::T_SRV_V2_SUCC
+                }),
+                1,
+            );
+            st.add(t(st::T_RX_RMB_SIZE + st::bucket(self.ring as u64)), 1);
+            st.add(t(st::T_TX_RMB_SIZE + st::bucket(self.ring as u64)), 1);
+            st.add(t(st::T_RX_RMB + st::RMB_ALLOC), 1);
+            st.add(t(st::T_TX_RMB + st::RMB_ALLOC), 1);
+        }
         let slot = self.status.conn_slot();
         slot.publish(&ConnIdentity {
             state: SmcState::Active as u8,
@@ -834,9 +853,8 @@ impl Ep {
             peer_rmbe: peer.rmb.len as u64,
             sndbuf: self.ring as u64,
         });
-        if let Some(l) = sh.llc.link(via) {
-            slot.set_link(l.link_id);
-        }
+        // Marks the slot SMC-R (its counters are SMC-R's) and names its link.
+        slot.set_link(sh.llc.link(via).map_or(0, |l| l.link_id));
         let conn = SmcConn::new(
             sock,
             link,

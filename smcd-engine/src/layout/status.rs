@@ -137,8 +137,12 @@ pub const T_SRV_PATH_INTENT: usize = T_SRV_PATH_OPTION + 1;
 pub const T_CLNT_FBACK: usize = T_SRV_PATH_INTENT + 1;
 /// Server fallbacks by reason.
 pub const T_SRV_FBACK: usize = T_CLNT_FBACK + FBACK_CODES;
+/// The per-technology counters (those below [`T_CLNT_FBACK`]) of SMC-R connections: counter
+/// `t` of SMC-R is at `T_SMCR + t` (the kernel's `SMC_NLA_STATS_SMCR_TECH`); the indices
+/// below [`T_CLNT_FBACK`] are SMC-D's. Fallbacks are not per technology.
+pub const T_SMCR: usize = T_SRV_FBACK + FBACK_CODES;
 /// Number of total counters.
-pub const N_TOTALS: usize = T_SRV_FBACK + FBACK_CODES;
+pub const N_TOTALS: usize = T_SMCR + T_CLNT_FBACK;
 const _: () = assert!(TOTALS + 8 * N_TOTALS <= CONN_BASE);
 
 /// RMB statistic: peer's buffer too small for a send.
@@ -201,8 +205,11 @@ const C_CNT: usize = 216;
 /// and folded into the totals when it ends, like the other counters: the data path never
 /// writes a cache line it shares with other connections.
 const C_RMB: usize = C_CNT + 8 * (6 + 2 * BUCKETS);
-/// SMC-R: the id of the link the connection sends on (low byte); 0 none.
+/// SMC-R: [`LINK_SMCR`] and the id of the link the connection sends on (low byte); 0 for
+/// other connections.
 const C_LINK: usize = CONN_SLOT - 8;
+/// In [`C_LINK`]: an SMC-R connection (its counters fold into the SMC-R totals).
+const LINK_SMCR: u64 = 0x100;
 const _: () = assert!(C_RMB + 8 * RMB_STATS <= C_LINK);
 const _: () = assert!(C_RMB + 8 * 3 <= CONN_SLOT);
 
@@ -591,7 +598,17 @@ impl ConnSlot {
 
     /// SMC-R: the connection sends on the link with this id (`conn->lnk`, for `smcss -R`).
     pub fn set_link(&self, link_id: u8) {
-        self.w(C_LINK).store(u64::from(link_id), Relaxed);
+        self.w(C_LINK)
+            .store(LINK_SMCR | u64::from(link_id), Relaxed);
+    }
+
+    /// Where this connection's counters fold: SMC-R's block or SMC-D's.
+    fn tech(&self) -> usize {
+        if self.w(C_LINK).load(Relaxed) & LINK_SMCR != 0 {
+            T_SMCR
+        } else {
+            0
+        }
     }
 
     /// Sets the flag bytes: rx producer, rx conn state, tx producer, tx conn state.
@@ -658,6 +675,7 @@ impl Drop for ConnSlot {
         let r = &self.area.r;
         // Fold under the sequence word: a reader that overlaps retries, so it counts this
         // connection either in its slot or in the totals, never both or neither.
+        let off = self.tech();
         seq_write(r.u32_at(H_FOLD_SEQ), || {
             let map = [
                 (Cnt::TxCnt, T_TX_CNT),
@@ -670,15 +688,15 @@ impl Drop for ConnSlot {
             for (c, t) in map {
                 let v = self.counter(c);
                 if v != 0 {
-                    self.area.add(t, v);
+                    self.area.add(off + t, v);
                 }
             }
             for (k, (t, peer)) in RMB_FOLD.iter().enumerate() {
                 let v = self.w(C_RMB + 8 * k).load(Relaxed);
                 if v != 0 {
-                    self.area.add(*t, v);
+                    self.area.add(off + *t, v);
                     if let Some(p) = peer {
-                        self.area.add(*p, v);
+                        self.area.add(off + *p, v);
                     }
                 }
             }
@@ -686,10 +704,10 @@ impl Drop for ConnSlot {
                 let tx = self.w(C_CNT + 8 * (6 + b)).load(Relaxed);
                 let rx = self.w(C_CNT + 8 * (6 + BUCKETS + b)).load(Relaxed);
                 if tx != 0 {
-                    self.area.add(T_TX_PD + b, tx);
+                    self.area.add(off + T_TX_PD + b, tx);
                 }
                 if rx != 0 {
-                    self.area.add(T_RX_PD + b, rx);
+                    self.area.add(off + T_RX_PD + b, rx);
                 }
             }
             r.u32_at(self.base + C_USE).store(0, Relaxed);
@@ -1289,21 +1307,27 @@ impl StatusView {
 
     fn add_conn_counters(&self, t: &mut Totals, base: usize) {
         let c = |k: usize| self.r.u64_at(base + C_CNT + 8 * k).load(Relaxed);
-        t[T_TX_CNT] = t[T_TX_CNT].wrapping_add(c(0));
-        t[T_TX_BYTES] = t[T_TX_BYTES].wrapping_add(c(1));
-        t[T_RX_CNT] = t[T_RX_CNT].wrapping_add(c(2));
-        t[T_RX_BYTES] = t[T_RX_BYTES].wrapping_add(c(3));
-        t[T_CORK] = t[T_CORK].wrapping_add(c(4));
-        t[T_NDLY] = t[T_NDLY].wrapping_add(c(5));
+        let off = if self.r.u64_at(base + C_LINK).load(Relaxed) & LINK_SMCR != 0 {
+            T_SMCR
+        } else {
+            0
+        };
+        let mut add = |i: usize, v: u64| t[off + i] = t[off + i].wrapping_add(v);
+        add(T_TX_CNT, c(0));
+        add(T_TX_BYTES, c(1));
+        add(T_RX_CNT, c(2));
+        add(T_RX_BYTES, c(3));
+        add(T_CORK, c(4));
+        add(T_NDLY, c(5));
         for b in 0..BUCKETS {
-            t[T_TX_PD + b] = t[T_TX_PD + b].wrapping_add(c(6 + b));
-            t[T_RX_PD + b] = t[T_RX_PD + b].wrapping_add(c(6 + BUCKETS + b));
+            add(T_TX_PD + b, c(6 + b));
+            add(T_RX_PD + b, c(6 + BUCKETS + b));
         }
         for (k, (i, peer)) in RMB_FOLD.iter().enumerate() {
             let v = c(6 + 2 * BUCKETS + k);
-            t[*i] = t[*i].wrapping_add(v);
+            add(*i, v);
             if let Some(p) = peer {
-                t[*p] = t[*p].wrapping_add(v);
+                add(*p, v);
             }
         }
     }

@@ -13,7 +13,7 @@ use super::dump::Walk;
 use super::{Ctx, ENGINE_FAMILY_ID, Errno, Op, Out, Request, netns};
 use crate::layout::status::{
     ConnRecord, Curs, LgrRecord, LstRecord, N_TOTALS, T_CLNT_FBACK, T_CLNT_PATH_INTENT,
-    T_CLNT_PATH_OPTION, T_SRV_PATH_INTENT, T_SRV_PATH_OPTION,
+    T_CLNT_PATH_OPTION, T_SMCR, T_SRV_PATH_INTENT, T_SRV_PATH_OPTION,
 };
 use crate::settings::{KNOBS, Kind, Knob, knob_index};
 use netlink_packet_core::{NLA_TYPE_MASK, Nla};
@@ -375,7 +375,7 @@ fn reset_stats(ctx: &mut Ctx<'_>, ns: u64, scope: u32) -> Result<(), Errno> {
     let cur = ctx.daemon.totals(ns);
     let n = ctx.daemon.namespace(ns).map_err(|_| libc::ENOMEM)?;
     for (i, (b, c)) in n.baseline.iter_mut().zip(&cur).enumerate().take(N_TOTALS) {
-        let fback = i >= T_CLNT_FBACK;
+        let fback = (T_CLNT_FBACK..T_SMCR).contains(&i);
         let wanted = if fback {
             scope & ENGINE_STATS_SCOPE_FBACK != 0
         } else {

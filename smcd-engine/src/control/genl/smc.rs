@@ -32,7 +32,7 @@ use crate::layout::status::{
     BUCKETS, FBACK_CODES, LgrRecord, LinkRecord, PortRecord, RMB_ALLOC, RMB_DGRADE, RMB_FULL,
     RMB_FULL_PEER, RMB_REUSE, RMB_SIZE_SM, RMB_SIZE_SM_PEER, SmcrLgr, T_CLNT_FBACK, T_CLNT_HS_ERR,
     T_CLNT_V1_SUCC, T_CLNT_V2_SUCC, T_CORK, T_NDLY, T_RX_BYTES, T_RX_CNT, T_RX_PD, T_RX_RMB,
-    T_RX_RMB_SIZE, T_RX_RMB_USAGE, T_SPLICE, T_SRV_FBACK, T_SRV_HS_ERR, T_SRV_V1_SUCC,
+    T_RX_RMB_SIZE, T_RX_RMB_USAGE, T_SMCR, T_SPLICE, T_SRV_FBACK, T_SRV_HS_ERR, T_SRV_V1_SUCC,
     T_SRV_V2_SUCC, T_TX_BYTES, T_TX_CNT, T_TX_PD, T_TX_RMB, T_TX_RMB_SIZE, T_TX_RMB_USAGE, T_URG,
 };
 use crate::settings::{KNOBS, knob_index};
@@ -423,7 +423,19 @@ fn rmb(t: &[u64], base: usize) -> RmbStats {
 
 /// smc_nl_get_stats: the SMC-D technology from the namespace's counters, SMC-R all zero.
 pub fn stats_reply(t: &[u64]) -> StatsReply {
-    let smcd = StatsTech {
+    StatsReply {
+        smcd: stats_tech(t, 0),
+        smcr: stats_tech(t, T_SMCR),
+        clnt_hs_err_cnt: t[T_CLNT_HS_ERR],
+        srv_hs_err_cnt: t[T_SRV_HS_ERR],
+        other: Vec::new(),
+    }
+}
+
+/// One technology's counters, those at `base + t` of the totals.
+fn stats_tech(all: &[u64], base: usize) -> StatsTech {
+    let t = &all[base..];
+    StatsTech {
         tx_rmb_stats: rmb(t, T_TX_RMB),
         rx_rmb_stats: rmb(t, T_RX_RMB),
         tx_pload: buckets(t, T_TX_PD),
@@ -446,18 +458,6 @@ pub fn stats_reply(t: &[u64]) -> StatsReply {
         ndly_cnt: t[T_NDLY],
         splice_cnt: t[T_SPLICE],
         urg_data_cnt: t[T_URG],
-        other: Vec::new(),
-    };
-    let smcr = StatsTech {
-        rx_rmb_usage: Some(0),
-        tx_rmb_usage: Some(0),
-        ..StatsTech::default()
-    };
-    StatsReply {
-        smcd,
-        smcr,
-        clnt_hs_err_cnt: t[T_CLNT_HS_ERR],
-        srv_hs_err_cnt: t[T_SRV_HS_ERR],
         other: Vec::new(),
     }
 }
