@@ -1488,3 +1488,83 @@ fn smcctl_shows_smcr_link_groups_links_and_devices() {
     }
     server.join().unwrap();
 }
+
+/// The namespace's SMC-R sysctls, set with smcctl, shape what an endpoint that publishes to
+/// smcd makes next: `smcr_max_links_per_lgr` 1 keeps two-port endpoints to one link,
+/// `smcr_max_conns_per_lgr` 16 puts the 17th connection into a second group,
+/// `smcr_max_send_wr` 8 and `smcr_max_recv_wr` 20 size the QPs (24 send work requests: three
+/// a slot), `smcr_buf_type` 1 is what the groups report.
+#[test]
+fn smcr_sysctls_take_effect() {
+    let test = "smcr_sysctls_take_effect";
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    let smcd = smc_tests::Smcd::start(smc_tests::bins!());
+    // The endpoints of this process are filed under its namespace (see the smcctl test).
+    for set in [
+        "smcr_max_links_per_lgr=1",
+        "smcr_max_conns_per_lgr=16",
+        "smcr_max_send_wr=8",
+        "smcr_max_recv_wr=20",
+        "smcr_buf_type=1",
+    ] {
+        smcd.ctl(&format!("sysctl set {set}")).ok();
+    }
+    let cfg = |host: u8| SmcrConfig {
+        alt: Some((hosts.addr2(host), None)),
+        smcd: Some(smcd.socket.clone()),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    let srv = endpoint_with(&hosts, 1, cfg(1));
+    let cli = endpoint_with(&hosts, 2, cfg(2));
+    let at = SocketAddr::from((hosts.addr(1), 7010));
+    let l = hosts.listen(&srv, at);
+    const CONNS: u64 = 17;
+    let server = hosts.on(1, move || {
+        let mut peers = Vec::new();
+        for _ in 0..CONNS {
+            let (s, _) = l.accept().expect("accept");
+            peers.push(std::thread::spawn(move || echo(s)));
+        }
+        peers
+            .into_iter()
+            .map(|p| p.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let c = cli.clone();
+    let conns = hosts
+        .on(2, move || {
+            (0..CONNS)
+                .map(|k| {
+                    let mut s = c.connect(at).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    round_trip(&mut s, k, 2_000);
+                    smcr_lgr(&s.mode());
+                    s
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+    for ep in [&srv, &cli] {
+        let mut groups = ep.link_groups();
+        groups.sort_by_key(|g| std::cmp::Reverse(g.conns));
+        assert_eq!(
+            groups.iter().map(|g| g.conns).collect::<Vec<_>>(),
+            vec![16, 1],
+            "smcr_max_conns_per_lgr 16: {groups:#?}"
+        );
+        for g in &groups {
+            assert_eq!((g.max_conns, g.max_links, g.buf_type), (16, 1, 1), "{g:#?}");
+            assert_eq!(g.links.len(), 1, "smcr_max_links_per_lgr 1: {g:#?}");
+            assert_eq!(g.links[0].queue_sizes, (24, 20), "{g:#?}");
+        }
+    }
+    for mut s in conns {
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+    }
+    assert_eq!(server.join().unwrap(), vec![2_000; CONNS as usize]);
+}

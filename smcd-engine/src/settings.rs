@@ -33,6 +33,21 @@ pub struct Settings {
     /// granularity, where a publication costs one store). 0 keeps only the kernel's publication
     /// points (autosplit cut, full ring, end of write).
     pub tx_chunk: u32,
+    /// `net.smc.smcr_buf_type` of new SMC-R link groups (0 physically, 1 virtually
+    /// contiguous, 2 mixed): user-space buffers are one virtual mapping each, so this is what
+    /// the group reports (`SMC_NLA_LGR_R_BUF_TYPE`), not how it allocates.
+    pub smcr_buf_type: u8,
+    /// `net.smc.smcr_testlink_time`: TEST_LINK after this long without a received work
+    /// request (zero: never).
+    pub smcr_testlink_time: Duration,
+    /// `net.smc.smcr_max_links_per_lgr`: `max_links` an SMC-R endpoint offers (1 or 2; no
+    /// more than its ports).
+    pub max_links_per_lgr: u8,
+    /// `net.smc.smcr_max_send_wr`: send slots of a new SMC-R link (its QP takes three work
+    /// requests a slot: a CDC and up to two RDMA WRITEs).
+    pub smcr_max_send_wr: u32,
+    /// `net.smc.smcr_max_recv_wr`: receive buffers posted on a new SMC-R link.
+    pub smcr_max_recv_wr: u32,
 }
 
 impl Default for Settings {
@@ -48,6 +63,11 @@ impl Default for Settings {
             lgr_idle: Duration::from_secs(600),
             wnd_update_rule: WndUpdateRule::Max,
             tx_chunk: 8 * 1024,
+            smcr_buf_type: 0,
+            smcr_testlink_time: Duration::from_secs(30),
+            max_links_per_lgr: 2,
+            smcr_max_send_wr: 16,
+            smcr_max_recv_wr: 48,
         }
     }
 }
@@ -121,7 +141,7 @@ pub const KNOBS: &[Knob] = &[
         min: 0,
         max: 2,
         default: 0,
-        description: "SMC-R buffer type: 0 physically, 1 virtually contiguous, 2 mixed (no SMC-R here)",
+        description: "SMC-R buffer type of new link groups: 0 physically, 1 virtually contiguous, 2 mixed (reported; user-space buffers are one virtual mapping each)",
         kernel: true,
     },
     Knob {
@@ -130,7 +150,7 @@ pub const KNOBS: &[Knob] = &[
         min: 0,
         max: (i32::MAX / 1000) as u64,
         default: 30,
-        description: "SMC-R TEST_LINK interval in seconds; 0 disables (no SMC-R here)",
+        description: "SMC-R TEST_LINK interval in seconds for new link groups; 0 disables",
         kernel: true,
     },
     Knob {
@@ -157,7 +177,7 @@ pub const KNOBS: &[Knob] = &[
         min: 1,
         max: 2,
         default: 2,
-        description: "SMC-R links per link group (no SMC-R here)",
+        description: "SMC-R links per link group an endpoint offers (no more than its ports)",
         kernel: true,
     },
     Knob {
@@ -166,7 +186,7 @@ pub const KNOBS: &[Knob] = &[
         min: 16,
         max: 255,
         default: 255,
-        description: "connections per link group (also the loopback device's link groups)",
+        description: "connections per link group (SMC-R, and the loopback device's link groups)",
         kernel: true,
     },
     Knob {
@@ -175,7 +195,7 @@ pub const KNOBS: &[Knob] = &[
         min: 2,
         max: 2048,
         default: 16,
-        description: "SMC-R send work requests per link (no SMC-R here)",
+        description: "SMC-R send slots per new link (its QP takes three work requests a slot)",
         kernel: true,
     },
     Knob {
@@ -184,7 +204,7 @@ pub const KNOBS: &[Knob] = &[
         min: 2,
         max: 2048,
         default: 48,
-        description: "SMC-R receive work requests per link (no SMC-R here)",
+        description: "SMC-R receive buffers posted per new link",
         kernel: true,
     },
     Knob {
@@ -326,6 +346,11 @@ impl Settings {
                 WndUpdateRule::Max
             },
             tx_chunk: get("tx_chunk") as u32,
+            smcr_buf_type: get("smcr_buf_type") as u8,
+            smcr_testlink_time: Duration::from_secs(get("smcr_testlink_time")),
+            max_links_per_lgr: get("smcr_max_links_per_lgr") as u8,
+            smcr_max_send_wr: get("smcr_max_send_wr") as u32,
+            smcr_max_recv_wr: get("smcr_max_recv_wr") as u32,
         }
     }
 

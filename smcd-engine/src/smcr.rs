@@ -39,7 +39,7 @@ use crate::layout::status::{
 };
 use crate::settings::Settings;
 use crate::sys::core_now;
-use crate::transport::smcr::{Binding, ConnTable, PeerRmb, RECV_BUF, RECV_WRS, RoceLink, SmcrLink};
+use crate::transport::smcr::{Binding, ConnTable, PeerRmb, RECV_BUF, RoceLink, SmcrLink};
 use smc_core::close::SmcState;
 use smc_core::conn::Config;
 use smc_core::handshake::decide::Refusal;
@@ -106,7 +106,12 @@ pub struct SmcrConfig {
     pub testlink_time: Duration,
     /// The smcd to publish to (its socket): its dumps then list this endpoint's devices,
     /// link groups, links and connections (`smcctl device show --smcr`, `linkgroup show
-    /// --smcr`, `linkgroup links`, `ss`). Without one, nobody sees them.
+    /// --smcr`, `linkgroup links`, `ss`, `stats --smcr`), and its namespace's sysctls
+    /// replace `settings`, `max_conns` and `testlink_time` (read for each new link group and
+    /// connection, as the kernel reads them: `smcr_max_conns_per_lgr`,
+    /// `smcr_max_links_per_lgr`, `smcr_testlink_time`, `smcr_max_send_wr`,
+    /// `smcr_max_recv_wr`, `smcr_buf_type`, and the data path's). Without one, nobody sees
+    /// them and the configuration here applies.
     pub smcd: Option<std::path::PathBuf>,
 }
 
@@ -255,8 +260,9 @@ struct Ep {
     caps: LocalCaps,
     smcr: SmcrCaps,
     ring: usize,
+    /// The settings without smcd (`SmcrConfig::settings` with its `max_conns` and
+    /// `testlink_time`).
     settings: Settings,
-    testlink_time: Duration,
     option: Option<Maps>,
     groups: Mutex<Vec<Arc<Group>>>,
     next_lgr: AtomicU32,
@@ -333,6 +339,8 @@ struct NewQp {
     psn: u32,
     /// The endpoint's port it is on.
     port: usize,
+    /// Receive buffers to post.
+    recv_wrs: u32,
 }
 
 impl std::fmt::Debug for NewQp {
@@ -480,8 +488,11 @@ impl SmcrEndpoint {
             },
             // A size the CLC's size code names exactly: a power of two, 16 KiB to 512 KiB.
             ring: uncompress_bufsize(compress_bufsize(cfg.ring, SMCR_MAX_BUFSIZE_CODE)),
-            settings: cfg.settings,
-            testlink_time: cfg.testlink_time,
+            settings: Settings {
+                max_conns_per_lgr: u32::from(max_conns),
+                smcr_testlink_time: cfg.testlink_time,
+                ..cfg.settings
+            },
             option,
             groups: Mutex::new(Vec::new()),
             next_lgr: AtomicU32::new(random_u32() & 0xffff_ff00 | 1),
@@ -534,6 +545,10 @@ impl SmcrEndpoint {
                             gid: Gid(l.port.gid),
                             peer_gid: Gid(l.peer.map_or([0; 16], |p| p.gid)),
                             conns: sh.members.values().filter(|m| m.link == i).count() as u32,
+                            queue_sizes: {
+                                let c = s.link.caps();
+                                (c.max_send_wr, c.max_recv_wr)
+                            },
                         })
                     })
                     .collect();
@@ -544,6 +559,9 @@ impl SmcrEndpoint {
                     lgr_type: sh.lgr_type,
                     peer_gid: Gid(g.peer_gid),
                     up: sh.first == Some(Ok(())) && sh.dead.is_none(),
+                    max_conns: g.max_conns,
+                    max_links: sh.llc.config().max_links,
+                    buf_type: g.buf_type,
                     links,
                 }
             })
@@ -617,6 +635,12 @@ pub struct LinkGroupInfo {
     pub peer_gid: Gid,
     /// First contact done and not terminated.
     pub up: bool,
+    /// `max_conns` and `max_links` as negotiated.
+    pub max_conns: u8,
+    /// See [`LinkGroupInfo::max_conns`].
+    pub max_links: u8,
+    /// `smcr_buf_type` when it was made.
+    pub buf_type: u8,
     /// Its links.
     pub links: Vec<LinkInfo>,
 }
@@ -642,6 +666,8 @@ pub struct LinkInfo {
     pub peer_gid: Gid,
     /// Connections sending on it.
     pub conns: u32,
+    /// Its QP's send and receive queue sizes (`smcr_max_send_wr` × 3, `smcr_max_recv_wr`).
+    pub queue_sizes: (u32, u32),
 }
 
 impl Ep {
@@ -695,6 +721,12 @@ impl Ep {
 
     fn new_qp(&self, port: usize) -> io::Result<NewQp> {
         let e = io::Error::other;
+        // smcr_max_send_wr slots, three work requests each (a CDC and up to two RDMA
+        // WRITEs: smc_ib_create_queue_pair); smcr_max_recv_wr receive buffers.
+        let s = self.settings();
+        let max = smc_rdma::soft::MAX_WR;
+        let send_wrs = s.smcr_max_send_wr.saturating_mul(3).clamp(6, max);
+        let recv_wrs = s.smcr_max_recv_wr.clamp(2, max);
         let p = self
             .ports
             .get(port)
@@ -709,8 +741,8 @@ impl Ep {
                     send_cq: Arc::clone(&scq),
                     recv_cq: Arc::clone(&rcq),
                     caps: QpCaps {
-                        max_send_wr: 48,
-                        max_recv_wr: RECV_WRS,
+                        max_send_wr: send_wrs,
+                        max_recv_wr: recv_wrs,
                         max_send_sge: 2,
                         max_recv_sge: 1,
                         max_inline_data: 64,
@@ -723,7 +755,7 @@ impl Ep {
             .dev
             .reg_mr(
                 p.pd,
-                Memory::new((RECV_WRS * RECV_BUF) as usize)?,
+                Memory::new(recv_wrs as usize * RECV_BUF as usize)?,
                 Access::LOCAL_WRITE,
             )
             .map_err(e)?;
@@ -734,6 +766,7 @@ impl Ep {
             recv,
             psn: random_u32() & 0x00ff_ffff,
             port,
+            recv_wrs,
         })
     }
 
@@ -752,13 +785,34 @@ impl Ep {
         };
         bring_up(&q.qp, &path, peer.qpn, Gid(peer.gid), peer.psn, q.psn)
             .map_err(io::Error::other)?;
-        RoceLink::start_in(q.qp, q.scq, q.rcq, q.recv, table.clone())
+        RoceLink::start_in(q.qp, q.scq, q.rcq, q.recv, table.clone(), q.recv_wrs)
+    }
+
+    /// The settings now: the namespace's sysctls with smcd, else the configuration's.
+    fn settings(&self) -> Settings {
+        self._session
+            .as_ref()
+            .and_then(|s| s.sysctl.as_ref())
+            .and_then(|p| p.load())
+            .map_or_else(|| self.settings.clone(), |(v, _)| Settings::from_values(&v))
+    }
+
+    /// What CLC offers now: `max_conns` and `max_links` from the settings (`max_links` no
+    /// more than the ports).
+    fn smcr_caps(&self) -> SmcrCaps {
+        let s = self.settings();
+        SmcrCaps {
+            max_conns: (s.max_conns_per_lgr.min(255) as u8)
+                .clamp(hs::MIN_CONNS_PER_LGR, MAX_CONNS_PER_LGR),
+            max_links: s.max_links_per_lgr.clamp(1, self.smcr.max_links),
+            ..self.smcr
+        }
     }
 
     /// The core's configuration: our RMB receives, the peer's (`peer_rmb` bytes) is where
     /// our bytes go, the send buffer is as large as our RMB.
     fn conn_config(&self, peer_rmb: usize) -> Config {
-        let s = &self.settings;
+        let s = &self.settings();
         Config {
             autocorking_size: s.autocorking_size as usize,
             autosplit_size: s.autosplit_size as usize,
@@ -860,7 +914,7 @@ impl Ep {
             link,
             self.conn_config(peer.rmb.len),
             ConnParams {
-                spin: self.settings.spin,
+                spin: self.settings().spin,
             },
             SmcdInfo {
                 lgr_id: group.lgr_id,
@@ -905,8 +959,8 @@ impl Ep {
     /// The group's LLC settings, with the `max_links` the CLC negotiated.
     fn llc_config(&self, lgr_id: u32, max_links: u8) -> LlcConfig {
         LlcConfig {
-            max_links: max_links.clamp(1, self.smcr.max_links),
-            testlink_time: self.testlink_time,
+            max_links: max_links.clamp(1, self.smcr_caps().max_links),
+            testlink_time: self.settings().smcr_testlink_time,
             ..LlcConfig::new(lgr_id, self.ports.iter().map(|p| p.local).collect())
         }
     }
@@ -968,7 +1022,7 @@ impl Ep {
         first_contact: bool,
     ) -> io::Result<Result<SmcrPeer, Refusal>> {
         let accept = hs::server_accept(
-            &self.smcr,
+            &self.smcr_caps(),
             info,
             offer,
             &bufs.offer(port),
@@ -990,7 +1044,7 @@ impl Ep {
         for e in &self.caps.ueids {
             b = b.user_eid(*e);
         }
-        let mut proposal = hs::propose(b, &self.smcr)
+        let mut proposal = hs::propose(b, &self.smcr_caps())
             .build()
             .map_err(|e| proto_err(format!("building the Proposal: {e:?}")))?;
         // Our system id, so that a server can tell a restarted peer on the same address (a
@@ -1002,7 +1056,7 @@ impl Ep {
             Ok(m) => m,
             Err(r) => return self.decline(sock, r),
         };
-        let peer = match hs::client_check_accept(msg, &self.smcr) {
+        let peer = match hs::client_check_accept(msg, &self.smcr_caps()) {
             Ok(p) => p,
             Err(r) => return self.refused(sock, r),
         };
@@ -1049,7 +1103,7 @@ impl Ep {
         let max_conns = peer
             .fce
             .and_then(|f| f.v2x)
-            .map_or(self.smcr.max_conns, |x| x.max_conns);
+            .map_or(self.smcr_caps().max_conns, |x| x.max_conns);
         let group = Group::start(
             self,
             lgr_id,
@@ -1062,7 +1116,7 @@ impl Ep {
         );
         let gids: Vec<_> = self.ports.iter().map(|p| p.local.gid).collect();
         let confirm = hs::client_confirm(
-            &self.smcr,
+            &self.smcr_caps(),
             &peer,
             &offer,
             &bufs.offer(0),
@@ -1105,7 +1159,7 @@ impl Ep {
         }
         let offer = slot.offer(self.ports[slot.port].local.path_mtu);
         let confirm = hs::client_confirm(
-            &self.smcr,
+            &self.smcr_caps(),
             &peer,
             &offer,
             &bufs.offer(slot.port),
@@ -1133,7 +1187,7 @@ impl Ep {
         if sock.local_addr()?.ip() != IpAddr::V4(self.ports[0].addr) {
             return self.decline(sock, ReasonCode::NOSMCRDEV);
         }
-        let info = match hs::server_check(&p, &self.caps, &self.smcr) {
+        let info = match hs::server_check(&p, &self.caps, &self.smcr_caps()) {
             Ok(i) => i,
             Err(r) => return self.decline(sock, r),
         };
@@ -1295,6 +1349,8 @@ struct Group {
     /// What the record shows of the peer and the negotiation.
     peer_v2: (u8, u8, String, String),
     max_conns: u8,
+    /// `smcr_buf_type` when it was made.
+    buf_type: u8,
     /// The group's connections by token, shared by its links.
     table: ConnTable,
     /// The links by slot ([`LinkIdx`]); a slot is filled once its QP is up.
@@ -1408,6 +1464,7 @@ impl Group {
                 String::from_utf8_lossy(peer.eid.trimmed()).into_owned(),
             ),
             max_conns,
+            buf_type: ep.settings().smcr_buf_type,
             table,
             links: RwLock::new(links),
             sh: Mutex::new(Shared {
@@ -1661,6 +1718,7 @@ impl Group {
                 lgr_type: sh.lgr_type.code(),
                 max_conns: self.max_conns,
                 max_links: cfg.max_links,
+                buf_type: self.buf_type,
                 links,
             }),
         });

@@ -281,7 +281,7 @@ const G_DMB: usize = 64;
 const G_HOST: usize = 72;
 const G_EID: usize = 104;
 /// kind u8 (0 SMC-D group, 1 SMC-R group, 2 SMC-R device port), then for an SMC-R group its
-/// type u8, max_conns u8, max_links u8 and number of links u8.
+/// type u8, max_conns u8, max_links u8, number of links u8 and buffer type u8.
 const G_KIND: usize = 136;
 /// SMC-R: up to [`SMCR_LINKS`] link records of [`LINK_REC`] bytes.
 const G_LINKS: usize = 144;
@@ -766,6 +766,8 @@ pub struct SmcrLgr {
     pub max_conns: u8,
     /// Negotiated `max_links`.
     pub max_links: u8,
+    /// `smcr_buf_type` when it was made.
+    pub buf_type: u8,
     /// Its links (at most [`SMCR_LINKS`]).
     pub links: Vec<LinkRecord>,
 }
@@ -852,7 +854,8 @@ impl LgrSlot {
                             | u64::from(x.lgr_type) << 8
                             | u64::from(x.max_conns) << 16
                             | u64::from(x.max_links) << 24
-                            | (n as u64) << 32,
+                            | (n as u64) << 32
+                            | u64::from(x.buf_type) << 40,
                         Relaxed,
                     );
                     for (k, l) in x.links.iter().take(n).enumerate() {
@@ -1425,6 +1428,7 @@ impl StatusView {
                         lgr_type: (kind >> 8) as u8,
                         max_conns: (kind >> 16) as u8,
                         max_links: (kind >> 24) as u8,
+                        buf_type: (kind >> 40) as u8,
                         links,
                     })
                 }
@@ -1624,6 +1628,7 @@ mod tests {
                 lgr_type: 2,
                 max_conns: 255,
                 max_links: 2,
+                buf_type: 1,
                 links: vec![link(1, 2), link(2, 1)],
             }),
             ..rec.clone()

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-/// Receive buffers per link (`smcr_max_recv_wr` default).
+/// Receive buffers per link by default (`smcr_max_recv_wr`).
 pub const RECV_WRS: u32 = 48;
 /// Bytes per receive buffer (`SMC_WR_BUF_SIZE`).
 pub const RECV_BUF: u32 = 48;
@@ -185,18 +185,20 @@ impl<D: Device> RoceLink<D> {
         rcq: Arc<D::Cq>,
         recv_mr: D::Mr,
     ) -> io::Result<Arc<Self>> {
-        Self::start_in(qp, scq, rcq, recv_mr, ConnTable::default())
+        Self::start_in(qp, scq, rcq, recv_mr, ConnTable::default(), RECV_WRS)
     }
 
-    /// [`RoceLink::start`] for a link of a group whose connections are `conns`.
+    /// [`RoceLink::start`] for a link of a group whose connections are `conns`, posting
+    /// `recv_wrs` receive buffers (`smcr_max_recv_wr`) from `recv_mr`.
     pub fn start_in(
         qp: D::Qp,
         scq: Arc<D::Cq>,
         rcq: Arc<D::Cq>,
         recv_mr: D::Mr,
         conns: ConnTable,
+        recv_wrs: u32,
     ) -> io::Result<Arc<Self>> {
-        if recv_mr.len() < (RECV_WRS * RECV_BUF) as usize {
+        if recv_wrs == 0 || recv_mr.len() < recv_wrs as usize * RECV_BUF as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "receive region too small",
@@ -216,7 +218,7 @@ impl<D: Device> RoceLink<D> {
             retry: Mutex::new(Vec::new()),
             rx_drain: Mutex::new(()),
         });
-        for i in 0..RECV_WRS {
+        for i in 0..recv_wrs {
             link.post_recv(u64::from(i)).map_err(io::Error::other)?;
         }
         let l = Arc::downgrade(&link);
@@ -234,6 +236,11 @@ impl<D: Device> RoceLink<D> {
     /// The QP's number.
     pub fn qp_num(&self) -> u32 {
         self.qp.qp_num()
+    }
+
+    /// The QP's work-request and scatter limits.
+    pub fn caps(&self) -> smc_rdma::verbs::QpCaps {
+        self.qp.caps()
     }
 
     /// Whether the link failed (an error completion): its connections were aborted.

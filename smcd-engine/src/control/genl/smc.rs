@@ -301,8 +301,7 @@ pub(crate) fn lgr_smcr(g: &LgrRecord, x: &SmcrLgr) -> LgrSmcr {
         conns_num: g.conns,
         role: g.role,
         lgr_type: x.lgr_type,
-        // SMCR_PHYS_CONT_BUFS: the engine's buffers are one mapping each.
-        buf_type: Some(0),
+        buf_type: Some(x.buf_type),
         vlan_id: 0,
         net_cookie: None,
         pnetid: String::new(),
