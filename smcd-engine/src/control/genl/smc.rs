@@ -252,7 +252,8 @@ fn sys_info(ctx: &Ctx<'_>) -> SysInfo {
         rel: SMC_RELEASE,
         // The loopback device is ISMv2 (as loopback-ism makes a kernel v2 capable).
         is_ism_v2: true,
-        is_smcr_v2: Some(false),
+        // SMC-R v2 is what the engines' SMC-R endpoints speak.
+        is_smcr_v2: Some(true),
         local_host: Some(truncate(&dev.hostname, SMC_MAX_HOSTNAME_LEN)),
         seid: Some(dev.seid.clone()),
         other: Vec::new(),

@@ -196,7 +196,7 @@ fn sys_info_and_device() {
     assert_eq!(r.end, DONE);
     let info = r.payloads[0].sys_info().unwrap();
     assert_eq!((info.ver, info.rel, info.is_ism_v2), (2, 1, true));
-    assert_eq!(info.is_smcr_v2, Some(false));
+    assert_eq!(info.is_smcr_v2, Some(true));
     assert_eq!(info.local_host.as_deref(), Some("testhost"));
     assert_eq!(info.seid.as_deref(), Some("SEID-TEST"));
     let r = smc_dump(&mut d, &nobody(), SmcCmd::GetDevSmcd);
