@@ -113,6 +113,10 @@ pub struct SmcrConfig {
     /// `smcr_max_recv_wr`, `smcr_buf_type`, and the data path's). Without one, nobody sees
     /// them and the configuration here applies.
     pub smcd: Option<std::path::PathBuf>,
+    /// CDCs and RDMA WRITEs up to the QP's inline limit go inline (the kernel's "send and
+    /// write inline" optimization; on by default). Off: from registered memory, each
+    /// connection with a ring of CDC slots (the ablation's baseline).
+    pub inline: bool,
 }
 
 impl SmcrConfig {
@@ -130,6 +134,7 @@ impl SmcrConfig {
             capability,
             testlink_time: smc_core::llc::SMC_LLC_TESTLINK_DEFAULT_TIME,
             smcd: None,
+            inline: true,
         }
     }
 }
@@ -263,6 +268,8 @@ struct Ep {
     /// The settings without smcd (`SmcrConfig::settings` with its `max_conns` and
     /// `testlink_time`).
     settings: Settings,
+    /// `SmcrConfig::inline`.
+    inline: bool,
     option: Option<Maps>,
     groups: Mutex<Vec<Arc<Group>>>,
     next_lgr: AtomicU32,
@@ -369,6 +376,8 @@ struct Bufs {
     token: u32,
     /// Per port: (RMB, send buffer).
     mrs: Vec<(SoftMr, SoftMr)>,
+    /// Without inline sends, per port: the CDC slots.
+    cdc: Vec<SoftMr>,
 }
 
 impl Bufs {
@@ -393,11 +402,16 @@ impl Bufs {
             .collect()
     }
 
-    /// The send buffer's (address, lkey) on each port.
-    fn sndbufs(&self) -> Vec<(u64, u32)> {
+    /// The send buffer's and the CDC slots' (address, lkey) on each port (the CDC slots'
+    /// (0, 0) with inline sends).
+    fn sndbufs(&self) -> Vec<((u64, u32), (u64, u32))> {
         self.mrs
             .iter()
-            .map(|(_, snd)| (snd.addr(), snd.lkey()))
+            .enumerate()
+            .map(|(i, (_, snd))| {
+                let cdc = self.cdc.get(i).map_or((0, 0), |m| (m.addr(), m.lkey()));
+                ((snd.addr(), snd.lkey()), cdc)
+            })
             .collect()
     }
 }
@@ -493,6 +507,7 @@ impl SmcrEndpoint {
                 smcr_testlink_time: cfg.testlink_time,
                 ..cfg.settings
             },
+            inline: cfg.inline,
             option,
             groups: Mutex::new(Vec::new()),
             next_lgr: AtomicU32::new(random_u32() & 0xffff_ff00 | 1),
@@ -704,7 +719,16 @@ impl Ep {
         while token == 0 {
             token = self.next_token.fetch_add(1, Ordering::Relaxed);
         }
+        // One CDC slot per send-queue entry a link of this endpoint may have.
+        let cdc_mem = if self.inline {
+            None
+        } else {
+            let s = self.settings();
+            let sq = s.smcr_max_send_wr.saturating_mul(3) as usize;
+            Some(Memory::new(sq.max(6) * crate::transport::smcr::CDC_SLOT)?)
+        };
         let mut mrs = Vec::with_capacity(self.ports.len());
+        let mut cdc = Vec::new();
         for p in &self.ports {
             let mr = |m: &Arc<Memory>, acc| {
                 p.dev
@@ -715,8 +739,11 @@ impl Ep {
                 mr(&rmb, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?,
                 mr(&snd, Access::LOCAL_WRITE)?,
             ));
+            if let Some(m) = &cdc_mem {
+                cdc.push(mr(m, Access::LOCAL_WRITE)?);
+            }
         }
-        Ok(Bufs { token, mrs })
+        Ok(Bufs { token, mrs, cdc })
     }
 
     fn new_qp(&self, port: usize) -> io::Result<NewQp> {
@@ -856,6 +883,7 @@ impl Ep {
         let mut mrs = bufs.mrs;
         let (rmb, snd) = mrs.remove(slot.port);
         let more = mrs.into_iter().flat_map(|(a, b)| [a, b]).collect();
+        let mut cdc = bufs.cdc;
         let link = SmcrLink::with_registrations(
             Arc::clone(&slot.link),
             bufs.token,
@@ -869,6 +897,12 @@ impl Ep {
             },
             more,
         );
+        let link = if cdc.len() > slot.port {
+            let own = cdc.remove(slot.port);
+            link.without_inline(own, cdc)
+        } else {
+            link
+        };
         // SMC_NLA_STATS_SMCR_TECH: the handshake and the buffers (each connection gets new
         // ones: no reuse yet).
         {
@@ -1393,8 +1427,8 @@ struct Member {
     rtoken: u8,
     /// The link it sends on.
     link: LinkIdx,
-    /// Its send buffer's (address, lkey) on each port.
-    sndbufs: Vec<(u64, u32)>,
+    /// Its send buffer's and CDC slots' (address, lkey) on each port.
+    sndbufs: Vec<((u64, u32), (u64, u32))>,
 }
 
 #[derive(Debug)]
@@ -1787,7 +1821,7 @@ impl Group {
             };
             let key = sh.llc.rtoken(m.rtoken, to);
             match (key, m.sndbufs.get(slot.port)) {
-                (Some(key), Some(&sndbuf)) => {
+                (Some(key), Some(&(sndbuf, cdc))) => {
                     m.link = to;
                     moved += 1;
                     conn.slot.set_link(link_id);
@@ -1795,6 +1829,7 @@ impl Group {
                         link: Arc::clone(&slot.link),
                         sndbuf,
                         peer: (key.vaddr, key.rkey),
+                        cdc,
                     });
                 }
                 _ => conn.link().fail(),

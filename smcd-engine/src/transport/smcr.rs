@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 pub const RECV_WRS: u32 = 48;
 /// Bytes per receive buffer (`SMC_WR_BUF_SIZE`).
 pub const RECV_BUF: u32 = 48;
+/// The longest RDMA WRITE sent inline (the QP's `max_inline_data` may be less).
+const INLINE_MAX: usize = 64;
 /// How long a sender waits for a free send slot before the link counts as failed
 /// (`SMC_WR_TX_WAIT_FREE_SLOT_TIME`).
 pub const SLOT_WAIT: Duration = Duration::from_secs(10);
@@ -148,6 +150,8 @@ impl std::fmt::Debug for ConnTable {
 /// One RoCE link: an RC QP in RTS with its completion queues, shared by connections.
 pub struct RoceLink<D: Device> {
     qp: D::Qp,
+    /// The QP's `max_inline_data`.
+    inline_max: u32,
     scq: Arc<D::Cq>,
     rcq: Arc<D::Cq>,
     recv_mr: D::Mr,
@@ -205,6 +209,7 @@ impl<D: Device> RoceLink<D> {
             ));
         }
         let link = Arc::new(Self {
+            inline_max: qp.caps().max_inline_data,
             qp,
             scq,
             rcq,
@@ -568,7 +573,13 @@ pub struct Binding<D: Device> {
     pub sndbuf: (u64, u32),
     /// The peer's RMB on that link: address and rkey.
     pub peer: (u64, u32),
+    /// Without inline sends: the connection's CDC slots on the link's device (address,
+    /// lkey); unused with inline sends.
+    pub cdc: (u64, u32),
 }
+
+/// Bytes of one CDC slot of a connection that does not send inline.
+pub const CDC_SLOT: usize = 48;
 
 /// One SMC-R connection on a [`RoceLink`] of its group (moved to another with
 /// [`SmcrLink::switch`]).
@@ -585,6 +596,12 @@ pub struct SmcrLink<D: Device> {
     _mrs: Vec<D::Mr>,
     peer_len: usize,
     peer_token: u32,
+    /// CDCs and small RDMA WRITEs go inline (the kernel's "send and write inline"), or from
+    /// registered memory: the CDC slots (`cdc_slots` of [`CDC_SLOT`] bytes, one per send
+    /// queue entry, so a slot is not rewritten while its send may still read it).
+    inline: bool,
+    cdc_mem: Option<Arc<Memory>>,
+    cdc_slots: usize,
 }
 
 impl<D: Device> std::fmt::Debug for SmcrLink<D> {
@@ -623,6 +640,7 @@ impl<D: Device> SmcrLink<D> {
         let bind = Binding {
             sndbuf: (sndbuf.addr(), sndbuf.lkey()),
             peer: (peer.addr, peer.rkey),
+            cdc: (0, 0),
             link,
         };
         let (snd_mem, rmb_mem) = (Arc::clone(sndbuf.memory()), Arc::clone(rmb.memory()));
@@ -638,7 +656,32 @@ impl<D: Device> SmcrLink<D> {
             _mrs: mrs,
             peer_len: peer.len,
             peer_token: peer.token,
+            inline: true,
+            cdc_mem: None,
+            cdc_slots: 0,
         }
+    }
+
+    /// Sends CDCs and small writes from registered memory instead of inline: `cdc` holds the
+    /// CDC slots (registered on the current link's device; its registrations on the group's
+    /// other devices are in `more`, and [`Binding::cdc`] names the one of each link).
+    pub fn without_inline(mut self, cdc: D::Mr, more: Vec<D::Mr>) -> Self {
+        let slots = cdc.len() / CDC_SLOT;
+        {
+            let mut b = write(&self.bind);
+            *b = Arc::new(Binding {
+                link: Arc::clone(&b.link),
+                sndbuf: b.sndbuf,
+                peer: b.peer,
+                cdc: (cdc.addr(), cdc.lkey()),
+            });
+        }
+        self.inline = slots == 0;
+        self.cdc_mem = Some(Arc::clone(cdc.memory()));
+        self.cdc_slots = slots;
+        self._mrs.push(cdc);
+        self._mrs.extend(more);
+        self
     }
 
     /// Our token.
@@ -754,13 +797,27 @@ impl<D: Device> Transport for SmcrLink<D> {
                 k += 1;
             }
         }
+        // A write no longer than the QP's inline limit goes inline (smc_tx_rdma_write's
+        // IB_SEND_INLINE for small writes).
+        let mut small = [0u8; INLINE_MAX];
+        let inline = self.inline && w.len() <= INLINE_MAX && w.len() as u32 <= b.link.inline_max;
+        let data = if inline {
+            let mut at = 0;
+            for (off, n) in w.src {
+                self.sndbuf.read(off, &mut small[at..at + n]);
+                at += n;
+            }
+            Payload::Inline(&small[..at])
+        } else {
+            Payload::Sges(&sges[..k])
+        };
         let r = b.link.post(&SendWr {
             wr_id: WR_WRITE | (u64::from(self.token) << 16),
             op: SendOp::Write {
                 remote_addr: b.peer.0 + w.dst as u64,
                 rkey: b.peer.1,
             },
-            data: Payload::Sges(&sges[..k]),
+            data,
             signaled: false,
             solicited: false,
         });
@@ -784,10 +841,24 @@ impl<D: Device> Transport for SmcrLink<D> {
             conn_flags: cdc.cflags,
         }
         .to_bytes();
+        let sge;
+        let data = match &self.cdc_mem {
+            Some(mem) if !self.inline => {
+                let off = usize::from(cdc.seqno) % self.cdc_slots * CDC_SLOT;
+                mem.write(off, &bytes);
+                sge = [Sge {
+                    addr: b.cdc.0 + off as u64,
+                    len: bytes.len() as u32,
+                    lkey: b.cdc.1,
+                }];
+                Payload::Sges(&sge)
+            }
+            _ => Payload::Inline(&bytes),
+        };
         let r = b.link.post(&SendWr {
             wr_id: WR_CDC | (u64::from(self.token) << 16) | u64::from(cdc.seqno),
             op: SendOp::Send,
-            data: Payload::Inline(&bytes),
+            data,
             signaled: true,
             solicited: true,
         });

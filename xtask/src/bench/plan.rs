@@ -479,6 +479,24 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                 max_time: None,
             },
             TablePlan {
+                id: "smcr/inline".into(),
+                title: "smcr: inline sends off/on, small-message ping-pong over RoCEv2, one-way µs"
+                    .into(),
+                mirrors: "send and write inline optimization (CDCs and small RDMA WRITEs inline)"
+                    .into(),
+                test: Test::Lat,
+                primary: "lat_us_p50",
+                shown: lat_shown.clone(),
+                higher_is_better: false,
+                variants: vec![
+                    tcp_veth(),
+                    smcr("smcr-inline-off", "SMC-R inline off", "off", &[("inline", 0)]),
+                    smcr("smcr-inline-on", "SMC-R inline on", "on", &[("inline", 1)]),
+                ],
+                points: sizes(pick(depth, vec![1, 64, KIB], vec![1, 64], vec![64])),
+                max_time: None,
+            },
+            TablePlan {
                 id: "smcr/autosplit".into(),
                 title: "smcr: large-message ping-pong over RoCEv2, autosplit off/on, one-way µs, 512 KiB RMB"
                     .into(),
@@ -549,7 +567,13 @@ mod tests {
 
     /// The settings an SMC-R variant may name: what `smc-perf --smcr-set` takes (they go to
     /// the two endpoints, not to smcd).
-    const SMCR_SETTINGS: [&str; 4] = ["autocorking_size", "autosplit_size", "tx_chunk", "rmem"];
+    const SMCR_SETTINGS: [&str; 5] = [
+        "autocorking_size",
+        "autosplit_size",
+        "tx_chunk",
+        "rmem",
+        "inline",
+    ];
 
     #[test]
     fn every_table_starts_with_tcp_and_has_smc() {

@@ -95,7 +95,7 @@ enum Cmd {
         #[arg(long)]
         smcr: Option<std::net::Ipv4Addr>,
         /// With --smcr: an engine setting of the SMC-R endpoint, `NAME=VALUE` (autocorking_size,
-        /// autosplit_size, tx_chunk, rmem: the RMB size); repeatable.
+        /// autosplit_size, tx_chunk, rmem: the RMB size, inline: 0 or 1); repeatable.
         #[arg(long = "smcr-set", value_name = "NAME=VALUE")]
         smcr_set: Vec<String>,
     },
@@ -143,7 +143,7 @@ enum Cmd {
         #[arg(long)]
         smcr: Option<std::net::Ipv4Addr>,
         /// With --smcr: an engine setting of the SMC-R endpoint, `NAME=VALUE` (autocorking_size,
-        /// autosplit_size, tx_chunk, rmem: the RMB size); repeatable.
+        /// autosplit_size, tx_chunk, rmem: the RMB size, inline: 0 or 1); repeatable.
         #[arg(long = "smcr-set", value_name = "NAME=VALUE")]
         smcr_set: Vec<String>,
     },
@@ -249,6 +249,7 @@ fn open_smcr(addr: std::net::Ipv4Addr, set: &[String]) -> anyhow::Result<()> {
             "autosplit_size" => cfg.settings.autosplit_size = v,
             "tx_chunk" => cfg.settings.tx_chunk = v,
             "rmem" => cfg.ring = v as usize,
+            "inline" => cfg.inline = v != 0,
             _ => bail!("--smcr-set: unknown setting {k}"),
         }
     }
