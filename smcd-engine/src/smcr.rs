@@ -1126,14 +1126,7 @@ impl Ep {
         let resv = Reservation::new(&link, bufs.token);
         let max_links = peer.fce.and_then(|f| f.v2x).map_or(1, |x| x.max_links);
         let llc = Llc::client(self.llc_config(lgr_id, max_links), core_now(), first);
-        let slot = Slot {
-            link,
-            port: 0,
-            _use: PortUse::new(self, 0),
-            qpn,
-            psn,
-            peer_qpn: peer.qpn,
-        };
+        let slot = Slot::first(self, link, (qpn, psn), peer.qpn);
         let max_conns = peer
             .fce
             .and_then(|f| f.v2x)
@@ -1274,14 +1267,7 @@ impl Ep {
         let resv = Reservation::new(&link, bufs.token);
         // Sends CONFIRM_LINK at once (and ADD_LINK after it when both have a second port).
         let llc = Llc::server(self.llc_config(lgr_id, info.max_links), core_now(), first);
-        let slot = Slot {
-            link,
-            port: 0,
-            _use: PortUse::new(self, 0),
-            qpn,
-            psn,
-            peer_qpn: peer.qpn,
-        };
+        let slot = Slot::first(self, link, (qpn, psn), peer.qpn);
         let group = Group::start(
             self,
             lgr_id,
@@ -1409,6 +1395,23 @@ struct Slot {
 }
 
 impl Slot {
+    /// The first link of a new group, on the endpoint's first port.
+    fn first(
+        ep: &Arc<Ep>,
+        link: Arc<RoceLink<SoftDevice>>,
+        (qpn, psn): (u32, u32),
+        peer_qpn: u32,
+    ) -> Slot {
+        Slot {
+            link,
+            port: 0,
+            _use: PortUse::new(ep, 0),
+            qpn,
+            psn,
+            peer_qpn,
+        }
+    }
+
     /// How a CLC message names the link.
     fn offer(&self, mtu: u8) -> LinkOffer {
         LinkOffer {

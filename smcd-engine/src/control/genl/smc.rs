@@ -283,16 +283,21 @@ pub(crate) fn lgr_smcd(g: &LgrRecord) -> LgrSmcd {
         sndbuf_alloc: Some(g.sndbuf),
         dmb_alloc: Some(g.dmb),
         pnetid: String::new(),
-        v2_common: (g.version >= 2).then(|| LgrV2Common {
-            ver: g.version,
-            rel: g.release,
-            os: g.os,
-            peer_host: g.peer_host.clone(),
-            neg_eid: g.eid.clone(),
-            other: Vec::new(),
-        }),
+        v2_common: v2_common(g),
         other: Vec::new(),
     }
+}
+
+/// The v2 nest of a link group (v2 groups only).
+fn v2_common(g: &LgrRecord) -> Option<LgrV2Common> {
+    (g.version >= 2).then(|| LgrV2Common {
+        ver: g.version,
+        rel: g.release,
+        os: g.os,
+        peer_host: g.peer_host.clone(),
+        neg_eid: g.eid.clone(),
+        other: Vec::new(),
+    })
 }
 
 /// `smc_nl_fill_lgr` for an SMC-R link group an engine published.
@@ -308,14 +313,7 @@ pub(crate) fn lgr_smcr(g: &LgrRecord, x: &SmcrLgr) -> LgrSmcr {
         pnetid: String::new(),
         sndbuf_alloc: Some(g.sndbuf),
         rmb_alloc: Some(g.dmb),
-        v2_common: (g.version >= 2).then(|| LgrV2Common {
-            ver: g.version,
-            rel: g.release,
-            os: g.os,
-            peer_host: g.peer_host.clone(),
-            neg_eid: g.eid.clone(),
-            other: Vec::new(),
-        }),
+        v2_common: v2_common(g),
         v2: (g.version >= 2).then(|| LgrSmcrV2 {
             direct: true,
             max_conns: Some(x.max_conns),
