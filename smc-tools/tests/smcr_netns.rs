@@ -1098,6 +1098,31 @@ fn echo(mut s: SmcrStream) -> u64 {
     }
 }
 
+/// Host 1 accepts `n` connections on `l` and echoes each on a thread of its own; the handle
+/// gives what each echoed.
+fn echo_server(hosts: &Hosts, l: SmcrListener, n: usize) -> JoinHandle<Vec<u64>> {
+    hosts.on(1, move || {
+        let peers: Vec<_> = (0..n)
+            .map(|_| {
+                let (s, _) = l.accept().expect("accept");
+                std::thread::spawn(move || echo(s))
+            })
+            .collect();
+        peers.into_iter().map(|p| p.join().unwrap()).collect()
+    })
+}
+
+/// Ends each stream's writing and reads to its end, which must come with no byte more (an
+/// [`echo`] has sent back everything already read, and then ends its own).
+fn close_all(conns: impl IntoIterator<Item = SmcrStream>) {
+    for mut s in conns {
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "{} bytes after the echo", rest.len());
+    }
+}
+
 /// `len` pattern bytes of `seed` out and the same back from [`echo`]: at most what the buffers
 /// on the way hold (four of 64 KiB), since the echo writes back before this side reads.
 fn round_trip(s: &mut SmcrStream, seed: u64, len: u64) {
@@ -1131,17 +1156,7 @@ fn tshark_decodes_smcr_add_link_delete_link_and_failover_on_the_veth() {
     let at = SocketAddr::from((hosts.addr(1), 7008));
     let l = hosts.listen(&srv, at);
     let cap = Capture::start(&hosts, 7008);
-    let server = hosts.on(1, move || {
-        let mut peers = Vec::new();
-        for _ in 0..2 {
-            let (s, _) = l.accept().expect("accept");
-            peers.push(std::thread::spawn(move || echo(s)));
-        }
-        peers
-            .into_iter()
-            .map(|p| p.join().unwrap())
-            .collect::<Vec<_>>()
-    });
+    let server = echo_server(&hosts, l, 2);
     let c = cli.clone();
     let mut conns = hosts
         .on(2, move || {
@@ -1179,12 +1194,7 @@ fn tshark_decodes_smcr_add_link_delete_link_and_failover_on_the_veth() {
         "one link left",
         |g| g.links.iter().filter(|l| !l.failed).count() == 1,
     );
-    for mut s in [a, b] {
-        s.shutdown(Shutdown::Write).unwrap();
-        let mut rest = Vec::new();
-        s.read_to_end(&mut rest).unwrap();
-        assert!(rest.is_empty());
-    }
+    close_all([a, b]);
     assert_eq!(server.join().unwrap(), vec![10_000, 210_000]);
     let rows = cap.finish();
     let text: String = rows
@@ -1315,17 +1325,7 @@ fn smcctl_shows_smcr_link_groups_links_and_devices() {
     let cli = endpoint_with(&hosts, 2, cfg(2));
     let at = SocketAddr::from((hosts.addr(1), 7009));
     let l = hosts.listen(&srv, at);
-    let server = hosts.on(1, move || {
-        let mut peers = Vec::new();
-        for _ in 0..2 {
-            let (s, _) = l.accept().expect("accept");
-            peers.push(std::thread::spawn(move || echo(s)));
-        }
-        peers
-            .into_iter()
-            .map(|p| p.join().unwrap())
-            .collect::<Vec<_>>()
-    });
+    let server = echo_server(&hosts, l, 2);
     let c = cli.clone();
     let conns = hosts
         .on(2, move || {
@@ -1466,11 +1466,7 @@ fn smcctl_shows_smcr_link_groups_links_and_devices() {
         assert_eq!(l["conns"], 2, "{links}");
         assert_eq!(l["state"], "LINK_ACTIVE", "{links}");
     }
-    for mut s in conns.into_iter().chain([b]) {
-        s.shutdown(Shutdown::Write).unwrap();
-        let mut rest = Vec::new();
-        s.read_to_end(&mut rest).unwrap();
-    }
+    close_all(conns.into_iter().chain([b]));
     server.join().unwrap();
 }
 
@@ -1506,17 +1502,7 @@ fn smcr_sysctls_take_effect() {
     let at = SocketAddr::from((hosts.addr(1), 7010));
     let l = hosts.listen(&srv, at);
     const CONNS: u64 = 17;
-    let server = hosts.on(1, move || {
-        let mut peers = Vec::new();
-        for _ in 0..CONNS {
-            let (s, _) = l.accept().expect("accept");
-            peers.push(std::thread::spawn(move || echo(s)));
-        }
-        peers
-            .into_iter()
-            .map(|p| p.join().unwrap())
-            .collect::<Vec<_>>()
-    });
+    let server = echo_server(&hosts, l, CONNS as usize);
     let c = cli.clone();
     let conns = hosts
         .on(2, move || {
@@ -1546,11 +1532,7 @@ fn smcr_sysctls_take_effect() {
             assert_eq!(g.links[0].queue_sizes, (24, 20), "{g:#?}");
         }
     }
-    for mut s in conns {
-        s.shutdown(Shutdown::Write).unwrap();
-        let mut rest = Vec::new();
-        s.read_to_end(&mut rest).unwrap();
-    }
+    close_all(conns);
     assert_eq!(server.join().unwrap(), vec![2_000; CONNS as usize]);
 }
 

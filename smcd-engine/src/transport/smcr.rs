@@ -428,10 +428,7 @@ impl<D: Device> RoceLink<D> {
                 if let Some(side) = self.completion(w)
                     && !(serve && side.arrived())
                 {
-                    let mut r = lock(&self.retry);
-                    if !r.iter().any(|x| Arc::ptr_eq(x, &side)) {
-                        r.push(side);
-                    }
+                    self.retry_later(&side);
                 }
             }
             n += k;
@@ -504,6 +501,14 @@ impl<D: Device> RoceLink<D> {
         None
     }
 
+    /// Leaves `side`'s processing to the completion thread (once in its list).
+    fn retry_later(&self, side: &Arc<Side>) {
+        let mut r = lock(&self.retry);
+        if !r.iter().any(|x| Arc::ptr_eq(x, side)) {
+            r.push(Arc::clone(side));
+        }
+    }
+
     /// The link is down: its group is told, or, without one, every connection on it sees an
     /// abort.
     fn fail(&self) {
@@ -523,8 +528,11 @@ impl<D: Device> RoceLink<D> {
         // sender's post, holding a connection).
         let mut r = lock(&self.retry);
         for s in sides {
-            s.failed.store(true, Ordering::SeqCst);
-            s.pending.fetch_add(1, Ordering::SeqCst);
+            // Counted once: the links of a group share their connections, and each of them
+            // may abort them.
+            if !s.failed.swap(true, Ordering::SeqCst) {
+                s.pending.fetch_add(1, Ordering::SeqCst);
+            }
             s.wake(Dir::Rx);
             s.wake(Dir::Tx);
             r.push(s);
@@ -702,29 +710,23 @@ impl<D: Device> SmcrLink<D> {
     pub fn switch(&self, to: Binding<D>) {
         let link = Arc::clone(&to.link);
         *lock(&self.next) = Some(Arc::new(to));
-        if !self.side.switched.swap(true, Ordering::SeqCst) {
+        self.signal(&self.side.switched, &link);
+    }
+
+    /// Raises `flag` (counted as pending once) and has the connection look at it now, or
+    /// soon on `link`'s completion thread.
+    fn signal(&self, flag: &AtomicBool, link: &RoceLink<D>) {
+        if !flag.swap(true, Ordering::SeqCst) {
             self.side.pending.fetch_add(1, Ordering::SeqCst);
         }
         if !self.side.arrived() {
-            let mut r = lock(&link.retry);
-            if !r.iter().any(|x| Arc::ptr_eq(x, &self.side)) {
-                r.push(Arc::clone(&self.side));
-            }
+            link.retry_later(&self.side);
         }
     }
 
     /// Ends the connection as a failed link would (the group has no link to move it to).
     pub fn fail(&self) {
-        if !self.side.failed.swap(true, Ordering::SeqCst) {
-            self.side.pending.fetch_add(1, Ordering::SeqCst);
-        }
-        if !self.side.arrived() {
-            let link = self.link();
-            let mut r = lock(&link.retry);
-            if !r.iter().any(|x| Arc::ptr_eq(x, &self.side)) {
-                r.push(Arc::clone(&self.side));
-            }
-        }
+        self.signal(&self.side.failed, &self.link());
     }
 
     fn binding(&self) -> Arc<Binding<D>> {
