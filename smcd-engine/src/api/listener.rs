@@ -69,6 +69,23 @@ impl SmcListener {
         }))
     }
 
+    /// Takes over `tcp`, a socket that is bound and listening already (a program's own
+    /// listener that a preload library makes an SMC listener).
+    pub fn from_listening(
+        engine: &Arc<Engine>,
+        tcp: TcpListener,
+        opts: ListenOptions,
+    ) -> io::Result<SmcListener> {
+        Ok(SmcListener {
+            core: ListenerCore::start(Arc::clone(engine), tcp, opts)?,
+        })
+    }
+
+    /// The TCP listener itself (for its socket options and names).
+    pub fn tcp_socket(&self) -> BorrowedFd<'_> {
+        self.core.tcp_socket()
+    }
+
     fn bind_one(
         engine: &Arc<Engine>,
         addr: SocketAddr,

@@ -388,6 +388,17 @@ impl SmcStream {
         }
     }
 
+    /// Level readiness, as a socket's `poll` has it: after a read that took everything and a
+    /// non-blocking write that filled the buffer the readiness descriptor says so at once
+    /// (otherwise only the call that finds nothing to do clears it, which is all an event
+    /// loop needs and saves a system call per read). For programs that look at readiness
+    /// between calls (`select` then one blocking read); a preload library turns it on.
+    pub fn set_level_readiness(&self, on: bool) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.set_level_readiness(on);
+        }
+    }
+
     /// Non-blocking mode: calls that would wait return `WouldBlock`.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         match &self.inner.kind {
@@ -495,6 +506,80 @@ impl SmcStream {
         match &self.inner.kind {
             Kind::Smc { conn, .. } => conn.flush(),
             Kind::Tcp { .. } => Ok(()),
+        }
+    }
+
+    /// `recv(2)` with `MSG_PEEK` (`peek`) and `MSG_DONTWAIT` (`dontwait`: this call does not
+    /// wait even on a blocking stream).
+    pub fn recv_with(&self, buf: &mut [u8], peek: bool, dontwait: bool) -> io::Result<usize> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.read_opts(buf, peek, dontwait),
+            Kind::Tcp { sock, .. } => {
+                let mut f = rustix::net::RecvFlags::empty();
+                if peek {
+                    f |= rustix::net::RecvFlags::PEEK;
+                }
+                if dontwait {
+                    f |= rustix::net::RecvFlags::DONTWAIT;
+                }
+                rustix::net::recv(sock, buf, f)
+                    .map(|(n, _)| n)
+                    .map_err(io::Error::from)
+            }
+        }
+    }
+
+    /// `send(2)` with `MSG_MORE` (`more`) and `MSG_DONTWAIT` (`dontwait`). A broken
+    /// connection is `BrokenPipe`; no `SIGPIPE` is raised (the caller decides).
+    pub fn send_with(&self, buf: &[u8], more: bool, dontwait: bool) -> io::Result<usize> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.write_opts(buf, more, false, dontwait),
+            Kind::Tcp { sock, .. } => {
+                let mut f = rustix::net::SendFlags::NOSIGNAL;
+                if more {
+                    f |= rustix::net::SendFlags::MORE;
+                }
+                if dontwait {
+                    f |= rustix::net::SendFlags::DONTWAIT;
+                }
+                rustix::net::send(sock, buf, f).map_err(io::Error::from)
+            }
+        }
+    }
+
+    /// Bytes readable without waiting (`FIONREAD`).
+    pub fn available(&self) -> io::Result<usize> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.available(),
+            Kind::Tcp { sock, .. } => {
+                let mut v: libc::c_int = 0;
+                // SAFETY: FIONREAD writes one int through the pointer we pass.
+                let r = unsafe { libc::ioctl(sock.as_raw_fd(), libc::FIONREAD, &mut v) };
+                if r < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(v.max(0) as usize)
+            }
+        }
+    }
+
+    /// The TCP socket under the stream: the connection itself for TCP, the CLC socket for
+    /// SMC (socket options the stream does not implement belong there, as the kernel
+    /// forwards them to its `clcsock`).
+    pub fn tcp_socket(&self) -> BorrowedFd<'_> {
+        self.tcp().as_fd()
+    }
+
+    /// A fallback stream's TCP socket as a descriptor of its own (a duplicate: the stream's
+    /// handle closes with it), for a program that takes the connection over; an SMC stream
+    /// is given back.
+    pub fn into_tcp(self) -> Result<TcpStream, SmcStream> {
+        match &self.inner.kind {
+            Kind::Tcp { sock, .. } => match rustix::io::fcntl_dupfd_cloexec(sock, 0) {
+                Ok(fd) => Ok(TcpStream::from(fd)),
+                Err(_) => Err(self),
+            },
+            Kind::Smc { .. } => Err(self),
         }
     }
 

@@ -636,6 +636,11 @@ impl ListenerCore {
         Arc::clone(&self.engine)
     }
 
+    /// The TCP listener.
+    pub fn tcp_socket(&self) -> BorrowedFd<'_> {
+        self.tcp.as_fd()
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local

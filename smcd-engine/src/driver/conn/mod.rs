@@ -215,6 +215,10 @@ pub struct SmcConn<T: Transport> {
     /// it shares with us is not to be trusted again (see [`SmcConn::is_poisoned`]).
     poisoned: AtomicBool,
     nonblocking: AtomicBool,
+    /// The readiness is a level, as a socket's: a read that empties the ring, and a
+    /// non-blocking write that fills the buffer, clear it (not only a call that finds nothing
+    /// to do). For programs that look at readiness between calls (a preloaded `select` loop).
+    level: AtomicBool,
     nodelay: AtomicBool,
     /// Timeouts in nanoseconds, 0 = none.
     read_timeout: AtomicU64,
@@ -283,6 +287,7 @@ impl<T: Transport> SmcConn<T> {
             over: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
+            level: AtomicBool::new(false),
             nodelay: AtomicBool::new(false),
             read_timeout: AtomicU64::new(0),
             write_timeout: AtomicU64::new(0),
@@ -393,6 +398,11 @@ impl<T: Transport> SmcConn<T> {
     /// Current cork.
     pub fn cork(&self) -> bool {
         self.lock().core.cork()
+    }
+
+    /// Level readiness (see the field): what a socket's `poll` says after every call.
+    pub fn set_level_readiness(&self, on: bool) {
+        self.level.store(on, Ordering::Relaxed);
     }
 
     /// Non-blocking mode.

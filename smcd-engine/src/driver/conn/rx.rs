@@ -14,15 +14,36 @@ const RX_CHUNK_MIN: usize = 8 * 1024;
 impl<T: Transport> SmcConn<T> {
     /// Reads into `buf`; 0 at end of stream.
     pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_opts(buf, false, false)
+    }
+
+    /// [`SmcConn::read`] with `recv(2)`'s `MSG_PEEK` (the bytes stay where they are, and the
+    /// peer sees no window update) and `MSG_DONTWAIT`.
+    pub fn read_opts(&self, buf: &mut [u8], peek: bool, dontwait: bool) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
         let deadline = self.deadline(&self.read_timeout);
-        let nonblocking = self.nonblocking.load(Ordering::Relaxed);
+        let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
         loop {
-            match self.try_read(buf)? {
+            let got = if peek {
+                self.try_peek(buf)?
+            } else {
+                self.try_read(buf)?
+            };
+            match got {
                 Some(n) => {
-                    self.slot.rx(buf.len(), n);
+                    if !peek {
+                        self.slot.rx(buf.len(), n);
+                        if n > 0
+                            && self.level.load(Ordering::Relaxed)
+                            && self.link.readiness().is_some()
+                            && !self.local_change(Dir::Rx)
+                        {
+                            // The ring is empty now: not readable until the next CDC.
+                            self.rearm_readiness(Dir::Rx);
+                        }
+                    }
                     return Ok(n);
                 }
                 None if nonblocking => return self.would_block(Dir::Rx),
@@ -71,28 +92,55 @@ impl<T: Transport> SmcConn<T> {
         Ok(Some(done))
     }
 
+    /// One look without taking anything: `Some(n)` bytes copied (0 at the end of stream).
+    fn try_peek(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let mut st = self.lock();
+        self.observe(&mut st)?;
+        match st.core.recv_ready() {
+            Ok(RecvReady::Data(_)) => {}
+            Ok(RecvReady::Eof) => return Ok(Some(0)),
+            Ok(RecvReady::Empty) => return Ok(None),
+            Err(kind) => return Err(aborted_error(kind)),
+        }
+        let Some(plan) = st.core.recv_plan(buf.len()) else {
+            return Ok(None);
+        };
+        self.link.read_rx(plan.offset, &mut buf[..plan.len]);
+        Ok(Some(plan.len))
+    }
+
     /// A non-blocking call found nothing to do. If an event loop may wait on the readiness:
     /// clear it for `dir`, announce the wait, and look once more; if something arrived
     /// meanwhile the readiness is set again so that it never says "nothing" while there is
     /// something. If the TCP connection ended (and nothing watches it) the connection ends
     /// here.
     pub(super) fn would_block<R>(&self, dir: Dir) -> io::Result<R> {
-        if let Some(ready) = self.link.readiness() {
-            match dir {
-                Dir::Rx => ready.clear_readable(),
-                Dir::Tx => ready.clear_writable(),
-            }
-            self.link.arm(dir, Waiter::Event);
-            if self.link.cdc_pending() || self.local_change(dir) {
-                // The state moved between our look and the announcement: ring ourselves.
-                self.link.wake_local(dir);
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
+        if self.rearm_readiness(dir) {
+            return Err(io::ErrorKind::WouldBlock.into());
         }
         if !self.watched() && self.clcsock_dead() {
             self.tcp_gone();
         }
         Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Clears the readiness for `dir`, announces an event loop's wait, and looks once more;
+    /// `true` when something arrived meanwhile (the readiness was set again).
+    pub(super) fn rearm_readiness(&self, dir: Dir) -> bool {
+        let Some(ready) = self.link.readiness() else {
+            return false;
+        };
+        match dir {
+            Dir::Rx => ready.clear_readable(),
+            Dir::Tx => ready.clear_writable(),
+        }
+        self.link.arm(dir, Waiter::Event);
+        if self.link.cdc_pending() || self.local_change(dir) {
+            // The state moved between our look and the announcement: ring ourselves.
+            self.link.wake_local(dir);
+            return true;
+        }
+        false
     }
 
     /// Bytes readable right now without waiting.

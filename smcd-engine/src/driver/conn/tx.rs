@@ -21,11 +21,23 @@ impl<T: Transport> SmcConn<T> {
     /// Writes all of `buf` (blocking) or as much as fits (non-blocking). `more` is
     /// `MSG_MORE`, `oob` is `MSG_OOB` (the last byte is urgent).
     pub fn write_with(&self, buf: &[u8], more: bool, oob: bool) -> io::Result<usize> {
+        self.write_opts(buf, more, oob, false)
+    }
+
+    /// [`SmcConn::write_with`], and `dontwait` is `MSG_DONTWAIT` (this call does not wait even
+    /// on a blocking connection).
+    pub fn write_opts(
+        &self,
+        buf: &[u8],
+        more: bool,
+        oob: bool,
+        dontwait: bool,
+    ) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
         let deadline = self.deadline(&self.write_timeout);
-        let nonblocking = self.nonblocking.load(Ordering::Relaxed);
+        let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
         let mut written = 0;
         let mut counted_small = false;
         loop {
@@ -92,6 +104,10 @@ impl<T: Transport> SmcConn<T> {
             drop(st);
             if nonblocking {
                 if written > 0 {
+                    if self.level.load(Ordering::Relaxed) {
+                        // Full: not writable until the peer makes room.
+                        self.rearm_readiness(Dir::Tx);
+                    }
                     return self.finish_write(buf.len(), written, Ok(()));
                 }
                 return self.would_block(Dir::Tx);

@@ -1,0 +1,1642 @@
+//! The functions the program calls instead of the C library's.
+//!
+//! Rules every hook keeps (docs/smc-run.md):
+//! - a descriptor that is not ours goes to the C library at once, with nothing else done;
+//! - a call made by the library itself (the engine, on its own thread or inside a hook) is
+//!   not intercepted (`IN_LIB`);
+//! - `errno` is only written when the call fails;
+//! - no panic leaves a hook: it becomes `EIO` for that call.
+
+use crate::real;
+use crate::table::{self, CANDIDATE, LISTENER, NONE, Obj, STREAM};
+use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use smcd_engine::driver::listener::ListenOptions;
+use smcd_engine::{Engine, SmcListener, SmcStream};
+use std::cell::Cell;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+thread_local! {
+    /// Set while this thread runs library code: its socket calls are the library's own.
+    static IN_LIB: Cell<bool> = const { Cell::new(false) };
+}
+
+fn in_lib() -> bool {
+    IN_LIB.try_with(Cell::get).unwrap_or(true)
+}
+
+/// Runs `f` as library code (its socket calls pass through), catching panics as `EIO`.
+fn lib<R>(f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+    let was = IN_LIB.try_with(|c| c.replace(true)).unwrap_or(true);
+    let r = std::panic::catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(io::Error::from_raw_os_error(libc::EIO)));
+    let _ = IN_LIB.try_with(|c| c.set(was));
+    r
+}
+
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn errno() -> c_int {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() }
+}
+
+/// The errno a socket call reports for `e`.
+fn errno_of(e: &io::Error) -> c_int {
+    if let Some(n) = e.raw_os_error() {
+        return n;
+    }
+    match e.kind() {
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        io::ErrorKind::BrokenPipe => libc::EPIPE,
+        io::ErrorKind::ConnectionReset => libc::ECONNRESET,
+        io::ErrorKind::ConnectionAborted => libc::ECONNABORTED,
+        io::ErrorKind::ConnectionRefused => libc::ECONNREFUSED,
+        io::ErrorKind::NotConnected => libc::ENOTCONN,
+        io::ErrorKind::TimedOut => libc::ETIMEDOUT,
+        io::ErrorKind::InvalidInput => libc::EINVAL,
+        io::ErrorKind::Interrupted => libc::EINTR,
+        io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+        io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+        io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    }
+}
+
+/// `-1` with errno for `e`.
+fn fail<T: From<i8>>(e: &io::Error) -> T {
+    set_errno(errno_of(e));
+    T::from(-1)
+}
+
+fn debug_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var_os("SMC_DEBUG")
+            .is_some_and(|v| !v.is_empty() && v.as_encoded_bytes()[0] != b'0')
+    })
+}
+
+/// A `SMC_DEBUG` line on stderr (written straight to descriptor 2: no buffering, no hooks).
+fn debug(msg: std::fmt::Arguments<'_>) {
+    if debug_on() {
+        let line = format!("smc-preload[{}]: {msg}\n", std::process::id());
+        let _ = rustix::io::write(std::io::stderr(), line.as_bytes());
+    }
+}
+
+/// `SMC_SNDBUF`/`SMC_RCVBUF` (smc-tools' syntax: a number with an optional k/K/m/M).
+fn env_size(name: &str) -> Option<c_int> {
+    static CACHE: std::sync::OnceLock<(Option<c_int>, Option<c_int>)> = std::sync::OnceLock::new();
+    let parse = |n: &str| -> Option<c_int> {
+        let v = std::env::var(n).ok()?;
+        let v = v.trim();
+        let (num, mult) = match v.as_bytes().last()? {
+            b'k' | b'K' => (&v[..v.len() - 1], 1024),
+            b'm' | b'M' => (&v[..v.len() - 1], 1024 * 1024),
+            _ => (v, 1),
+        };
+        num.parse::<i64>()
+            .ok()
+            .and_then(|n| c_int::try_from(n.checked_mul(mult)?).ok())
+            .filter(|n| *n > 0)
+    };
+    let c = CACHE.get_or_init(|| (parse("SMC_SNDBUF"), parse("SMC_RCVBUF")));
+    if name == "SMC_SNDBUF" { c.0 } else { c.1 }
+}
+
+fn set_int_opt(fd: c_int, level: c_int, name: c_int, v: c_int) {
+    // SAFETY: `v` lives across the call and its size is passed.
+    unsafe {
+        real::setsockopt(
+            fd,
+            level,
+            name,
+            (&raw const v).cast(),
+            size_of::<c_int>() as socklen_t,
+        )
+    };
+}
+
+fn get_int_opt(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = size_of::<c_int>() as socklen_t;
+    // SAFETY: `v` and `len` live across the call.
+    let r = unsafe { real::getsockopt(fd, level, name, (&raw mut v).cast(), &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// Reads a socket address the program passed.
+///
+/// # Safety
+/// `addr` points to `len` readable bytes (or is null).
+unsafe fn read_addr(addr: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
+    if addr.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract; each arm checks the length before reading.
+    unsafe {
+        match c_int::from((*addr).sa_family) {
+            libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
+                let a = &*addr.cast::<libc::sockaddr_in>();
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                    u16::from_be(a.sin_port),
+                )))
+            }
+            libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
+                let a = &*addr.cast::<libc::sockaddr_in6>();
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Writes `a` as the kernel does for `accept`/`getpeername`: truncated to `*len`, with `*len`
+/// set to the full size.
+///
+/// # Safety
+/// `addr`/`len` are null or valid as for `accept(2)`.
+unsafe fn write_addr(a: SocketAddr, addr: *mut sockaddr, len: *mut socklen_t) {
+    if addr.is_null() || len.is_null() {
+        return;
+    }
+    // SAFETY: zeroed sockaddr_storage is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let size = match a {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let s = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in>() };
+            s.sin_family = libc::AF_INET as libc::sa_family_t;
+            s.sin_port = v4.port().to_be();
+            s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: as above, for sockaddr_in6.
+            let s = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in6>() };
+            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s.sin6_port = v6.port().to_be();
+            s.sin6_addr.s6_addr = v6.ip().octets();
+            s.sin6_flowinfo = v6.flowinfo();
+            s.sin6_scope_id = v6.scope_id();
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    // SAFETY: the caller's contract: `len` is readable and writable, `addr` has `*len` bytes.
+    unsafe {
+        let n = (*len as usize).min(size);
+        std::ptr::copy_nonoverlapping((&raw const ss).cast::<u8>(), addr.cast::<u8>(), n);
+        *len = size as socklen_t;
+    }
+}
+
+/// Whether `ip` is an address of this host (network namespace): only there can an SMC-D peer
+/// be. Answers are kept for a second (a UDP bind says, without sending anything).
+fn is_local(ip: IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    if ip.is_loopback() {
+        return true;
+    }
+    if ip.is_unspecified() || ip.is_multicast() {
+        return false;
+    }
+    static CACHE: std::sync::Mutex<Vec<(IpAddr, bool, Instant)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    c.retain(|(_, _, at)| at.elapsed() < Duration::from_secs(1));
+    if let Some((_, local, _)) = c.iter().find(|(a, _, _)| *a == ip) {
+        return *local;
+    }
+    let fam = if ip.is_ipv4() {
+        rustix::net::AddressFamily::INET
+    } else {
+        rustix::net::AddressFamily::INET6
+    };
+    let local = rustix::net::socket_with(
+        fam,
+        rustix::net::SocketType::DGRAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .is_ok_and(|s| rustix::net::bind(&s, &SocketAddr::new(ip, 0)).is_ok());
+    if c.len() < 64 {
+        c.push((ip, local, Instant::now()));
+    }
+    local
+}
+
+fn engine() -> &'static Arc<Engine> {
+    Engine::global()
+}
+
+/// The descriptor flags (`FD_CLOEXEC`) and status flags (`O_NONBLOCK`) of `fd`.
+fn fd_flags(fd: c_int) -> (bool, bool) {
+    // SAFETY: fcntl with F_GETFD/F_GETFL takes no argument.
+    let (fdf, fl) = unsafe {
+        (
+            real::fcntl(fd, libc::F_GETFD, 0),
+            real::fcntl(fd, libc::F_GETFL, 0),
+        )
+    };
+    (
+        fdf >= 0 && fdf & libc::FD_CLOEXEC != 0,
+        fl >= 0 && fl & libc::O_NONBLOCK != 0,
+    )
+}
+
+/// Puts `src` at descriptor `dst` (replacing what was there), keeping close-on-exec as asked.
+fn place(src: c_int, dst: c_int, cloexec: bool) -> io::Result<()> {
+    let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+    // SAFETY: both are descriptors; dup3 replaces `dst` atomically.
+    if unsafe { real::dup3(src, dst, flags) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A new descriptor (the lowest free one, as `accept` gives) for `src`.
+fn new_fd(src: c_int, cloexec: bool) -> io::Result<c_int> {
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    // SAFETY: F_DUPFD* takes an int.
+    let fd = unsafe { real::fcntl(src, cmd, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+// ---------------------------------------------------------------------------------------
+// Creation, connect, listen, accept.
+
+/// `socket(2)`.
+///
+/// # Safety
+/// As `socket(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    // SAFETY: passed through.
+    let fd = unsafe { real::socket(domain, ty, proto) };
+    if fd < 0 || in_lib() || !table::in_range(fd) {
+        return fd;
+    }
+    let eligible = (domain == libc::AF_INET || domain == libc::AF_INET6)
+        && ty & 0xf == libc::SOCK_STREAM
+        && (proto == 0 || proto == libc::IPPROTO_TCP);
+    if eligible {
+        let saved = errno();
+        if let Some(n) = env_size("SMC_SNDBUF") {
+            set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, n);
+        }
+        if let Some(n) = env_size("SMC_RCVBUF") {
+            set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, n);
+        }
+        set_errno(saved);
+    }
+    table::set_kind(fd, if eligible { CANDIDATE } else { NONE });
+    fd
+}
+
+/// `connect(2)`.
+///
+/// # Safety
+/// As `connect(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    if table::kind(fd) != CANDIDATE || in_lib() {
+        // SAFETY: passed through.
+        return unsafe { real::connect(fd, addr, len) };
+    }
+    // SAFETY: the program's address, `len` bytes.
+    let dst = unsafe { read_addr(addr, len) };
+    let saved = errno();
+    let Some(dst) = dst.filter(|d| is_local(d.ip())) else {
+        // Another host (or not an IP address): plain TCP for good.
+        table::set_kind(fd, NONE);
+        // SAFETY: passed through.
+        return unsafe { real::connect(fd, addr, len) };
+    };
+    // A socket the program bound to a port of its own keeps it: plain TCP (the engine
+    // connects from a socket of its own).
+    // SAFETY: zeroed sockaddr_storage is valid; the lengths are right.
+    let bound = unsafe {
+        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+        let mut l = size_of::<libc::sockaddr_storage>() as socklen_t;
+        real::getsockname(fd, (&raw mut ss).cast(), &mut l) == 0
+            && read_addr((&raw const ss).cast(), l).is_some_and(|a| a.port() != 0)
+    };
+    if bound {
+        table::set_kind(fd, NONE);
+        set_errno(saved);
+        // SAFETY: passed through.
+        return unsafe { real::connect(fd, addr, len) };
+    }
+    let (cloexec, nonblocking) = fd_flags(fd);
+    let nodelay = get_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).unwrap_or(0);
+    let r = lib(|| {
+        let s = SmcStream::connect_with(engine(), dst)?;
+        adopt_connected(fd, s, cloexec, nonblocking, nodelay != 0)
+    });
+    match r {
+        Ok(smc) => {
+            debug(format_args!(
+                "connect fd {fd} to {dst}: {}",
+                if smc { "SMC-D" } else { "TCP" }
+            ));
+            set_errno(saved);
+            0
+        }
+        Err(e) => {
+            debug(format_args!("connect fd {fd} to {dst}: {e}"));
+            fail(&e)
+        }
+    }
+}
+
+/// Puts the connected stream `s` at the program's descriptor `fd`; whether it is SMC.
+fn adopt_connected(
+    fd: c_int,
+    s: SmcStream,
+    cloexec: bool,
+    nonblocking: bool,
+    nodelay: bool,
+) -> io::Result<bool> {
+    if s.is_smc() {
+        s.set_nonblocking(nonblocking)?;
+        s.set_level_readiness(true);
+        if nodelay {
+            s.set_nodelay(true)?;
+        }
+        let r = s.readiness_fd()?.as_raw_fd();
+        let obj = Obj::Stream(Arc::new(table::Stream {
+            s: s.clone(),
+            nonblocking: nonblocking.into(),
+        }));
+        place(r, fd, cloexec)?;
+        drop(table::insert(fd, obj));
+        return Ok(true);
+    }
+    let tcp = s
+        .into_tcp()
+        .map_err(|_| io::Error::other("fallback stream without its socket"))?;
+    tcp.set_nonblocking(nonblocking)?;
+    if nodelay {
+        tcp.set_nodelay(true)?;
+    }
+    place(tcp.as_raw_fd(), fd, cloexec)?;
+    table::set_kind(fd, NONE);
+    Ok(false)
+}
+
+/// `listen(2)`.
+///
+/// # Safety
+/// As `listen(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    match table::kind(fd) {
+        // Listening again (a new backlog): the listener stays as it is.
+        LISTENER if !in_lib() => return 0,
+        CANDIDATE if !in_lib() => {}
+        // SAFETY: passed through.
+        _ => return unsafe { real::listen(fd, backlog) },
+    }
+    // SAFETY: passed through.
+    let r = unsafe { real::listen(fd, backlog) };
+    if r < 0 {
+        return r;
+    }
+    let saved = errno();
+    let (cloexec, nonblocking) = fd_flags(fd);
+    let res = lib(|| {
+        // The listening socket moves to a descriptor of the library's (close-on-exec); the
+        // program's number becomes the listener's readiness.
+        let hidden = new_fd(fd, true)?;
+        // SAFETY: `hidden` is a fresh descriptor we own.
+        let tcp = unsafe { std::net::TcpListener::from_raw_fd(hidden) };
+        let backlog = if backlog <= 0 { 128 } else { backlog as u32 };
+        let l = SmcListener::from_listening(
+            engine(),
+            tcp,
+            ListenOptions {
+                backlog,
+                limit_hs: None,
+            },
+        )?;
+        l.set_nonblocking(nonblocking)?;
+        let r = l.readiness_fd()?.as_raw_fd();
+        place(r, fd, cloexec)?;
+        let local = l.local_addr()?;
+        drop(table::insert(
+            fd,
+            Obj::Listener(Arc::new(table::Listener {
+                l,
+                nonblocking: nonblocking.into(),
+            })),
+        ));
+        Ok(local)
+    });
+    match res {
+        Ok(local) => {
+            debug(format_args!("listen fd {fd} on {local}: SMC listener"));
+            set_errno(saved);
+            0
+        }
+        Err(e) => {
+            // Still the program's listening socket, as plain TCP.
+            debug(format_args!(
+                "listen fd {fd}: no SMC listener ({e}), plain TCP"
+            ));
+            table::set_kind(fd, NONE);
+            set_errno(saved);
+            0
+        }
+    }
+}
+
+/// `accept4(2)`.
+///
+/// # Safety
+/// As `accept4(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    let l = if table::kind(fd) == LISTENER && !in_lib() {
+        table::listener(fd)
+    } else {
+        None
+    };
+    let Some(l) = l else {
+        // SAFETY: passed through.
+        return unsafe { real::accept4(fd, addr, len, flags) };
+    };
+    if flags & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) != 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let saved = errno();
+    let cloexec = flags & libc::SOCK_CLOEXEC != 0;
+    let nonblocking = flags & libc::SOCK_NONBLOCK != 0;
+    let r = lib(|| {
+        let (s, peer) = l.l.accept()?;
+        let fd = if s.is_smc() {
+            s.set_nonblocking(nonblocking)?;
+            s.set_level_readiness(true);
+            let new = new_fd(s.readiness_fd()?.as_raw_fd(), cloexec)?;
+            drop(table::insert(
+                new,
+                Obj::Stream(Arc::new(table::Stream {
+                    s,
+                    nonblocking: nonblocking.into(),
+                })),
+            ));
+            new
+        } else {
+            let tcp = s
+                .into_tcp()
+                .map_err(|_| io::Error::other("fallback stream without its socket"))?;
+            tcp.set_nonblocking(nonblocking)?;
+            let new = tcp.into_raw_fd();
+            if !cloexec {
+                // SAFETY: F_SETFD takes an int.
+                unsafe { real::fcntl(new, libc::F_SETFD, 0) };
+            }
+            table::set_kind(new, NONE);
+            new
+        };
+        Ok((fd, peer))
+    });
+    match r {
+        Ok((new, peer)) => {
+            // SAFETY: the program's buffers, as for accept(2).
+            unsafe { write_addr(peer, addr, len) };
+            set_errno(saved);
+            new
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `accept(2)`.
+///
+/// # Safety
+/// As `accept(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    if table::kind(fd) != LISTENER || in_lib() {
+        // SAFETY: passed through.
+        return unsafe { real::accept(fd, addr, len) };
+    }
+    // SAFETY: the same call with no flags.
+    unsafe { accept4(fd, addr, len, 0) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Data.
+
+/// The stream behind `fd` if the program's call is for us.
+fn ours(fd: c_int) -> Option<Arc<table::Stream>> {
+    if table::kind(fd) == STREAM && !in_lib() {
+        table::stream(fd)
+    } else {
+        None
+    }
+}
+
+fn raise_sigpipe() {
+    // SAFETY: raise(3) sends to the calling thread, as the kernel's EPIPE does.
+    unsafe { libc::raise(libc::SIGPIPE) };
+}
+
+/// Receives into `buf` with `recv(2)` flags.
+fn do_recv(st: &table::Stream, buf: &mut [u8], flags: c_int) -> io::Result<usize> {
+    let peek = flags & libc::MSG_PEEK != 0;
+    let dontwait = flags & libc::MSG_DONTWAIT != 0;
+    if flags & libc::MSG_OOB != 0 {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        buf[0] = st.s.recv_oob(peek)?;
+        return Ok(1);
+    }
+    let n = st.s.recv_with(buf, peek, dontwait)?;
+    if flags & libc::MSG_WAITALL == 0 || peek || dontwait || n == 0 || n == buf.len() {
+        return Ok(n);
+    }
+    // MSG_WAITALL: until the buffer is full, the end of stream, or an error after some bytes.
+    let mut done = n;
+    while done < buf.len() {
+        match st.s.recv_with(&mut buf[done..], false, false) {
+            Ok(0) => break,
+            Ok(k) => done += k,
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+/// Sends `buf` with `send(2)` flags; `EPIPE` raises `SIGPIPE` unless `MSG_NOSIGNAL`.
+fn do_send(st: &table::Stream, buf: &[u8], flags: c_int) -> io::Result<usize> {
+    let r = if flags & libc::MSG_OOB != 0 {
+        st.s.send_oob(buf)
+    } else {
+        st.s.send_with(
+            buf,
+            flags & libc::MSG_MORE != 0,
+            flags & libc::MSG_DONTWAIT != 0,
+        )
+    };
+    if let Err(e) = &r
+        && errno_of(e) == libc::EPIPE
+        && flags & libc::MSG_NOSIGNAL == 0
+    {
+        raise_sigpipe();
+    }
+    r
+}
+
+/// Gathers `iov` and sends it: one send when it fits 256 KiB (one write, one CDC), else piece
+/// by piece with `MSG_MORE` on all but the last.
+///
+/// # Safety
+/// `iov` has `n` valid entries.
+unsafe fn send_iov(
+    st: &table::Stream,
+    iov: *const libc::iovec,
+    n: c_int,
+    flags: c_int,
+) -> io::Result<usize> {
+    if !(0..=libc::UIO_MAXIOV).contains(&n) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let v: &[libc::iovec] = if n == 0 || iov.is_null() {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(iov, n as usize) }
+    };
+    let total: usize = v.iter().map(|e| e.iov_len).sum();
+    let piece = |e: &libc::iovec| -> &[u8] {
+        if e.iov_len == 0 {
+            &[]
+        } else {
+            // SAFETY: the program's buffer of iov_len bytes.
+            unsafe { std::slice::from_raw_parts(e.iov_base.cast::<u8>(), e.iov_len) }
+        }
+    };
+    if total <= 256 * 1024 {
+        let nonempty: Vec<&[u8]> = v.iter().map(piece).filter(|p| !p.is_empty()).collect();
+        if nonempty.len() == 1 {
+            return do_send(st, nonempty[0], flags);
+        }
+        let mut all = Vec::with_capacity(total);
+        for p in nonempty {
+            all.extend_from_slice(p);
+        }
+        return do_send(st, &all, flags);
+    }
+    let mut done = 0;
+    let last = v.iter().rposition(|e| e.iov_len > 0).unwrap_or(0);
+    for (i, e) in v.iter().enumerate() {
+        let p = piece(e);
+        if p.is_empty() {
+            continue;
+        }
+        let f = if i < last {
+            flags | libc::MSG_MORE
+        } else {
+            flags
+        };
+        match do_send(st, p, f) {
+            Ok(k) => {
+                done += k;
+                if k < p.len() {
+                    break;
+                }
+            }
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+/// Scatters what one receive gives over `iov`: the first non-empty piece waits as the flags
+/// say, the rest takes what is there without waiting.
+///
+/// # Safety
+/// `iov` has `n` valid entries.
+unsafe fn recv_iov(
+    st: &table::Stream,
+    iov: *const libc::iovec,
+    n: c_int,
+    flags: c_int,
+) -> io::Result<usize> {
+    if !(0..=libc::UIO_MAXIOV).contains(&n) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let v: &[libc::iovec] = if n == 0 || iov.is_null() {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(iov, n as usize) }
+    };
+    if flags & libc::MSG_PEEK != 0 {
+        // A peek fills the pieces from one look.
+        let total: usize = v.iter().map(|e| e.iov_len).sum();
+        let mut tmp = vec![0u8; total];
+        let got = do_recv(st, &mut tmp, flags)?;
+        let mut off = 0;
+        for e in v {
+            let k = e.iov_len.min(got - off);
+            if k == 0 {
+                continue;
+            }
+            // SAFETY: the program's buffer of iov_len >= k bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(tmp[off..].as_ptr(), e.iov_base.cast::<u8>(), k)
+            };
+            off += k;
+        }
+        return Ok(got);
+    }
+    let mut done = 0;
+    for e in v {
+        if e.iov_len == 0 {
+            continue;
+        }
+        // SAFETY: the program's buffer of iov_len bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(e.iov_base.cast::<u8>(), e.iov_len) };
+        let f = if done == 0 {
+            flags
+        } else {
+            flags | libc::MSG_DONTWAIT
+        };
+        match do_recv(st, buf, f) {
+            Ok(0) => break,
+            Ok(k) => {
+                done += k;
+                if k < buf.len() {
+                    break;
+                }
+            }
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+fn ret_len(r: io::Result<usize>, saved: c_int) -> ssize_t {
+    match r {
+        Ok(n) => {
+            set_errno(saved);
+            n as ssize_t
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// # Safety
+/// `buf` has `n` writable bytes.
+unsafe fn recv_impl(st: &table::Stream, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    let saved = errno();
+    let b: &mut [u8] = if n == 0 || buf.is_null() {
+        &mut []
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) }
+    };
+    ret_len(lib(|| do_recv(st, b, flags)), saved)
+}
+
+/// # Safety
+/// `buf` has `n` readable bytes.
+unsafe fn send_impl(st: &table::Stream, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    let saved = errno();
+    let b: &[u8] = if n == 0 || buf.is_null() {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) }
+    };
+    ret_len(lib(|| do_send(st, b, flags)), saved)
+}
+
+/// `read(2)`.
+///
+/// # Safety
+/// As `read(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    match ours(fd) {
+        // SAFETY: the program's buffer.
+        Some(st) => unsafe { recv_impl(&st, buf, n, 0) },
+        // SAFETY: passed through.
+        None => unsafe { real::read(fd, buf, n) },
+    }
+}
+
+/// `__read_chk` (`_FORTIFY_SOURCE`).
+///
+/// # Safety
+/// As `read(2)`, with `buflen` the buffer's real size.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    match ours(fd) {
+        // SAFETY: the program's buffer; the check the C library would make comes first.
+        Some(st) => unsafe {
+            if n > buflen {
+                libc::abort();
+            }
+            recv_impl(&st, buf, n, 0)
+        },
+        // SAFETY: passed through.
+        None => unsafe { real::__read_chk(fd, buf, n, buflen) },
+    }
+}
+
+/// `write(2)`.
+///
+/// # Safety
+/// As `write(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    match ours(fd) {
+        // SAFETY: the program's buffer.
+        Some(st) => unsafe { send_impl(&st, buf, n, 0) },
+        // SAFETY: passed through.
+        None => unsafe { real::write(fd, buf, n) },
+    }
+}
+
+/// `recv(2)`.
+///
+/// # Safety
+/// As `recv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    match ours(fd) {
+        // SAFETY: the program's buffer.
+        Some(st) => unsafe { recv_impl(&st, buf, n, flags) },
+        // SAFETY: passed through.
+        None => unsafe { real::recv(fd, buf, n, flags) },
+    }
+}
+
+/// `__recv_chk`.
+///
+/// # Safety
+/// As `recv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
+    match ours(fd) {
+        // SAFETY: as __read_chk.
+        Some(st) => unsafe {
+            if n > buflen {
+                libc::abort();
+            }
+            recv_impl(&st, buf, n, flags)
+        },
+        // SAFETY: passed through.
+        None => unsafe { real::__recv_chk(fd, buf, n, buflen, flags) },
+    }
+}
+
+/// `send(2)`.
+///
+/// # Safety
+/// As `send(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    match ours(fd) {
+        // SAFETY: the program's buffer.
+        Some(st) => unsafe { send_impl(&st, buf, n, flags) },
+        // SAFETY: passed through.
+        None => unsafe { real::send(fd, buf, n, flags) },
+    }
+}
+
+/// `recvfrom(2)`: a connected stream reports no source address.
+///
+/// # Safety
+/// As `recvfrom(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+) -> ssize_t {
+    match ours(fd) {
+        // SAFETY: the program's buffers.
+        Some(st) => unsafe {
+            let r = recv_impl(&st, buf, n, flags);
+            if r >= 0 && !addr.is_null() && !len.is_null() {
+                len.write_unaligned(0);
+            }
+            r
+        },
+        // SAFETY: passed through.
+        None => unsafe { real::recvfrom(fd, buf, n, flags, addr, len) },
+    }
+}
+
+/// `__recvfrom_chk`.
+///
+/// # Safety
+/// As `recvfrom(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+) -> ssize_t {
+    if ours(fd).is_none() {
+        // SAFETY: passed through.
+        return unsafe { real::__recvfrom_chk(fd, buf, n, buflen, flags, addr, len) };
+    }
+    if n > buflen {
+        // SAFETY: what the C library's check does.
+        unsafe { libc::abort() };
+    }
+    // SAFETY: the program's buffers.
+    unsafe { recvfrom(fd, buf, n, flags, addr, len) }
+}
+
+/// `sendto(2)`: the address is ignored on a connected stream, as TCP does.
+///
+/// # Safety
+/// As `sendto(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+) -> ssize_t {
+    match ours(fd) {
+        // SAFETY: the program's buffer.
+        Some(st) => unsafe { send_impl(&st, buf, n, flags) },
+        // SAFETY: passed through.
+        None => unsafe { real::sendto(fd, buf, n, flags, addr, len) },
+    }
+}
+
+/// `readv(2)`.
+///
+/// # Safety
+/// As `readv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    match ours(fd) {
+        Some(st) => {
+            let saved = errno();
+            // SAFETY: the program's vector.
+            ret_len(lib(|| unsafe { recv_iov(&st, iov, n, 0) }), saved)
+        }
+        // SAFETY: passed through.
+        None => unsafe { real::readv(fd, iov, n) },
+    }
+}
+
+/// `writev(2)`.
+///
+/// # Safety
+/// As `writev(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    match ours(fd) {
+        Some(st) => {
+            let saved = errno();
+            // SAFETY: the program's vector.
+            ret_len(lib(|| unsafe { send_iov(&st, iov, n, 0) }), saved)
+        }
+        // SAFETY: passed through.
+        None => unsafe { real::writev(fd, iov, n) },
+    }
+}
+
+/// `recvmsg(2)`: no address, no control messages.
+///
+/// # Safety
+/// As `recvmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    let Some(st) = ours(fd) else {
+        // SAFETY: passed through.
+        return unsafe { real::recvmsg(fd, msg, flags) };
+    };
+    if msg.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    let saved = errno();
+    // SAFETY: the program's message header.
+    let (iov, n) = unsafe { ((*msg).msg_iov, (*msg).msg_iovlen as c_int) };
+    // SAFETY: the program's vector.
+    let r = ret_len(lib(|| unsafe { recv_iov(&st, iov, n, flags) }), saved);
+    if r >= 0 {
+        // SAFETY: the program's message header.
+        unsafe {
+            (*msg).msg_namelen = 0;
+            (*msg).msg_controllen = 0;
+            (*msg).msg_flags = 0;
+        }
+    }
+    r
+}
+
+/// `sendmsg(2)`: control messages are not carried (SMC has none to carry).
+///
+/// # Safety
+/// As `sendmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    let Some(st) = ours(fd) else {
+        // SAFETY: passed through.
+        return unsafe { real::sendmsg(fd, msg, flags) };
+    };
+    if msg.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    let saved = errno();
+    // SAFETY: the program's message header.
+    let (iov, n) = unsafe { ((*msg).msg_iov, (*msg).msg_iovlen as c_int) };
+    // SAFETY: the program's vector.
+    ret_len(lib(|| unsafe { send_iov(&st, iov, n, flags) }), saved)
+}
+
+/// Copies up to `count` bytes from `inp` (at `*off` when given, which then moves) into the
+/// stream.
+///
+/// # Safety
+/// `off` is null or valid.
+unsafe fn sendfile_impl(
+    st: &table::Stream,
+    inp: c_int,
+    off: *mut i64,
+    count: usize,
+) -> io::Result<usize> {
+    let mut buf = vec![0u8; count.clamp(1, 256 * 1024)];
+    let mut done = 0;
+    while done < count {
+        let want = (count - done).min(buf.len());
+        let got = if off.is_null() {
+            // SAFETY: `buf` has `want` bytes.
+            unsafe { real::read(inp, buf.as_mut_ptr().cast(), want) }
+        } else {
+            // SAFETY: `buf` has `want` bytes; `off` is the caller's.
+            unsafe { libc::pread64(inp, buf.as_mut_ptr().cast(), want, *off) }
+        };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            return if done == 0 { Err(e) } else { Ok(done) };
+        }
+        if got == 0 {
+            break;
+        }
+        let got = got as usize;
+        let sent = match do_send(st, &buf[..got], libc::MSG_NOSIGNAL) {
+            Ok(k) => k,
+            Err(e) if done == 0 => {
+                if errno_of(&e) == libc::EPIPE {
+                    raise_sigpipe();
+                }
+                return Err(e);
+            }
+            Err(_) => 0,
+        };
+        done += sent;
+        if !off.is_null() {
+            // SAFETY: the caller's offset.
+            unsafe { *off += sent as i64 };
+        } else if sent < got {
+            // Read too much from a file position: give the rest back.
+            // SAFETY: lseek on the caller's descriptor.
+            unsafe { libc::lseek64(inp, sent as i64 - got as i64, libc::SEEK_CUR) };
+        }
+        if sent < got {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// `sendfile(2)`.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile(
+    out: c_int,
+    inp: c_int,
+    off: *mut libc::off_t,
+    n: size_t,
+) -> ssize_t {
+    match ours(out) {
+        Some(st) => {
+            let saved = errno();
+            // SAFETY: off_t is i64 on the 64-bit targets this builds for.
+            ret_len(
+                lib(|| unsafe { sendfile_impl(&st, inp, off.cast(), n) }),
+                saved,
+            )
+        }
+        // SAFETY: passed through.
+        None => unsafe { real::sendfile(out, inp, off, n) },
+    }
+}
+
+/// `sendfile64`.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    inp: c_int,
+    off: *mut libc::off64_t,
+    n: size_t,
+) -> ssize_t {
+    match ours(out) {
+        Some(st) => {
+            let saved = errno();
+            // SAFETY: the caller's offset.
+            ret_len(lib(|| unsafe { sendfile_impl(&st, inp, off, n) }), saved)
+        }
+        // SAFETY: passed through.
+        None => unsafe { real::sendfile64(out, inp, off, n) },
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Descriptors.
+
+/// `close(2)`.
+///
+/// # Safety
+/// As `close(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if table::kind(fd) == NONE || in_lib() {
+        // SAFETY: passed through.
+        return unsafe { real::close(fd) };
+    }
+    let obj = table::remove(fd);
+    // SAFETY: passed through.
+    let r = unsafe { real::close(fd) };
+    if obj.is_some() {
+        let saved = errno();
+        let _ = lib(|| {
+            drop(obj);
+            Ok(())
+        });
+        set_errno(saved);
+    }
+    r
+}
+
+/// `close_range(2)`.
+///
+/// # Safety
+/// As `close_range(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close_range(
+    first: libc::c_uint,
+    last: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: passed through.
+    let r = unsafe { real::close_range(first, last, flags) };
+    if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && !in_lib() {
+        let saved = errno();
+        let objs = table::remove_range(first, last);
+        let _ = lib(|| {
+            drop(objs);
+            Ok(())
+        });
+        set_errno(saved);
+    }
+    r
+}
+
+/// After `new` was made a copy of `old` by the C library: `new` is what `old` is, and what
+/// `new` was before is dropped.
+fn copied(old: c_int, new: c_int, before: Option<Obj>) {
+    let k = table::kind(old);
+    let after = match k {
+        STREAM | LISTENER => table::get(old),
+        _ => None,
+    };
+    let prev = match after {
+        Some(o) => table::insert(new, o),
+        None => {
+            table::set_kind(new, if k == CANDIDATE { CANDIDATE } else { NONE });
+            table::remove(new)
+        }
+    };
+    let saved = errno();
+    let _ = lib(|| {
+        drop(prev);
+        drop(before);
+        Ok(())
+    });
+    set_errno(saved);
+}
+
+/// `dup(2)`.
+///
+/// # Safety
+/// As `dup(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: passed through.
+    let new = unsafe { real::dup(fd) };
+    if new >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+        copied(fd, new, None);
+    }
+    new
+}
+
+/// `dup2(2)`.
+///
+/// # Safety
+/// As `dup2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
+    // SAFETY: passed through.
+    let r = unsafe { real::dup2(fd, new) };
+    if r >= 0 && fd != new && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+        copied(fd, new, None);
+    }
+    r
+}
+
+/// `dup3(2)`.
+///
+/// # Safety
+/// As `dup3(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: passed through.
+    let r = unsafe { real::dup3(fd, new, flags) };
+    if r >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+        copied(fd, new, None);
+    }
+    r
+}
+
+/// Whether `fd` is ours and the program asked for something we emulate.
+fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
+    if in_lib() {
+        return None;
+    }
+    match (table::kind(fd), cmd) {
+        (STREAM | LISTENER, libc::F_GETFL) => {
+            // SAFETY: F_GETFL takes no argument.
+            let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+            if fl < 0 {
+                return Some(fl);
+            }
+            let nb = match table::get(fd)? {
+                Obj::Stream(s) => s.nonblocking.load(Ordering::Relaxed),
+                Obj::Listener(l) => l.nonblocking.load(Ordering::Relaxed),
+            };
+            Some((fl & !libc::O_NONBLOCK) | if nb { libc::O_NONBLOCK } else { 0 })
+        }
+        (STREAM | LISTENER, libc::F_SETFL) => {
+            let nb = arg as c_int & libc::O_NONBLOCK != 0;
+            let saved = errno();
+            let r = lib(|| set_nonblocking(fd, nb));
+            Some(match r {
+                Ok(()) => {
+                    set_errno(saved);
+                    0
+                }
+                Err(e) => fail(&e),
+            })
+        }
+        (STREAM | LISTENER | CANDIDATE, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) => {
+            // SAFETY: F_DUPFD* takes an int.
+            let new = unsafe { real::fcntl(fd, cmd, arg) };
+            if new >= 0 {
+                copied(fd, new, None);
+            }
+            Some(new)
+        }
+        _ => None,
+    }
+}
+
+fn set_nonblocking(fd: c_int, nb: bool) -> io::Result<()> {
+    match table::get(fd) {
+        Some(Obj::Stream(s)) => {
+            s.s.set_nonblocking(nb)?;
+            s.nonblocking.store(nb, Ordering::Relaxed);
+        }
+        Some(Obj::Listener(l)) => {
+            l.l.set_nonblocking(nb)?;
+            l.nonblocking.store(nb, Ordering::Relaxed);
+        }
+        None => return Err(io::Error::from_raw_os_error(libc::EBADF)),
+    }
+    Ok(())
+}
+
+/// `fcntl(2)` (its third argument read as a word: every command passes an int, a pointer or
+/// nothing, all in the same register on the 64-bit ABIs).
+///
+/// # Safety
+/// As `fcntl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    if table::kind(fd) == NONE {
+        // SAFETY: passed through.
+        return unsafe { real::fcntl(fd, cmd, arg) };
+    }
+    // SAFETY: passed through.
+    fcntl_ours(fd, cmd, arg).unwrap_or_else(|| unsafe { real::fcntl(fd, cmd, arg) })
+}
+
+/// `fcntl64` (what `fcntl` is with `_FILE_OFFSET_BITS=64`).
+///
+/// # Safety
+/// As `fcntl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    if table::kind(fd) == NONE {
+        // SAFETY: passed through.
+        return unsafe { real::fcntl64(fd, cmd, arg) };
+    }
+    // SAFETY: passed through.
+    fcntl_ours(fd, cmd, arg).unwrap_or_else(|| unsafe { real::fcntl64(fd, cmd, arg) })
+}
+
+/// `ioctl(2)`: `FIONBIO`, `FIONREAD`, `SIOCATMARK` on ours; the rest goes to the TCP socket.
+///
+/// # Safety
+/// As `ioctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: libc::c_ulong) -> c_int {
+    let k = table::kind(fd);
+    if (k != STREAM && k != LISTENER) || in_lib() {
+        // SAFETY: passed through.
+        return unsafe { real::ioctl(fd, req, arg) };
+    }
+    let saved = errno();
+    let p = arg as *mut c_int;
+    let r: io::Result<()> = lib(|| match req {
+        libc::FIONBIO => {
+            if p.is_null() {
+                return Err(io::Error::from_raw_os_error(libc::EFAULT));
+            }
+            // SAFETY: FIONBIO passes an int pointer.
+            set_nonblocking(fd, unsafe { p.read_unaligned() } != 0)
+        }
+        libc::FIONREAD | 0x8905 /* SIOCATMARK */ if k == STREAM => {
+            let st = table::stream(fd).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+            if p.is_null() {
+                return Err(io::Error::from_raw_os_error(libc::EFAULT));
+            }
+            let v = if req == libc::FIONREAD {
+                st.s.available()?.min(c_int::MAX as usize) as c_int
+            } else {
+                c_int::from(st.s.at_mark()?)
+            };
+            // SAFETY: these pass an int pointer.
+            unsafe { p.write_unaligned(v) };
+            Ok(())
+        }
+        _ => {
+            let tcp = tcp_of(fd)?;
+            // SAFETY: the program's request, on the TCP socket.
+            if unsafe { real::ioctl(tcp, req, arg) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        }
+    });
+    match r {
+        Ok(()) => {
+            set_errno(saved);
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// The TCP socket under one of our descriptors (valid while the object lives: callers hold
+/// it through the table only for the one call, as the program holds its descriptor).
+fn tcp_of(fd: c_int) -> io::Result<c_int> {
+    match table::get(fd) {
+        Some(Obj::Stream(s)) => Ok(s.s.tcp_socket().as_raw_fd()),
+        Some(Obj::Listener(l)) => Ok(l.l.tcp_socket().as_raw_fd()),
+        None => Err(io::Error::from_raw_os_error(libc::EBADF)),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Names, options, shutdown.
+
+/// `getsockname(2)`.
+///
+/// # Safety
+/// As `getsockname(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    let k = table::kind(fd);
+    if (k == STREAM || k == LISTENER)
+        && !in_lib()
+        && let Some(o) = table::get(fd)
+    {
+        // SAFETY: the TCP socket's name, as the program asked (the object is held meanwhile).
+        return unsafe { real::getsockname(tcp_fd(&o), addr, len) };
+    }
+    // SAFETY: passed through.
+    unsafe { real::getsockname(fd, addr, len) }
+}
+
+/// `getpeername(2)`.
+///
+/// # Safety
+/// As `getpeername(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    let k = table::kind(fd);
+    if (k == STREAM || k == LISTENER)
+        && !in_lib()
+        && let Some(o) = table::get(fd)
+    {
+        // SAFETY: as getsockname.
+        return unsafe { real::getpeername(tcp_fd(&o), addr, len) };
+    }
+    // SAFETY: passed through.
+    unsafe { real::getpeername(fd, addr, len) }
+}
+
+fn tcp_fd(o: &Obj) -> c_int {
+    match o {
+        Obj::Stream(s) => s.s.tcp_socket().as_raw_fd(),
+        Obj::Listener(l) => l.l.tcp_socket().as_raw_fd(),
+    }
+}
+
+fn timeval_of(d: Option<Duration>) -> libc::timeval {
+    let d = d.unwrap_or_default();
+    libc::timeval {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_usec: libc::suseconds_t::from(d.subsec_micros()),
+    }
+}
+
+/// `getsockopt(2)`: what the stream implements comes from it; the rest from the TCP socket.
+///
+/// # Safety
+/// As `getsockopt(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    let k = table::kind(fd);
+    let o = if (k == STREAM || k == LISTENER) && !in_lib() {
+        table::get(fd)
+    } else {
+        None
+    };
+    let Some(o) = o else {
+        // SAFETY: passed through.
+        return unsafe { real::getsockopt(fd, level, name, val, len) };
+    };
+    let tcp = tcp_fd(&o);
+    let Obj::Stream(st) = &o else {
+        // SAFETY: the listener's TCP socket answers.
+        return unsafe { real::getsockopt(tcp, level, name, val, len) };
+    };
+    if val.is_null() || len.is_null() {
+        // SAFETY: passed on for the kernel's EFAULT.
+        return unsafe { real::getsockopt(tcp, level, name, val, len) };
+    }
+    let saved = errno();
+    let int = |v: c_int| -> c_int {
+        // SAFETY: the program's buffer of *len bytes.
+        unsafe {
+            let n = (*len as usize).min(size_of::<c_int>());
+            std::ptr::copy_nonoverlapping((&raw const v).cast::<u8>(), val.cast::<u8>(), n);
+            *len = n as socklen_t;
+        }
+        set_errno(saved);
+        0
+    };
+    let tv = |t: Option<Duration>| -> c_int {
+        let v = timeval_of(t);
+        // SAFETY: the program's buffer of *len bytes.
+        unsafe {
+            let n = (*len as usize).min(size_of::<libc::timeval>());
+            std::ptr::copy_nonoverlapping((&raw const v).cast::<u8>(), val.cast::<u8>(), n);
+            *len = n as socklen_t;
+        }
+        set_errno(saved);
+        0
+    };
+    match (level, name) {
+        // The connection's own error was reported by the call that met it.
+        (libc::SOL_SOCKET, libc::SO_ERROR) => int(0),
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => int(c_int::from(st.s.nodelay().unwrap_or(false))),
+        (libc::IPPROTO_TCP, libc::TCP_CORK) => int(c_int::from(st.s.cork().unwrap_or(false))),
+        (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => tv(st.s.read_timeout().ok().flatten()),
+        (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => tv(st.s.write_timeout().ok().flatten()),
+        // SAFETY: the TCP socket answers the rest.
+        _ => unsafe { real::getsockopt(tcp, level, name, val, len) },
+    }
+}
+
+/// `setsockopt(2)`: the options the stream implements go to it, and every option to the TCP
+/// socket as well (so it reads back as set).
+///
+/// # Safety
+/// As `setsockopt(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    let k = table::kind(fd);
+    let o = if (k == STREAM || k == LISTENER) && !in_lib() {
+        table::get(fd)
+    } else {
+        None
+    };
+    let Some(o) = o else {
+        // SAFETY: passed through.
+        return unsafe { real::setsockopt(fd, level, name, val, len) };
+    };
+    let tcp = tcp_fd(&o);
+    // SAFETY: the program's option, on the TCP socket.
+    let r = unsafe { real::setsockopt(tcp, level, name, val, len) };
+    let Obj::Stream(st) = &o else { return r };
+    if r < 0 || val.is_null() {
+        return r;
+    }
+    let saved = errno();
+    let int = || -> c_int {
+        if (len as usize) < size_of::<c_int>() {
+            return 0;
+        }
+        // SAFETY: at least an int's bytes.
+        unsafe { std::ptr::read_unaligned(val.cast::<c_int>()) }
+    };
+    let dur = || -> Option<Duration> {
+        if (len as usize) < size_of::<libc::timeval>() {
+            return None;
+        }
+        // SAFETY: at least a timeval's bytes.
+        let t = unsafe { std::ptr::read_unaligned(val.cast::<libc::timeval>()) };
+        let d = Duration::from_secs(t.tv_sec.max(0) as u64)
+            + Duration::from_micros(t.tv_usec.max(0) as u64);
+        (!d.is_zero()).then_some(d)
+    };
+    let res = lib(|| match (level, name) {
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => st.s.set_nodelay(int() != 0),
+        (libc::IPPROTO_TCP, libc::TCP_CORK) => st.s.set_cork(int() != 0),
+        (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => st.s.set_read_timeout(dur()),
+        (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => st.s.set_write_timeout(dur()),
+        (libc::SOL_SOCKET, libc::SO_OOBINLINE) => st.s.set_oob_inline(int() != 0),
+        _ => Ok(()),
+    });
+    match res {
+        Ok(()) => {
+            set_errno(saved);
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `shutdown(2)`.
+///
+/// # Safety
+/// As `shutdown(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    let k = table::kind(fd);
+    let o = if (k == STREAM || k == LISTENER) && !in_lib() {
+        table::get(fd)
+    } else {
+        None
+    };
+    match o {
+        Some(Obj::Stream(st)) => {
+            let h = match how {
+                libc::SHUT_RD => Shutdown::Read,
+                libc::SHUT_WR => Shutdown::Write,
+                libc::SHUT_RDWR => Shutdown::Both,
+                _ => {
+                    set_errno(libc::EINVAL);
+                    return -1;
+                }
+            };
+            let saved = errno();
+            match lib(|| st.s.shutdown(h)) {
+                Ok(()) => {
+                    set_errno(saved);
+                    0
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        // SAFETY: the listener's TCP socket.
+        Some(o @ Obj::Listener(_)) => unsafe { real::shutdown(tcp_fd(&o), how) },
+        // SAFETY: passed through.
+        None => unsafe { real::shutdown(fd, how) },
+    }
+}

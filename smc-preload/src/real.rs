@@ -1,0 +1,101 @@
+//! The C library's own functions, found once with `dlsym(RTLD_NEXT)` (the next object after
+//! this library in the lookup order: libc, or another preload that comes after us) and kept in
+//! atomics, so a hook that runs before our constructor (another library's constructor doing
+//! I/O) or concurrently with another thread's first call still finds them.
+
+use libc::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Looks `name` (NUL-terminated) up after this library; 0 if it is not there.
+fn lookup(name: &[u8]) -> usize {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT is a valid pseudo-handle.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast::<c_char>()) as usize }
+}
+
+/// One real function: its address, resolved at the first call (a racing second resolution
+/// stores the same value).
+pub(crate) struct Real {
+    name: &'static [u8],
+    addr: AtomicUsize,
+}
+
+impl Real {
+    pub(crate) const fn new(name: &'static [u8]) -> Self {
+        Self {
+            name,
+            addr: AtomicUsize::new(0),
+        }
+    }
+
+    /// The address; 0 when the C library has no such function.
+    pub(crate) fn get(&self) -> usize {
+        let a = self.addr.load(Ordering::Acquire);
+        if a != 0 {
+            return a;
+        }
+        let a = lookup(self.name);
+        self.addr.store(a, Ordering::Release);
+        a
+    }
+}
+
+/// Defines `pub(crate) unsafe fn NAME(args) -> ret` calling the real function (`ENOSYS` when
+/// the C library lacks it, which no supported libc does).
+macro_rules! reals {
+    ($( $name:ident : fn($($arg:ident : $ty:ty),*) -> $ret:ty; )*) => {
+        $(
+            #[allow(non_upper_case_globals)]
+            pub(crate) unsafe fn $name($($arg: $ty),*) -> $ret {
+                static R: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
+                let a = R.get();
+                if a == 0 {
+                    crate::set_errno(libc::ENOSYS);
+                    return -1 as $ret;
+                }
+                // SAFETY: `a` is the C library's function of this name, whose C signature is
+                // the one declared here.
+                unsafe {
+                    let f: unsafe extern "C" fn($($ty),*) -> $ret = std::mem::transmute(a);
+                    f($($arg),*)
+                }
+            }
+        )*
+    };
+}
+
+reals! {
+    socket: fn(domain: c_int, ty: c_int, proto: c_int) -> c_int;
+    connect: fn(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int;
+    listen: fn(fd: c_int, backlog: c_int) -> c_int;
+    accept: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
+    accept4: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int;
+    read: fn(fd: c_int, buf: *mut c_void, n: usize) -> isize;
+    write: fn(fd: c_int, buf: *const c_void, n: usize) -> isize;
+    readv: fn(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize;
+    writev: fn(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize;
+    recv: fn(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
+    send: fn(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
+    recvfrom: fn(fd: c_int, buf: *mut c_void, n: usize, flags: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> isize;
+    sendto: fn(fd: c_int, buf: *const c_void, n: usize, flags: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> isize;
+    recvmsg: fn(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize;
+    sendmsg: fn(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize;
+    close: fn(fd: c_int) -> c_int;
+    close_range: fn(first: libc::c_uint, last: libc::c_uint, flags: c_int) -> c_int;
+    shutdown: fn(fd: c_int, how: c_int) -> c_int;
+    dup: fn(fd: c_int) -> c_int;
+    dup2: fn(fd: c_int, new: c_int) -> c_int;
+    dup3: fn(fd: c_int, new: c_int, flags: c_int) -> c_int;
+    fcntl: fn(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int;
+    fcntl64: fn(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int;
+    ioctl: fn(fd: c_int, req: libc::c_ulong, arg: libc::c_ulong) -> c_int;
+    getsockopt: fn(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut libc::socklen_t) -> c_int;
+    setsockopt: fn(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: libc::socklen_t) -> c_int;
+    getsockname: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
+    getpeername: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
+    sendfile: fn(out: c_int, inp: c_int, off: *mut libc::off_t, n: usize) -> isize;
+    sendfile64: fn(out: c_int, inp: c_int, off: *mut libc::off64_t, n: usize) -> isize;
+    __read_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> isize;
+    __recv_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int) -> isize;
+    __recvfrom_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> isize;
+}

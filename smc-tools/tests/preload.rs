@@ -1,0 +1,267 @@
+//! `smc-run`: unmodified programs (Debian's python3 and curl) over SMC-D through the preload
+//! library, with both ends preloaded and with one end plain TCP. Each run is confirmed by
+//! smcd's statistics and checked byte for byte.
+
+mod common;
+
+use common::{BINS, Smcd, skip_unless_tool};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const SMC_RUN: &str = env!("CARGO_BIN_EXE_smc-run");
+
+/// The preload library, built for the profile these tests were built with (cargo builds a
+/// cdylib-only package for nobody's tests, so it is built here: a no-op when it is fresh).
+fn preload_lib() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let exe = Path::new(SMC_RUN);
+        let profile_dir = exe.parent().expect("smc-run's directory");
+        let target = profile_dir.parent().expect("the target directory");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "smc-preload", "--target-dir"])
+            .arg(target);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("run cargo build -p smc-preload");
+        assert!(st.success(), "cargo build -p smc-preload failed");
+        let lib = profile_dir.join("libsmc_preload.so");
+        assert!(lib.is_file(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
+/// `smc-run PROGRAM ARGS...` against `smcd`.
+fn smc_run(smcd: &Smcd, program: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(SMC_RUN);
+    c.arg(program)
+        .args(args)
+        .env("SMCD_SOCKET", &smcd.socket)
+        .env("SMC_PRELOAD_LIB", preload_lib())
+        .env("RUST_LOG", "error");
+    c
+}
+
+/// Debian's python3 (not a pyenv shim, so the program is the packaged one).
+fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").is_file() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// SMC connections and fallbacks smcd counted so far.
+fn counts(smcd: &Smcd) -> (u64, u64) {
+    let j = smcd.ctl("--json stats").json();
+    (
+        u(&j["connections"]["smc"]["total"]),
+        u(&j["fallback"]["total"]),
+    )
+}
+
+/// `python3 -m http.server` on a free port of 127.0.0.1 serving `dir`, optionally preloaded;
+/// its port.
+fn http_server(smcd: &Smcd, dir: &Path, preload: bool) -> (Child, u16) {
+    let args = ["-u", "-m", "http.server", "0", "--bind", "127.0.0.1"];
+    let mut cmd = if preload {
+        smc_run(smcd, python(), &args)
+    } else {
+        let mut c = Command::new(python());
+        c.args(args);
+        c
+    };
+    let mut child = cmd
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start python3 -m http.server");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    // "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
+    let port = line
+        .split_whitespace()
+        .skip_while(|w| *w != "port")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line of http.server: {line:?}"));
+    // Keep reading its log so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in out.lines() {});
+    (child, port)
+}
+
+/// A directory with a file of `len` pattern bytes; its path.
+fn site(tag: &str, len: usize) -> (PathBuf, Vec<u8>) {
+    let dir = std::env::temp_dir().join(common::unique(tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = common::Rng::new(len as u64);
+    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    std::fs::write(dir.join("blob"), &data).unwrap();
+    (dir, data)
+}
+
+/// curl fetching `urls` in one run (keep-alive between them), optionally preloaded; the bodies
+/// concatenated.
+fn curl(smcd: &Smcd, urls: &[String], preload: bool) -> Vec<u8> {
+    let mut args = vec!["-s", "--fail", "--max-time", "60"];
+    args.extend(urls.iter().map(String::as_str));
+    let mut cmd = if preload {
+        smc_run(smcd, "curl", &args)
+    } else {
+        let mut c = Command::new("curl");
+        c.args(&args);
+        c
+    };
+    let out = cmd.output().expect("run curl");
+    assert!(
+        out.status.success(),
+        "curl failed: {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn kill(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// Both ends preloaded: python's http.server and curl talk over SMC-D (http.server speaks
+/// HTTP/1.0, so every request is a connection of its own: five here, one curl run fetching
+/// two); every byte arrives.
+#[test]
+fn python_http_server_and_curl_over_smc_d() {
+    let test = "python_http_server_and_curl_over_smc_d";
+    if skip_unless_tool(test, "curl") || skip_unless_tool(test, "python3") {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let (dir, data) = site("preload-http", 3 * 1024 * 1024 + 123);
+    let (server, port) = http_server(&smcd, &dir, true);
+    let url = format!("http://127.0.0.1:{port}/blob");
+    let before = counts(&smcd);
+    for _ in 0..3 {
+        assert!(
+            curl(&smcd, std::slice::from_ref(&url), true) == data,
+            "bytes differ"
+        );
+    }
+    let two = curl(&smcd, &[url.clone(), url.clone()], true);
+    assert!(
+        two.len() == 2 * data.len()
+            && two[..data.len()] == data[..]
+            && two[data.len()..] == data[..]
+    );
+    let after = common::wait_for("smcd's counts", || {
+        let c = counts(&smcd);
+        (c.0 >= before.0 + 10).then_some(c)
+    });
+    // Four connections, each counted by both ends, and none fell back.
+    assert_eq!(
+        after.0 - before.0,
+        8,
+        "SMC connections: {before:?} -> {after:?}"
+    );
+    assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
+    kill(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// One end preloaded only: a plain curl against the preloaded server, and the preloaded curl
+/// against a plain server, both get every byte over plain TCP; the preloaded server counts a
+/// PEER_NO_SMC fallback, and no SMC connection is made.
+#[test]
+fn one_end_preloaded_is_plain_tcp() {
+    let test = "one_end_preloaded_is_plain_tcp";
+    if skip_unless_tool(test, "curl") || skip_unless_tool(test, "python3") {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let (dir, data) = site("preload-one-end", 1024 * 1024 + 5);
+    let before = counts(&smcd);
+    let (server, port) = http_server(&smcd, &dir, true);
+    let url = format!("http://127.0.0.1:{port}/blob");
+    assert!(
+        curl(&smcd, std::slice::from_ref(&url), false) == data,
+        "plain curl: bytes differ"
+    );
+    kill(server);
+    let (server, port) = http_server(&smcd, &dir, false);
+    let url = format!("http://127.0.0.1:{port}/blob");
+    assert!(
+        curl(&smcd, std::slice::from_ref(&url), true) == data,
+        "preloaded curl: bytes differ"
+    );
+    kill(server);
+    let after = common::wait_for("smcd's counts", || {
+        let c = counts(&smcd);
+        (c.1 > before.1).then_some(c)
+    });
+    assert_eq!(
+        after.0, before.0,
+        "an SMC connection was made: {before:?} -> {after:?}"
+    );
+    let j = smcd.ctl("--json stats").json();
+    let reasons = j["fallback"]["server_reasons"].to_string();
+    assert!(
+        reasons.contains("PEER_NO_SMC") || reasons.contains("0x03010000"),
+        "{j}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The socket API as Python's socket module calls it, both ends preloaded in one process
+/// (tests/preload/api_check.py: peeks, waits for all, vectors, sendfile, select/poll/epoll
+/// with edge triggering, FIONREAD/FIONBIO, fcntl, dup, options, names, shutdown, non-blocking
+/// connect and accept); its connections ran over SMC-D.
+#[test]
+fn socket_api_under_python() {
+    let test = "socket_api_under_python";
+    if skip_unless_tool(test, "python3") {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/api_check.py");
+    let before = counts(&smcd);
+    let child = smc_run(&smcd, python(), &[script.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = common::within(Duration::from_secs(120), move || {
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    });
+    let (st, out, err) = status.expect("api_check.py did not finish within 120 s");
+    assert!(st.success(), "api_check.py failed: {st:?}\n{out}\n{err}");
+    assert!(out.contains("OK 2 connections"), "{out}");
+    let after = common::wait_for("smcd's counts", || {
+        let c = counts(&smcd);
+        (c.0 >= before.0 + 4).then_some(c)
+    });
+    assert_eq!(
+        after.0 - before.0,
+        4,
+        "SMC connections: {before:?} -> {after:?}"
+    );
+    assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
+}
