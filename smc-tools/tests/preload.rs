@@ -169,10 +169,10 @@ fn python_http_server_and_curl_over_smc_d() {
         let c = counts(&smcd);
         (c.0 >= before.0 + 10).then_some(c)
     });
-    // Four connections, each counted by both ends, and none fell back.
+    // Five connections, each counted by both ends, and none fell back.
     assert_eq!(
         after.0 - before.0,
-        8,
+        10,
         "SMC connections: {before:?} -> {after:?}"
     );
     assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
