@@ -198,6 +198,28 @@ fn cork_and_more_hold_until_pushed() {
     assert_eq!(p.s[0].conn.unsent(), 0, "a full buffer is never held back");
 }
 
+/// nginx's way: TCP_CORK on, headers and body written, close with the cork still on. The
+/// close pushes everything and closes at once (an SMC-D CDC completes when it is made, so
+/// nothing is left to wait for); it once waited for a completion that never comes, and the
+/// peer saw a reset after the bytes.
+#[test]
+fn close_while_corked_pushes_and_closes() {
+    let mut p = Pair::smcd(smcd_cfgs(65504, 65504));
+    let eff = p.s[0].conn.set_cork(true);
+    p.apply(0, eff);
+    p.write(0, 200, false);
+    p.write(0, 4096, false);
+    assert_eq!(p.s[0].cdcs_sent, 0, "TCP_CORK holds");
+    p.close(0);
+    assert!(!p.s[0].conn.is_draining(), "the close waits for nothing");
+    p.deliver(1);
+    assert_eq!(p.read(1, 8192), 4296, "every byte arrives");
+    p.close(1);
+    p.finish(64);
+    assert!(p.both_closed());
+    assert!(!p.s[1].conn.is_aborted(), "an orderly close, not an abort");
+}
+
 #[test]
 fn window_update_rule_is_the_kernels() {
     // A reader that consumes in small pieces confirms only past max(ring/10, 2304) and only

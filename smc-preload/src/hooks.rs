@@ -240,7 +240,39 @@ fn is_local(ip: IpAddr) -> bool {
     local
 }
 
+/// The process's engine. At first use the engine's own descriptors get a band of their own
+/// above the numbers the program may use (its soft `RLIMIT_NOFILE`, which is raised to make
+/// room when the hard limit allows), so the program's descriptors stay numbered as without
+/// SMC: wrk sizes its event loop by its connections, select needs numbers below 1024.
 fn engine() -> &'static Arc<Engine> {
+    static BAND: std::sync::Once = std::sync::Once::new();
+    BAND.call_once(|| {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let lim = getrlimit(Resource::Nofile);
+        let (Some(soft), hard) = (lim.current, lim.maximum) else {
+            return;
+        };
+        let room = 64 * 1024;
+        let want = soft.saturating_add(room);
+        let raised = hard.is_none_or(|h| h >= want)
+            && setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(want),
+                    maximum: hard,
+                },
+            )
+            .is_ok();
+        let base = if raised {
+            Some(soft)
+        } else if soft >= 2048 {
+            // No room above: the upper half of what the program may use.
+            Some((soft / 2).max(1024))
+        } else {
+            None
+        };
+        smcd_engine::sys::set_fd_band(base.and_then(|b| i32::try_from(b).ok()));
+    });
     Engine::global()
 }
 

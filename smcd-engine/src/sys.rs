@@ -6,6 +6,35 @@ use std::io;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// Where the engine keeps its own descriptors (0: wherever the kernel puts them).
+static FD_BAND: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Keeps the engine's own descriptors (TCP sockets under SMC connections, readiness pairs,
+/// bells, buffers) at or above `base` from now on, so that a program that gets its socket
+/// descriptors through a preload library sees them numbered as it would without SMC (the
+/// lowest free numbers: `select` sets, `fd`-indexed tables, event loops sized by the number of
+/// connections). `None` turns it off.
+pub fn set_fd_band(base: Option<i32>) {
+    FD_BAND.store(
+        base.filter(|b| *b > 0).unwrap_or(0),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// `fd` moved into the engine's band ([`set_fd_band`]), or `fd` itself when there is no band
+/// or no free number there.
+pub fn banded(fd: OwnedFd) -> OwnedFd {
+    let base = FD_BAND.load(std::sync::atomic::Ordering::Relaxed);
+    if base <= 0 {
+        return fd;
+    }
+    use rustix::fd::AsRawFd;
+    if fd.as_raw_fd() >= base {
+        return fd;
+    }
+    rustix::io::fcntl_dupfd_cloexec(&fd, base).unwrap_or(fd)
+}
+
 /// A random non-zero 64-bit value (DMB tokens, session keys, epochs).
 pub fn random_u64() -> u64 {
     let mut b = [0u8; 8];
@@ -85,7 +114,7 @@ impl Doorbell {
             0,
             rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
         )?;
-        Ok(Self { fd })
+        Ok(Self { fd: banded(fd) })
     }
 
     /// Makes the eventfd readable.

@@ -659,8 +659,11 @@ impl Connection {
         self.draining.is_some()
     }
 
+    /// Bytes not yet sent, or (with completions) sent in CDCs that have not completed. Without
+    /// completions (SMC-D) a CDC completes when it is made, so bytes pushed but not yet in a
+    /// CDC are not unfinished: the CDC the caller flushes next takes them.
     fn unfinished_sends(&self) -> bool {
-        self.prepared > self.sent || self.fin < self.sent
+        self.prepared > self.sent || (self.cfg.completions && self.fin < self.sent)
     }
 
     /// The end of a shutdown: done-writing goes out with the caller's CDC.

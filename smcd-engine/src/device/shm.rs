@@ -60,7 +60,10 @@ pub const DMB_MAX_LEN: usize = 1024 * 1024;
 /// device owner (`smcd`, or the in-process device in tests).
 pub fn create_dmb_memfd(dmb_len: usize) -> io::Result<OwnedFd> {
     check_dmb_len(dmb_len)?;
-    let fd = rustix::fs::memfd_create("smc-dmb", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    let fd = crate::sys::banded(rustix::fs::memfd_create(
+        "smc-dmb",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?);
     rustix::fs::ftruncate(&fd, (dmb_len + META_LEN) as u64)?;
     // Sealed before anyone else sees it: nobody can shrink it (no SIGBUS on access), grow it,
     // or remove the seals.

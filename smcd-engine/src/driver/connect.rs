@@ -50,12 +50,12 @@ fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<OwnedFd> {
     } else {
         SocketFlags::CLOEXEC | SocketFlags::NONBLOCK
     };
-    Ok(rustix::net::socket_with(
+    Ok(crate::sys::banded(rustix::net::socket_with(
         family(addr),
         SocketType::STREAM,
         flags,
         None,
-    )?)
+    )?))
 }
 
 /// A socket bound to `src` and a random port of the kernel's ephemeral range, so the port is

@@ -101,7 +101,7 @@ fn readable_within(hs: &Hs, t: Duration) -> bool {
 /// Takes a connection from the kernel's queue with the client's address (no getpeername).
 fn accept_from(l: &TcpListener) -> rustix::io::Result<(TcpStream, SocketAddr)> {
     let (fd, addr) = rustix::net::acceptfrom_with(l, rustix::net::SocketFlags::CLOEXEC)?;
-    let sock = TcpStream::from(fd);
+    let sock = TcpStream::from(crate::sys::banded(fd));
     let peer = match addr.and_then(|a| SocketAddr::try_from(a).ok()) {
         Some(p) => p,
         None => sock

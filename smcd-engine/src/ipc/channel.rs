@@ -71,7 +71,7 @@ pub fn recv_record(
     let mut fds = Vec::new();
     for m in control.drain() {
         if let RecvAncillaryMessage::ScmRights(rights) = m {
-            fds.extend(rights);
+            fds.extend(rights.map(crate::sys::banded));
         }
     }
     if msg.flags.contains(rustix::net::ReturnFlags::TRUNC)

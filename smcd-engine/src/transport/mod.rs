@@ -195,8 +195,10 @@ impl Readiness {
         // The kernel raises this to its minimum (SOCK_MIN_SNDBUF): one filler then fills it.
         rustix::net::sockopt::set_socket_send_buffer_size(&a, 1)?;
         Ok(Self {
-            a,
-            bell: Bell { b },
+            a: crate::sys::banded(a),
+            bell: Bell {
+                b: crate::sys::banded(b),
+            },
         })
     }
 
@@ -218,7 +220,10 @@ impl Readiness {
 
     /// A copy of the far end (for a peer in the same process).
     pub fn bell_for_peer(&self) -> io::Result<OwnedFd> {
-        Ok(rustix::io::fcntl_dupfd_cloexec(&self.bell.b, 0)?)
+        Ok(crate::sys::banded(rustix::io::fcntl_dupfd_cloexec(
+            &self.bell.b,
+            0,
+        )?))
     }
 
     /// Makes the near end not readable (drains the bytes rung into it). End of stream or a

@@ -261,7 +261,7 @@ impl SmcdLink {
             return None;
         }
         // None: the peer broke its promise; its waiters stay asleep, ours are unaffected.
-        let bell = Bell::from_fd(self.bells.take(self.peer_id)?);
+        let bell = Bell::from_fd(crate::sys::banded(self.bells.take(self.peer_id)?));
         Some(self.peer_bell.get_or_init(|| bell))
     }
 
