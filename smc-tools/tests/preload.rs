@@ -265,3 +265,275 @@ fn socket_api_under_python() {
     );
     assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
 }
+
+// ------------------------------------------------------------------------------------------
+// Debian's servers and load generators, unmodified, with smc-run on both ends.
+
+/// Runs `cmd` to its end (at most `secs`); its stdout and stderr, asserting success.
+fn run_ok(mut cmd: Command, secs: u64) -> String {
+    let what = format!("{cmd:?}");
+    cmd.stdin(Stdio::null());
+    let out = common::within(Duration::from_secs(secs), move || cmd.output())
+        .unwrap_or_else(|| panic!("{what} did not finish within {secs} s"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed: {:?}\n{text}",
+        out.status
+    );
+    text
+}
+
+/// A TCP port free on 127.0.0.1 just now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until something accepts TCP connections on `port` (the one plain connection that
+/// succeeds is a fallback for a preloaded server: PEER_NO_SMC).
+fn wait_listening(port: u16) {
+    common::wait_for("the server to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+}
+
+/// `tools` are installed, or the test is skipped (and fails under CI).
+fn need(test: &str, tools: &[&str]) -> bool {
+    tools.iter().all(|t| !skip_unless_tool(test, t))
+}
+
+/// The SMC connections smcd counted since `before` are at least `min`, and the only
+/// fallbacks are the `probes` plain connections [`wait_listening`] made.
+fn assert_smc_since(smcd: &Smcd, before: (u64, u64), min: u64, probes: u64) {
+    let after = common::wait_for("smcd's counts", || {
+        let c = counts(smcd);
+        (c.0 >= before.0 + min && c.1 >= before.1 + probes).then_some(c)
+    });
+    assert_eq!(
+        after.1,
+        before.1 + probes,
+        "fallbacks: {before:?} -> {after:?}"
+    );
+}
+
+/// redis-server with redis-cli and redis-benchmark (epoll, level-triggered, writev, 50
+/// clients, pipelining): values round-trip exactly, a 1 MiB value included.
+#[test]
+fn redis_over_smc_d() {
+    let test = "redis_over_smc_d";
+    if !need(test, &["redis-server", "redis-cli", "redis-benchmark"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let dir = std::env::temp_dir().join(common::unique("preload-redis"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port().to_string();
+    let before = counts(&smcd);
+    let server = smc_run(
+        &smcd,
+        "redis-server",
+        &[
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+    )
+    .current_dir(&dir)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_listening(port.parse().unwrap());
+    let cli = |args: &[&str]| {
+        run_ok(
+            smc_run(&smcd, "redis-cli", &[&["-p", &port], args].concat()),
+            60,
+        )
+    };
+    assert_eq!(cli(&["set", "k", "hello over smc"]).trim(), "OK");
+    assert_eq!(cli(&["get", "k"]).trim(), "hello over smc");
+    let mut rng = common::Rng::new(42);
+    let big: String = (0..1 << 20)
+        .map(|_| (b'a' + (rng.next() % 26) as u8) as char)
+        .collect();
+    let file = dir.join("big");
+    std::fs::write(&file, &big).unwrap();
+    let mut set = smc_run(&smcd, "redis-cli", &["-p", &port, "-x", "set", "big"]);
+    set.stdin(std::fs::File::open(&file).unwrap());
+    let out = set.output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    assert_eq!(
+        cli(&["get", "big"]).trim_end_matches('\n'),
+        big,
+        "the 1 MiB value differs"
+    );
+    let bench = run_ok(
+        smc_run(
+            &smcd,
+            "redis-benchmark",
+            &[
+                "-p", &port, "-t", "set,get", "-n", "20000", "-P", "16", "-q",
+            ],
+        ),
+        120,
+    );
+    assert!(
+        bench.contains("SET: ") && bench.contains("GET: "),
+        "{bench}"
+    );
+    assert!(!bench.to_lowercase().contains("error"), "{bench}");
+    // redis-cli 5 times, the benchmark's 50 clients (and its probe), each counted by both ends.
+    assert_smc_since(&smcd, before, 2 * 55, 1);
+    kill(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// nginx (epoll edge-triggered, sendfile, TCP_CORK, accept4 non-blocking) with wrk (threads,
+/// non-blocking connect) over keep-alive and `Connection: close`, and curl for the bytes.
+#[test]
+fn nginx_and_wrk_over_smc_d() {
+    let test = "nginx_and_wrk_over_smc_d";
+    if !need(test, &["nginx", "wrk", "curl"]) {
+        return;
+    }
+    let nginx = "nginx";
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let (dir, data) = site("preload-nginx", 64 * 1024 + 3);
+    std::fs::write(dir.join("4k.html"), &data[..4096]).unwrap();
+    let port = free_port();
+    let conf = dir.join("nginx.conf");
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\n\
+             events {{ worker_connections 4096; use epoll; }}\n\
+             http {{ access_log off; sendfile on; tcp_nopush on; keepalive_requests 1000000;\n\
+             client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;\n\
+             uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
+             server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let before = counts(&smcd);
+    let server = smc_run(
+        &smcd,
+        nginx,
+        &["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_listening(port);
+    let url = format!("http://127.0.0.1:{port}/blob");
+    assert!(
+        curl(&smcd, std::slice::from_ref(&url), true) == data,
+        "curl: bytes differ"
+    );
+    let small = format!("http://127.0.0.1:{port}/4k.html");
+    for close in [false, true] {
+        let mut args = vec!["-t", "2", "-c", "50", "-d", "2"];
+        if close {
+            args.extend(["-H", "Connection: close"]);
+        }
+        args.push(&small);
+        let out = run_ok(smc_run(&smcd, "wrk", &args), 60);
+        assert!(!out.contains("Socket errors"), "wrk saw errors: {out}");
+        assert!(!out.contains("Non-2xx"), "{out}");
+        assert!(out.contains("Requests/sec"), "{out}");
+    }
+    // curl, 50 keep-alive connections, then at least as many with Connection: close.
+    assert_smc_since(&smcd, before, 2 * 101, 1);
+    kill(server);
+    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+    assert!(!log.contains("[alert]") && !log.contains("[crit]"), "{log}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// sockperf ping-pong and throughput (recvfrom/sendto with MSG_DONTWAIT|MSG_NOSIGNAL), and
+/// iperf3 (select loop; reverse and four parallel streams).
+#[test]
+fn sockperf_and_iperf3_over_smc_d() {
+    let test = "sockperf_and_iperf3_over_smc_d";
+    if !need(test, &["sockperf", "iperf3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let before = counts(&smcd);
+    let port = free_port().to_string();
+    let sr = smc_run(
+        &smcd,
+        "sockperf",
+        &["sr", "--tcp", "-i", "127.0.0.1", "-p", &port],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_listening(port.parse().unwrap());
+    for (mode, size) in [("pp", "14"), ("pp", "1400"), ("tp", "1400")] {
+        let out = run_ok(
+            smc_run(
+                &smcd,
+                "sockperf",
+                &[
+                    mode,
+                    "--tcp",
+                    "-i",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-t",
+                    "1",
+                    "-m",
+                    size,
+                ],
+            ),
+            60,
+        );
+        assert!(out.contains("Summary:"), "{out}");
+        assert!(!out.contains("ERROR"), "{out}");
+    }
+    kill(sr);
+    let port = free_port().to_string();
+    let s = smc_run(&smcd, "iperf3", &["-s", "-p", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_listening(port.parse().unwrap());
+    for extra in [&[][..], &["-R"][..], &["-P", "4"][..]] {
+        let out = run_ok(
+            smc_run(
+                &smcd,
+                "iperf3",
+                &[&["-c", "127.0.0.1", "-p", &port, "-t", "1"][..], extra].concat(),
+            ),
+            60,
+        );
+        assert!(out.contains("receiver"), "{out}");
+    }
+    kill(s);
+    // sockperf: 3 runs; iperf3: a control and a data connection per stream, 1+1+4 streams.
+    assert_smc_since(&smcd, before, 2 * (3 + 3 + 6), 2);
+}
