@@ -244,9 +244,10 @@ fn is_local(ip: IpAddr) -> bool {
 /// above the numbers the program may use (its soft `RLIMIT_NOFILE`, which is raised to make
 /// room when the hard limit allows), so the program's descriptors stay numbered as without
 /// SMC: wrk sizes its event loop by its connections, select needs numbers below 1024.
-fn engine() -> &'static Arc<Engine> {
+fn engine() -> Arc<Engine> {
     static BAND: std::sync::Once = std::sync::Once::new();
     BAND.call_once(|| {
+        table::watch_forks();
         use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
         let lim = getrlimit(Resource::Nofile);
         let (Some(soft), hard) = (lim.current, lim.maximum) else {
@@ -273,7 +274,22 @@ fn engine() -> &'static Arc<Engine> {
         };
         smcd_engine::sys::set_fd_band(base.and_then(|b| i32::try_from(b).ok()));
     });
-    Engine::global()
+    // One engine per process: a forked child's copy of its parent's shares the parent's
+    // registration with smcd (one control socket for two processes), so the child makes its
+    // own and leaves the copy alone (its connections, inherited, keep using it).
+    static ENGINE: std::sync::Mutex<Option<(u32, Arc<Engine>)>> = std::sync::Mutex::new(None);
+    let pid = std::process::id();
+    let mut g = ENGINE.lock().unwrap_or_else(|e| e.into_inner());
+    match &*g {
+        Some((p, e)) if *p == pid => Arc::clone(e),
+        _ => {
+            let e = Engine::new(smcd_engine::EngineConfig::default());
+            if let Some(old) = g.replace((pid, Arc::clone(&e))) {
+                std::mem::forget(old);
+            }
+            e
+        }
+    }
 }
 
 /// The descriptor flags (`FD_CLOEXEC`) and status flags (`O_NONBLOCK`) of `fd`.
@@ -384,7 +400,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     let (cloexec, nonblocking) = fd_flags(fd);
     let nodelay = get_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).unwrap_or(0);
     let r = lib(|| {
-        let s = SmcStream::connect_with(engine(), dst)?;
+        let s = SmcStream::connect_with(&engine(), dst)?;
         adopt_connected(fd, s, cloexec, nonblocking, nodelay != 0)
     });
     match r {
@@ -414,6 +430,7 @@ fn adopt_connected(
     if s.is_smc() {
         s.set_nonblocking(nonblocking)?;
         s.set_level_readiness(true);
+        s.set_interruptible(true);
         if nodelay {
             s.set_nodelay(true)?;
         }
@@ -421,9 +438,12 @@ fn adopt_connected(
         let obj = Obj::Stream(Arc::new(table::Stream {
             s: s.clone(),
             nonblocking: nonblocking.into(),
+            hold: table::Hold::new(),
         }));
         place(r, fd, cloexec)?;
-        drop(table::insert(fd, obj));
+        if let Some(old) = table::insert(fd, obj) {
+            table::release(old);
+        }
         return Ok(true);
     }
     let tcp = s
@@ -466,7 +486,7 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         let tcp = unsafe { std::net::TcpListener::from_raw_fd(hidden) };
         let backlog = if backlog <= 0 { 128 } else { backlog as u32 };
         let l = SmcListener::from_listening(
-            engine(),
+            &engine(),
             tcp,
             ListenOptions {
                 backlog,
@@ -477,13 +497,16 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         let r = l.readiness_fd()?.as_raw_fd();
         place(r, fd, cloexec)?;
         let local = l.local_addr()?;
-        drop(table::insert(
+        if let Some(old) = table::insert(
             fd,
             Obj::Listener(Arc::new(table::Listener {
                 l,
                 nonblocking: nonblocking.into(),
+                hold: table::Hold::new(),
             })),
-        ));
+        ) {
+            table::release(old);
+        }
         Ok(local)
     });
     match res {
@@ -536,14 +559,18 @@ pub unsafe extern "C" fn accept4(
         let fd = if s.is_smc() {
             s.set_nonblocking(nonblocking)?;
             s.set_level_readiness(true);
+            s.set_interruptible(true);
             let new = new_fd(s.readiness_fd()?.as_raw_fd(), cloexec)?;
-            drop(table::insert(
+            if let Some(old) = table::insert(
                 new,
                 Obj::Stream(Arc::new(table::Stream {
                     s,
                     nonblocking: nonblocking.into(),
+                    hold: table::Hold::new(),
                 })),
-            ));
+            ) {
+                table::release(old);
+            }
             new
         } else {
             let tcp = s
@@ -1200,10 +1227,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let obj = table::remove(fd);
     // SAFETY: passed through.
     let r = unsafe { real::close(fd) };
-    if obj.is_some() {
+    if let Some(obj) = obj {
         let saved = errno();
         let _ = lib(|| {
-            drop(obj);
+            table::release(obj);
             Ok(())
         });
         set_errno(saved);
@@ -1227,7 +1254,7 @@ pub unsafe extern "C" fn close_range(
         let saved = errno();
         let objs = table::remove_range(first, last);
         let _ = lib(|| {
-            drop(objs);
+            objs.into_iter().for_each(table::release);
             Ok(())
         });
         set_errno(saved);
@@ -1252,8 +1279,7 @@ fn copied(old: c_int, new: c_int, before: Option<Obj>) {
     };
     let saved = errno();
     let _ = lib(|| {
-        drop(prev);
-        drop(before);
+        prev.into_iter().chain(before).for_each(table::release);
         Ok(())
     });
     set_errno(saved);

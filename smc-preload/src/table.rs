@@ -32,6 +32,7 @@ static KINDS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(NONE) }; MAX_FD];
 pub(crate) struct Stream {
     pub(crate) s: SmcStream,
     pub(crate) nonblocking: AtomicBool,
+    pub(crate) hold: Hold,
 }
 
 /// An SMC listener.
@@ -39,6 +40,91 @@ pub(crate) struct Stream {
 pub(crate) struct Listener {
     pub(crate) l: SmcListener,
     pub(crate) nonblocking: AtomicBool,
+    pub(crate) hold: Hold,
+}
+
+/// Who holds an object: descriptors of this process, and processes (`fork` shares every
+/// object with the child, as it shares open file descriptions). The object ends (an SMC close,
+/// a listener's deregistration and shutdown) only when the last descriptor of the last process
+/// goes; a process that closes its last descriptor while another process still holds the
+/// object lets go of its own copy without telling anyone (the TCP socket under it stays open
+/// in that process: its descriptors are leaked until it exits).
+#[derive(Debug)]
+pub(crate) struct Hold {
+    /// Descriptors of this process.
+    fds: std::sync::atomic::AtomicUsize,
+    /// The slot of the process count in the shared page (`None`: no slot free; the object
+    /// then ends with this process's last descriptor).
+    slot: Option<usize>,
+}
+
+impl Hold {
+    pub(crate) fn new() -> Self {
+        Self {
+            fds: std::sync::atomic::AtomicUsize::new(0),
+            slot: holders::take(),
+        }
+    }
+}
+
+/// Process counts in memory that `fork` shares (an anonymous shared mapping made before the
+/// first object, so every later child shares it with its parent).
+mod holders {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+    const SLOTS: usize = 1 << 16;
+
+    fn page() -> Option<&'static [AtomicU32]> {
+        static PAGE: OnceLock<Option<&'static [AtomicU32]>> = OnceLock::new();
+        *PAGE.get_or_init(|| {
+            let len = SLOTS * size_of::<AtomicU32>();
+            // SAFETY: a fresh anonymous mapping, never unmapped; zeroed memory is a valid
+            // AtomicU32 array.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    return None;
+                }
+                Some(std::slice::from_raw_parts(p.cast::<AtomicU32>(), SLOTS))
+            }
+        })
+    }
+
+    /// A free slot, counting one process.
+    pub(super) fn take() -> Option<usize> {
+        static HINT: AtomicUsize = AtomicUsize::new(0);
+        let page = page()?;
+        let start = HINT.load(Ordering::Relaxed);
+        (0..SLOTS).map(|i| (start + i) % SLOTS).find(|&i| {
+            let ok = page[i]
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok();
+            if ok {
+                HINT.store(i + 1, Ordering::Relaxed);
+            }
+            ok
+        })
+    }
+
+    /// One more process holds the slot's object (a fork).
+    pub(super) fn add(slot: usize) {
+        if let Some(p) = page() {
+            p[slot].fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// One process fewer; whether it was the last.
+    pub(super) fn drop_one(slot: usize) -> bool {
+        page().is_none_or(|p| p[slot].fetch_sub(1, Ordering::AcqRel) <= 1)
+    }
 }
 
 /// What one of our descriptors refers to.
@@ -55,6 +141,74 @@ impl Obj {
             Obj::Listener(_) => LISTENER,
         }
     }
+
+    fn hold(&self) -> &Hold {
+        match self {
+            Obj::Stream(s) => &s.hold,
+            Obj::Listener(l) => &l.hold,
+        }
+    }
+
+    fn ptr(&self) -> usize {
+        match self {
+            Obj::Stream(s) => Arc::as_ptr(s) as usize,
+            Obj::Listener(l) => Arc::as_ptr(l) as usize,
+        }
+    }
+}
+
+/// Lets go of one descriptor's reference to `obj` (taken out of the table): the last
+/// descriptor of the last process ends it; the last of a process whose object another
+/// process still holds forgets it (see [`Hold`]). Call outside the table's lock.
+pub(crate) fn release(obj: Obj) {
+    let hold = obj.hold();
+    if hold.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return drop(obj);
+    }
+    match hold.slot {
+        Some(slot) if !holders::drop_one(slot) => std::mem::forget(obj),
+        _ => drop(obj),
+    }
+}
+
+thread_local! {
+    /// The table's lock, held by the forking thread from `fork`'s prepare handler to its
+    /// parent or child handler (so the child's copy is never locked by a thread it lacks).
+    static HELD: std::cell::RefCell<Option<std::sync::RwLockWriteGuard<'static, BTreeMap<i32, Obj>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Counts the child in before it exists: the parent may close its descriptors as soon as
+/// `fork` returns, before the child ran a line (a fork that fails leaves the objects
+/// counted once too often: they are never ended, only leaked).
+extern "C" fn fork_prepare() {
+    let g = OBJS.write().unwrap_or_else(|e| e.into_inner());
+    let mut seen = std::collections::BTreeSet::new();
+    for o in g.values() {
+        if seen.insert(o.ptr())
+            && let Some(slot) = o.hold().slot
+        {
+            holders::add(slot);
+        }
+    }
+    let _ = HELD.try_with(|h| *h.borrow_mut() = Some(g));
+}
+
+extern "C" fn fork_parent() {
+    let _ = HELD.try_with(|h| h.borrow_mut().take());
+}
+
+extern "C" fn fork_child() {
+    let _ = HELD.try_with(|h| h.borrow_mut().take());
+}
+
+/// Registers the fork handlers (once, before the first object exists).
+pub(crate) fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the handlers are plain functions that live as long as the library.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    });
 }
 
 static OBJS: RwLock<BTreeMap<i32, Obj>> = RwLock::new(BTreeMap::new());
@@ -104,10 +258,11 @@ pub(crate) fn listener(fd: i32) -> Option<Arc<Listener>> {
     }
 }
 
-/// Makes `fd` refer to `obj`; returns what it referred to before (for the caller to drop
-/// after it released the descriptor).
+/// Makes `fd` refer to `obj`; returns what it referred to before (for the caller to
+/// [`release`] after it released the descriptor).
 pub(crate) fn insert(fd: i32, obj: Obj) -> Option<Obj> {
     let k = obj.kind();
+    obj.hold().fds.fetch_add(1, Ordering::AcqRel);
     let old = OBJS
         .write()
         .unwrap_or_else(|e| e.into_inner())
@@ -116,7 +271,7 @@ pub(crate) fn insert(fd: i32, obj: Obj) -> Option<Obj> {
     old
 }
 
-/// Forgets `fd`; returns its object (dropped by the caller, outside any lock).
+/// Forgets `fd`; returns its object (for the caller to [`release`], outside any lock).
 pub(crate) fn remove(fd: i32) -> Option<Obj> {
     set_kind(fd, NONE);
     OBJS.write().unwrap_or_else(|e| e.into_inner()).remove(&fd)

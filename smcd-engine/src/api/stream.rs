@@ -399,6 +399,15 @@ impl SmcStream {
         }
     }
 
+    /// Interruptible blocking reads and writes: a signal whose handler was installed without
+    /// `SA_RESTART` makes them return `Interrupted` (`EINTR`), as a socket's do (qperf ends its
+    /// tests with such a `SIGALRM`). Off, they wait on. A preload library turns it on.
+    pub fn set_interruptible(&self, on: bool) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.set_interruptible(on);
+        }
+    }
+
     /// Non-blocking mode: calls that would wait return `WouldBlock`.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         match &self.inner.kind {

@@ -81,7 +81,10 @@ impl Dmb {
         }
         // Not PRIVATE: the word is in memory shared with the peer's process.
         match futex::wait(w, futex::Flags::empty(), v, timeout) {
-            Ok(()) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(true),
+            Ok(()) | Err(rustix::io::Errno::AGAIN) => Ok(true),
+            // A signal whose handler does not restart calls (with SA_RESTART the kernel
+            // restarts the wait itself): the caller decides (SmcConn::set_interruptible).
+            Err(rustix::io::Errno::INTR) => Err(io::ErrorKind::Interrupted.into()),
             Err(rustix::io::Errno::TIMEDOUT) => Ok(false),
             Err(e) => Err(e.into()),
         }

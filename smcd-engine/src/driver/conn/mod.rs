@@ -219,6 +219,9 @@ pub struct SmcConn<T: Transport> {
     /// non-blocking write that fills the buffer, clear it (not only a call that finds nothing
     /// to do). For programs that look at readiness between calls (a preloaded `select` loop).
     level: AtomicBool,
+    /// A blocking call a signal interrupts returns `Interrupted` (`EINTR`), as a socket's does
+    /// when the handler was installed without `SA_RESTART`; otherwise it waits on.
+    interruptible: AtomicBool,
     nodelay: AtomicBool,
     /// Timeouts in nanoseconds, 0 = none.
     read_timeout: AtomicU64,
@@ -258,6 +261,8 @@ enum Woken {
     Again,
     /// The deadline passed.
     TimedOut,
+    /// A signal interrupted the wait (only for an interruptible connection).
+    Interrupted,
 }
 
 impl<T: Transport> SmcConn<T> {
@@ -288,6 +293,7 @@ impl<T: Transport> SmcConn<T> {
             poisoned: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
             level: AtomicBool::new(false),
+            interruptible: AtomicBool::new(false),
             nodelay: AtomicBool::new(false),
             read_timeout: AtomicU64::new(0),
             write_timeout: AtomicU64::new(0),
@@ -403,6 +409,11 @@ impl<T: Transport> SmcConn<T> {
     /// Level readiness (see the field): what a socket's `poll` says after every call.
     pub fn set_level_readiness(&self, on: bool) {
         self.level.store(on, Ordering::Relaxed);
+    }
+
+    /// Interruptible blocking calls (see the field).
+    pub fn set_interruptible(&self, on: bool) {
+        self.interruptible.store(on, Ordering::Relaxed);
     }
 
     /// Non-blocking mode.
@@ -705,6 +716,12 @@ impl<T: Transport> SmcConn<T> {
                     }
                     let _ = self.watch_tcp(true);
                     continue;
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::Interrupted
+                        && self.interruptible.load(Ordering::Relaxed) =>
+                {
+                    return Woken::Interrupted;
                 }
                 Err(_) => return Woken::Again,
             }

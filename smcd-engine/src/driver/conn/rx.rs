@@ -47,11 +47,11 @@ impl<T: Transport> SmcConn<T> {
                     return Ok(n);
                 }
                 None if nonblocking => return self.would_block(Dir::Rx),
-                None => {
-                    if let Woken::TimedOut = self.wait(Dir::Rx, deadline) {
-                        return Err(io::ErrorKind::WouldBlock.into());
-                    }
-                }
+                None => match self.wait(Dir::Rx, deadline) {
+                    Woken::TimedOut => return Err(io::ErrorKind::WouldBlock.into()),
+                    Woken::Interrupted => return Err(io::ErrorKind::Interrupted.into()),
+                    Woken::Again => {}
+                },
             }
         }
     }

@@ -112,9 +112,16 @@ impl<T: Transport> SmcConn<T> {
                 }
                 return self.would_block(Dir::Tx);
             }
-            if let Woken::TimedOut = self.wait(Dir::Tx, deadline) {
-                let r = Err(io::ErrorKind::WouldBlock.into());
-                return self.finish_write(buf.len(), written, r);
+            match self.wait(Dir::Tx, deadline) {
+                Woken::TimedOut => {
+                    let r = Err(io::ErrorKind::WouldBlock.into());
+                    return self.finish_write(buf.len(), written, r);
+                }
+                Woken::Interrupted => {
+                    let r = Err(io::ErrorKind::Interrupted.into());
+                    return self.finish_write(buf.len(), written, r);
+                }
+                Woken::Again => {}
             }
         }
     }
