@@ -415,6 +415,17 @@ fn redis_over_smc_d() {
         l.trim().to_string()
     };
     assert_eq!(ask("get k"), "hello over smc");
+    // smcctl ss -p names the programs on both ends of the live connection.
+    let ss = smcd.ctl("ss -p").ok().to_owned();
+    let line = |comm: &str| {
+        ss.lines()
+            .find(|l| l.contains("SMCD") && l.contains(&format!("((\"{comm}\",pid=")))
+            .map(str::to_owned)
+    };
+    assert!(
+        line("redis-server").is_some() && line("redis-cli").is_some(),
+        "{ss}"
+    );
     assert!(cli(&["bgsave"]).contains("Background saving started"));
     common::wait_for("the background save", || {
         dir.join("dump.rdb").is_file().then_some(())

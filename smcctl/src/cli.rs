@@ -388,6 +388,10 @@ pub struct SsArgs {
     /// Do not truncate IP addresses.
     #[arg(short = 'W', long)]
     pub wide: bool,
+    /// The process that owns each socket, as `ss -p` shows it (`users:(("nginx",pid=42))`):
+    /// with smc-run, the program itself.
+    #[arg(short = 'p', long)]
+    pub processes: bool,
 }
 
 /// Why [`parse`] returned no command line.

@@ -368,8 +368,31 @@ pub fn text(socks: &[Socket], o: &SsArgs, details: u8) -> String {
             ("Linkid", Align::Left),
         ]);
     }
-    let rows: Vec<Vec<String>> = socks.iter().map(|s| row(s, o, d)).collect();
+    if o.processes {
+        cols.push(("Process", Align::Left));
+    }
+    let rows: Vec<Vec<String>> = socks
+        .iter()
+        .map(|s| {
+            let mut r = row(s, o, d);
+            if o.processes {
+                // The column is the last one: rows cut short (listeners, fallbacks) are padded.
+                r.resize(cols.len() - 1, String::new());
+                r.push(s.pid.map_or_else(String::new, process_text));
+            }
+            r
+        })
+        .collect();
     table(&cols, &rows)
+}
+
+/// `ss -p`'s form of the owner: `users:(("comm",pid=N))`; the pid alone when the process is
+/// gone or in another pid namespace.
+fn process_text(pid: u32) -> String {
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        Ok(c) => format!("users:((\"{}\",pid={pid}))", c.trim_end()),
+        Err(_) => format!("users:((pid={pid}))"),
+    }
 }
 
 fn row(s: &Socket, o: &SsArgs, d: bool) -> Vec<String> {
@@ -476,6 +499,7 @@ mod tests {
             smcd: false,
             smcr: false,
             wide: false,
+            processes: false,
         }
     }
 
@@ -566,6 +590,33 @@ mod tests {
                 "00000000000000aa  0000000000001234  00000000000000bb  0000000000005678  00000100"
             ),
             "{row}"
+        );
+    }
+
+    #[test]
+    fn process_column_names_the_owner() {
+        let mut s = wire(&smcd_sock());
+        s.pid = Some(std::process::id());
+        let o = SsArgs {
+            processes: true,
+            ..opts()
+        };
+        let t = text(&[s.clone()], &o, 0);
+        let me = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert!(
+            t.contains(&format!(
+                "users:((\"{}\",pid={}))",
+                me.trim_end(),
+                std::process::id()
+            )),
+            "{t}"
+        );
+        s.pid = None;
+        assert!(
+            text(&[s], &o, 0)
+                .lines()
+                .nth(1)
+                .is_some_and(|l| !l.contains("users"))
         );
     }
 
