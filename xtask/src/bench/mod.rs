@@ -6,6 +6,7 @@
 //! and reports medians; settings are changed with `smcctl sysctl set`, exactly as an operator
 //! would. Everything it starts is stopped on exit, error or Ctrl-C ([`procs`]).
 
+mod apps;
 mod control;
 mod machine;
 mod perf;
@@ -36,6 +37,11 @@ pub struct BenchArgs {
     /// or beside the suites `--suite` names.
     #[arg(long)]
     smcr: bool,
+    /// The kernel team's benchmarks with their own tools (qperf, sockperf, redis-benchmark,
+    /// nginx + wrk), plain TCP beside smc-run in the same run; installs the Debian packages
+    /// (root). Runs alone.
+    #[arg(long, conflicts_with_all = ["suite", "smcr"])]
+    apps: bool,
     /// Fewer sizes and 0.5 s points: under 3 minutes on 2 cores once built.
     #[arg(long, conflicts_with = "smoke")]
     quick: bool,
@@ -68,6 +74,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
     if let (Some(old), Some(new)) = (&args.compare, &args.against) {
         print!("{}", report::compare(&load(old)?, &load(new)?));
         return Ok(true);
+    }
+    if args.apps {
+        build(&root, false)?;
+        let out_dir = args
+            .out
+            .clone()
+            .unwrap_or_else(|| target_dir(&root).join("bench"));
+        std::fs::create_dir_all(&out_dir)?;
+        let bin = target_dir(&root).join("release");
+        return apps::run(
+            &root,
+            &bin,
+            &out_dir,
+            args.reps as usize,
+            args.quick || args.smoke,
+        );
     }
     let old = args.compare.as_deref().map(load).transpose()?;
     let depth = if args.smoke {

@@ -1,0 +1,552 @@
+//! `cargo xtask bench --apps`: the kernel team's benchmarks with their own tools, unmodified
+//! Debian programs, each run over plain TCP and under `smc-run` on both ends in the same run
+//! (interleaved repetitions, medians, SMC/TCP ratios, and the share of connections smcd counted
+//! as SMC-D). Installs the packages it needs (root); writes `apps.json` next to the other
+//! suites' results.
+
+use super::procs;
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The programs and their Debian packages.
+const PACKAGES: &[(&str, &str)] = &[
+    ("qperf", "qperf"),
+    ("sockperf", "sockperf"),
+    ("redis-server", "redis-server"),
+    ("redis-benchmark", "redis-tools"),
+    ("nginx", "nginx-light"),
+    ("wrk", "wrk"),
+    ("taskset", "util-linux"),
+];
+
+fn have(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// Installs the missing packages (apt-get, as root).
+fn install() -> anyhow::Result<()> {
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .filter(|(t, _)| !have(t))
+        .map(|(_, p)| *p)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("bench: apt-get install {}", missing.join(" "));
+    let ok = |c: &mut Command| {
+        c.env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ok(Command::new("apt-get").args(["update", "-qq"]))
+        || !ok(Command::new("apt-get")
+            .args(["install", "-y", "-qq"])
+            .args(&missing))
+    {
+        bail!(
+            "could not install {} (needs root and a Debian package mirror)",
+            missing.join(" ")
+        );
+    }
+    Ok(())
+}
+
+/// One process pinned to `cpu`, preloaded or not.
+struct Env {
+    bin: PathBuf,
+    sock: PathBuf,
+    dir: PathBuf,
+}
+
+impl Env {
+    fn cmd(&self, smc: bool, cpu: usize, program: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("taskset");
+        c.args(["-c", &cpu.to_string()]);
+        if smc {
+            c.arg(self.bin.join("smc-run"));
+        }
+        c.arg(program).args(args);
+        c.env("SMCD_SOCKET", &self.sock)
+            .env("SMC_PRELOAD_LIB", self.bin.join("libsmc_preload.so"))
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// SMC-D and fallback connections smcd counted so far.
+    fn counts(&self) -> (u64, u64) {
+        let out = Command::new(self.bin.join("smcctl"))
+            .args(["--json", "stats"])
+            .env("SMCD_SOCKET", &self.sock)
+            .output();
+        let v: Value = out
+            .ok()
+            .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+            .unwrap_or(Value::Null);
+        (
+            v["connections"]["smc"]["total"].as_u64().unwrap_or(0),
+            v["fallback"]["total"].as_u64().unwrap_or(0),
+        )
+    }
+}
+
+/// Runs `cmd` to its end within `limit`; stdout and stderr.
+fn output(mut cmd: Command, limit: Duration) -> anyhow::Result<String> {
+    let what = format!("{cmd:?}");
+    let dir = std::env::temp_dir().join(format!("smc-apps-{}-{}", std::process::id(), rand_u32()));
+    std::fs::create_dir_all(&dir)?;
+    let (o, e) = (dir.join("out"), dir.join("err"));
+    cmd.stdout(std::fs::File::create(&o)?)
+        .stderr(std::fs::File::create(&e)?);
+    let mut child = procs::spawn(&mut cmd)?;
+    let st = procs::wait_until(&mut child, Some(Instant::now() + limit))?;
+    let text = format!(
+        "{}{}",
+        std::fs::read_to_string(&o).unwrap_or_default(),
+        std::fs::read_to_string(&e).unwrap_or_default()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    match st {
+        Some(s) if s.success() => Ok(text),
+        Some(s) => bail!("{what}: {s}\n{text}"),
+        None => {
+            let _ = procs::stop(&mut child, Duration::from_secs(1));
+            bail!("{what}: no answer within {limit:?}")
+        }
+    }
+}
+
+fn rand_u32() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or(20000, |a| a.port())
+}
+
+fn wait_port(port: u16) -> bool {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A server for the duration of a measurement.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = procs::stop(&mut self.0, Duration::from_secs(2));
+    }
+}
+
+fn server(env: &Env, smc: bool, program: &str, args: &[&str], port: u16) -> anyhow::Result<Server> {
+    let mut c = env.cmd(smc, 0, program, args);
+    c.current_dir(&env.dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let s = Server(procs::spawn(&mut c)?);
+    if !wait_port(port) {
+        bail!("{program} did not listen on {port}");
+    }
+    Ok(s)
+}
+
+/// The number after `key` in `text` (`latency = 12.3 us`, `Requests/sec: 4567.8`), scaled to
+/// the unit that follows it for qperf's figures.
+fn number_after(text: &str, key: &str) -> Option<f64> {
+    let rest = &text[text.find(key)? + key.len()..];
+    let rest = rest.trim_start_matches([' ', '=', ':']);
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let v: f64 = rest[..end].parse().ok()?;
+    let unit = rest[end..].trim_start();
+    Some(
+        v * match unit.split_whitespace().next().unwrap_or("") {
+            "ns" => 1e-3,
+            "ms" => 1e3,
+            "sec" | "s" => 1e6,
+            "KB/sec" => 1e-3,
+            "GB/sec" => 1e3,
+            _ => 1.0,
+        },
+    )
+}
+
+/// Measures a point once, over TCP (`false`) or SMC (`true`).
+type Measure = Box<dyn Fn(&Env, bool) -> anyhow::Result<f64>>;
+
+/// One point: how to measure it once (returns the figure), and which way is better.
+struct Point {
+    table: &'static str,
+    name: String,
+    unit: &'static str,
+    lower_is_better: bool,
+    run: Measure,
+}
+
+fn qperf_point(test: &'static str, size: usize, secs: u32) -> Point {
+    let lat = test == "tcp_lat";
+    Point {
+        table: if lat {
+            "qperf tcp_lat (autocorking series)"
+        } else {
+            "qperf tcp_bw (autocorking series)"
+        },
+        name: format!("{size} B"),
+        unit: if lat { "us" } else { "MB/s" },
+        lower_is_better: lat,
+        run: Box::new(move |env, smc| {
+            let port = free_port();
+            let p = port.to_string();
+            let _s = server(env, smc, "qperf", &["-lp", &p], port)?;
+            let out = output(
+                env.cmd(
+                    smc,
+                    1,
+                    "qperf",
+                    &[
+                        "127.0.0.1",
+                        "-lp",
+                        &p,
+                        "-t",
+                        &secs.to_string(),
+                        "-m",
+                        &size.to_string(),
+                        test,
+                    ],
+                ),
+                Duration::from_secs(u64::from(secs) + 30),
+            )?;
+            // "    latency  =  12.3 us", "    bw  =  1.5 GB/sec" (the name line is "tcp_bw:").
+            number_after(&out, if lat { " latency " } else { " bw " })
+                .with_context(|| format!("qperf said: {out}"))
+        }),
+    }
+}
+
+fn sockperf_point(size: usize, secs: u32) -> Point {
+    Point {
+        table: "sockperf pp (autosplit series; 65,000 B is sockperf's largest TCP message)",
+        name: format!("{size} B"),
+        unit: "us",
+        lower_is_better: true,
+        run: Box::new(move |env, smc| {
+            let port = free_port();
+            let p = port.to_string();
+            let _s = server(
+                env,
+                smc,
+                "sockperf",
+                &["sr", "--tcp", "-i", "127.0.0.1", "-p", &p],
+                port,
+            )?;
+            let out = output(
+                env.cmd(
+                    smc,
+                    1,
+                    "sockperf",
+                    &[
+                        "pp",
+                        "--tcp",
+                        "-i",
+                        "127.0.0.1",
+                        "-p",
+                        &p,
+                        "-t",
+                        &secs.to_string(),
+                        "-m",
+                        &size.to_string(),
+                    ],
+                ),
+                Duration::from_secs(u64::from(secs) + 30),
+            )?;
+            number_after(&out, "percentile 50.000 =")
+                .with_context(|| format!("sockperf said: {out}"))
+        }),
+    }
+}
+
+fn redis_point(test: &'static str, requests: u32) -> Point {
+    Point {
+        table: "redis-benchmark -P 16, 50 clients (loopback-ism series)",
+        name: test.to_uppercase(),
+        unit: "req/s",
+        lower_is_better: false,
+        run: Box::new(move |env, smc| {
+            let port = free_port();
+            let p = port.to_string();
+            let _s = server(
+                env,
+                smc,
+                "redis-server",
+                &[
+                    "--port",
+                    &p,
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ],
+                port,
+            )?;
+            let out = output(
+                env.cmd(
+                    smc,
+                    1,
+                    "redis-benchmark",
+                    &[
+                        "-p",
+                        &p,
+                        "-t",
+                        test,
+                        "-n",
+                        &requests.to_string(),
+                        "-P",
+                        "16",
+                        "-c",
+                        "50",
+                        "-q",
+                    ],
+                ),
+                Duration::from_secs(120),
+            )?;
+            let key = format!("{}: ", test.to_uppercase());
+            let line = out
+                .rsplit(['\r', '\n'])
+                .find(|l| l.contains(&key) && l.contains("requests per second"));
+            line.and_then(|l| number_after(l, &key))
+                .with_context(|| format!("redis-benchmark said: {out}"))
+        }),
+    }
+}
+
+fn nginx_conf(dir: &Path, port: u16) -> anyhow::Result<PathBuf> {
+    let d = dir.display();
+    std::fs::create_dir_all(dir.join("tmp"))?;
+    std::fs::write(dir.join("4k.html"), vec![b'x'; 4096])?;
+    let conf = dir.join(format!("nginx-{port}.conf"));
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx-{port}.pid;\n\
+             error_log {d}/error.log crit;\n\
+             events {{ worker_connections 16384; use epoll; }}\n\
+             http {{ access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000000;\n\
+             client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;\n\
+             uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
+             server {{ listen 127.0.0.1:{port} backlog=4096; root {d}; }} }}\n"
+        ),
+    )?;
+    Ok(conf)
+}
+
+fn nginx_point(conns: u32, close: bool, secs: u32) -> Point {
+    Point {
+        table: if close {
+            "nginx + wrk, Connection: close (short-lived and lgr-pending series)"
+        } else {
+            "nginx + wrk, keep-alive (loopback-ism series)"
+        },
+        name: format!("{conns} connections"),
+        unit: "req/s",
+        lower_is_better: false,
+        run: Box::new(move |env, smc| {
+            let port = free_port();
+            let conf = nginx_conf(&env.dir, port)?;
+            let _s = server(
+                env,
+                smc,
+                "nginx",
+                &[
+                    "-c",
+                    conf.to_str().unwrap_or(""),
+                    "-p",
+                    env.dir.to_str().unwrap_or(""),
+                ],
+                port,
+            )?;
+            let mut args = vec!["-t", "1", "-c"];
+            let c = conns.to_string();
+            let d = secs.to_string();
+            args.extend([c.as_str(), "-d", d.as_str()]);
+            if close {
+                args.extend(["-H", "Connection: close"]);
+            }
+            let url = format!("http://127.0.0.1:{port}/4k.html");
+            args.push(&url);
+            let out = output(
+                env.cmd(smc, 1, "wrk", &args),
+                Duration::from_secs(u64::from(secs) + 30),
+            )?;
+            if out.contains("Socket errors") || out.contains("Non-2xx") {
+                bail!("wrk saw errors: {out}");
+            }
+            number_after(&out, "Requests/sec:").with_context(|| format!("wrk said: {out}"))
+        }),
+    }
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+/// Runs the apps suite; `Ok(false)` when some point failed.
+pub fn run(
+    root: &Path,
+    bin: &Path,
+    out_dir: &Path,
+    reps: usize,
+    quick: bool,
+) -> anyhow::Result<bool> {
+    install()?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let st = Command::new(cargo)
+        .current_dir(root)
+        .args(["build", "--release", "-p", "smc-preload"])
+        .status()?;
+    if !st.success() {
+        bail!("cargo build --release -p smc-preload failed");
+    }
+    let dir = std::env::temp_dir().join(format!("smc-apps-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    procs::remove_at_exit(dir.clone());
+    let sock = dir.join("smcd.sock");
+    let mut smcd = procs::spawn(
+        Command::new(bin.join("smcd"))
+            .arg("--socket")
+            .arg(&sock)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )?;
+    let until = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let env = Env {
+        bin: bin.to_path_buf(),
+        sock,
+        dir,
+    };
+    let secs = if quick { 1 } else { 3 };
+    let sizes: Vec<usize> = if quick {
+        vec![1, 64, 1024, 16384, 65536]
+    } else {
+        (0..=16).map(|i| 1usize << i).collect()
+    };
+    let mut points = Vec::new();
+    for s in &sizes {
+        points.push(qperf_point("tcp_lat", *s, secs));
+    }
+    for s in &sizes {
+        points.push(qperf_point("tcp_bw", *s, secs));
+    }
+    for s in [14, 1400, 16384, 65000] {
+        points.push(sockperf_point(s, secs));
+    }
+    let n = if quick { 100_000 } else { 1_000_000 };
+    points.push(redis_point("set", n));
+    points.push(redis_point("get", n));
+    points.push(nginx_point(100, false, secs));
+    let closes: &[u32] = if quick { &[8, 64] } else { &[8, 64, 512, 2048] };
+    for c in closes {
+        points.push(nginx_point(*c, true, secs));
+    }
+    let mut ok = true;
+    let mut rows = Vec::new();
+    let mut table = String::new();
+    let mut last_table = "";
+    for p in &points {
+        if p.table != last_table {
+            table.push_str(&format!(
+                "\n{}\n{:<18} {:>12} {:>12} {:>8} {:>8}\n",
+                p.table,
+                "point",
+                format!("TCP {}", p.unit),
+                format!("SMC {}", p.unit),
+                "SMC/TCP",
+                "SMC-D"
+            ));
+            last_table = p.table;
+        }
+        let (mut tcp, mut smc) = (Vec::new(), Vec::new());
+        let mut errors = Vec::new();
+        let before = env.counts();
+        for _ in 0..reps {
+            for (mode, v) in [(false, &mut tcp), (true, &mut smc)] {
+                match (p.run)(&env, mode) {
+                    Ok(x) => v.push(x),
+                    Err(e) => errors.push(format!("{}: {e:#}", if mode { "SMC" } else { "TCP" })),
+                }
+            }
+        }
+        let after = env.counts();
+        let (ds, df) = (after.0 - before.0, after.1 - before.1);
+        // The fallbacks the readiness probes make (one plain connection per server start).
+        let probes = 2 * reps as u64;
+        let share = (ds + df.saturating_sub(probes)).max(1);
+        let share = ds as f64 / share as f64;
+        let (t, s) = (median(&mut tcp), median(&mut smc));
+        let ratio = t.zip(s).map(|(t, s)| s / t);
+        if !errors.is_empty() {
+            ok = false;
+        }
+        let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
+        table.push_str(&format!(
+            "{:<18} {:>12} {:>12} {:>8} {:>7.0}%\n",
+            p.name,
+            f(t),
+            f(s),
+            ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}x")),
+            100.0 * share
+        ));
+        for e in &errors {
+            let first = e.lines().next().unwrap_or("");
+            table.push_str(&format!("    error: {first}\n"));
+        }
+        eprint!(
+            "{}",
+            table
+                .lines()
+                .last()
+                .map(|l| format!("{l}\n"))
+                .unwrap_or_default()
+        );
+        rows.push(json!({
+            "table": p.table, "point": p.name, "unit": p.unit,
+            "lower_is_better": p.lower_is_better,
+            "tcp": tcp, "smc": smc, "tcp_median": t, "smc_median": s, "ratio": ratio,
+            "smcd_share": share, "errors": errors,
+        }));
+    }
+    let _ = procs::stop(&mut smcd, Duration::from_secs(2));
+    println!("{table}");
+    let path = out_dir.join("apps.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&json!({ "reps": reps, "seconds": secs, "points": rows }))?,
+    )?;
+    println!("bench: wrote {}", path.display());
+    Ok(ok)
+}
