@@ -1264,7 +1264,7 @@ pub unsafe extern "C" fn close_range(
 
 /// After `new` was made a copy of `old` by the C library: `new` is what `old` is, and what
 /// `new` was before is dropped.
-fn copied(old: c_int, new: c_int, before: Option<Obj>) {
+fn copied(old: c_int, new: c_int) {
     let k = table::kind(old);
     let after = match k {
         STREAM | LISTENER => table::get(old),
@@ -1273,13 +1273,15 @@ fn copied(old: c_int, new: c_int, before: Option<Obj>) {
     let prev = match after {
         Some(o) => table::insert(new, o),
         None => {
+            // A copy of a candidate is a candidate (dup before connect).
+            let prev = table::remove(new);
             table::set_kind(new, if k == CANDIDATE { CANDIDATE } else { NONE });
-            table::remove(new)
+            prev
         }
     };
     let saved = errno();
     let _ = lib(|| {
-        prev.into_iter().chain(before).for_each(table::release);
+        prev.into_iter().for_each(table::release);
         Ok(())
     });
     set_errno(saved);
@@ -1294,7 +1296,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: passed through.
     let new = unsafe { real::dup(fd) };
     if new >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
-        copied(fd, new, None);
+        copied(fd, new);
     }
     new
 }
@@ -1308,7 +1310,7 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
     // SAFETY: passed through.
     let r = unsafe { real::dup2(fd, new) };
     if r >= 0 && fd != new && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
-        copied(fd, new, None);
+        copied(fd, new);
     }
     r
 }
@@ -1322,7 +1324,7 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     // SAFETY: passed through.
     let r = unsafe { real::dup3(fd, new, flags) };
     if r >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
-        copied(fd, new, None);
+        copied(fd, new);
     }
     r
 }
@@ -1361,7 +1363,7 @@ fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
             // SAFETY: F_DUPFD* takes an int.
             let new = unsafe { real::fcntl(fd, cmd, arg) };
             if new >= 0 {
-                copied(fd, new, None);
+                copied(fd, new);
             }
             Some(new)
         }

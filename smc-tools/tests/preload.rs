@@ -227,7 +227,7 @@ fn one_end_preloaded_is_plain_tcp() {
 /// The socket API as Python's socket module calls it, both ends preloaded in one process
 /// (tests/preload/api_check.py: peeks, waits for all, vectors, sendfile, select/poll/epoll
 /// with edge triggering, FIONREAD/FIONBIO, fcntl, dup, options, names, shutdown, non-blocking
-/// connect and accept); its connections ran over SMC-D.
+/// connect and accept, a socket duplicated before its connect); its connections ran over SMC-D.
 #[test]
 fn socket_api_under_python() {
     let test = "socket_api_under_python";
@@ -253,14 +253,14 @@ fn socket_api_under_python() {
     });
     let (st, out, err) = status.expect("api_check.py did not finish within 120 s");
     assert!(st.success(), "api_check.py failed: {st:?}\n{out}\n{err}");
-    assert!(out.contains("OK 2 connections"), "{out}");
+    assert!(out.contains("OK 3 connections"), "{out}");
     let after = common::wait_for("smcd's counts", || {
         let c = counts(&smcd);
-        (c.0 >= before.0 + 4).then_some(c)
+        (c.0 >= before.0 + 6).then_some(c)
     });
     assert_eq!(
         after.0 - before.0,
-        4,
+        6,
         "SMC connections: {before:?} -> {after:?}"
     );
     assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");

@@ -218,5 +218,20 @@ c.sendall(b"nb")
 assert recv_all(s, 2) == b"nb"
 c.close()
 s.close()
+
+# A socket duplicated before connect is still an SMC candidate (the copy connects).
+orig = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+lst.setblocking(True)
+c = socket.socket(fileno=os.dup(orig.fileno()))
+orig.close()
+t = threading.Thread(target=lambda: c.connect(lst.getsockname()))
+t.start()
+s, _ = lst.accept()
+t.join()
+N += 1
+c.sendall(b"dup before connect")
+assert recv_all(s, 18) == b"dup before connect"
+c.close()
+s.close()
 lst.close()
 print("OK", N, "connections", flush=True)
