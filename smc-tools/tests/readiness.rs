@@ -59,6 +59,56 @@ fn child_entry() {
             bells_body(engine(), engine(), smcd_pid, n);
             common::say("DONE", 1);
         }
+        // Accept ARG0 connections one after the other, each served by an edge-triggered
+        // epoll loop on its readiness descriptor: echo what comes until the end of stream.
+        // With three more arguments (pid, descriptor, inode) the last connection's bell
+        // locator names that socket instead of its bell, as a hostile peer could write it; that
+        // connection then looks for data every 10 ms instead of waiting to be woken.
+        Ok("event-echo") => {
+            use std::sync::atomic::Ordering::Relaxed;
+            let args = common::child_args();
+            let n: usize = args[0].parse().unwrap();
+            let lie: Option<(u32, u32, u64)> = (args.len() == 4).then(|| {
+                (
+                    args[1].parse().unwrap(),
+                    args[2].parse().unwrap(),
+                    args[3].parse().unwrap(),
+                )
+            });
+            let l = smcd_engine::SmcListener::bind("127.0.0.1:0").unwrap();
+            common::say("PORT", l.local_addr().unwrap().port());
+            let mut smc = 0;
+            for i in 0..n {
+                let (s, _) = l.accept().unwrap();
+                smc += usize::from(s.is_smc());
+                s.set_nonblocking(true).unwrap();
+                let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+                epoll::add(&ep, fd(&s), epoll::EventData::new_u64(0), Ev::IN | Ev::ET).unwrap();
+                let lying = lie.filter(|_| i + 1 == n);
+                if let Some((pid, victim, ino)) = lying {
+                    let own = s.smc_conn().expect("SMC-D").link().own();
+                    let (p, f) = own.map.bell_pid_fd();
+                    p.store(pid, Relaxed);
+                    f.store(victim, Relaxed);
+                    own.map.bell_ino().store(ino, Relaxed);
+                }
+                let mut buf = [0u8; 64];
+                loop {
+                    match (&s).read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(k) => (&s).write_all(&buf[..k]).unwrap(),
+                        Err(e) if e.kind() == ErrorKind::WouldBlock && lying.is_some() => {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                            assert!(wait_event(&ep, LIVENESS), "never woken for the client");
+                        }
+                        Err(e) => panic!("read: {e}"),
+                    }
+                }
+            }
+            common::say("SMC", smc);
+        }
         // The counting half of `a_connect_in_flight_costs_its_socket_alone`, alone in a
         // process: the other tests of this binary open and close descriptors meanwhile.
         Ok("connects") => {
@@ -212,6 +262,20 @@ fn read_pattern(s: &SmcStream, off: u64, n: u64) {
 
 fn fd(s: &SmcStream) -> BorrowedFd<'_> {
     s.readiness_fd().expect("readiness descriptor")
+}
+
+/// Waits at most `within` for an event in `ep`; whether one came.
+fn wait_event(ep: &OwnedFd, within: Duration) -> bool {
+    let mut events = Vec::with_capacity(4);
+    match epoll::wait(
+        ep,
+        rustix::buffer::spare_capacity(&mut events),
+        Some(&ts(within)),
+    ) {
+        Ok(n) => n > 0,
+        Err(rustix::io::Errno::INTR) => true,
+        Err(e) => panic!("epoll_wait: {e}"),
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1092,4 +1156,174 @@ fn bells_body(se: Arc<Engine>, ce: Arc<Engine>, smcd_pid: u32, n: usize) {
     settled("this process", me, mine0 + 12);
     settled("smcd", smcd_pid, smcd0 + 2 * n + 4);
     drop((first, first_s));
+}
+
+// ------------------------------------------------------------------------------------------
+// How bells travel: `pidfd_getfd` from the owner's process where allowed, else the channel.
+
+/// Connections one after the other between this process's engine and an `event-echo` child
+/// (run through `prefix`), each side waiting in an edge-triggered epoll loop, so each rings
+/// the other's bell. Returns, per connection, our DMB's engine word and the child's.
+fn echo_bells(prefix: &[&str], n: usize, lie: &[String]) -> Vec<(u64, u64)> {
+    let smcd = Smcd::start(BINS);
+    let mut args = vec![n.to_string()];
+    args.extend_from_slice(lie);
+    let mut child = Peer::spawn_with(prefix, &smcd.socket, "event-echo", &args);
+    let port: u16 = child.expect("PORT").parse().unwrap();
+    let ce = Engine::new(smcd_engine::EngineConfig {
+        socket: smcd.socket.clone(),
+        ..smcd_engine::EngineConfig::default()
+    });
+    let mut words = Vec::new();
+    for i in 0..n {
+        let c = SmcStream::connect_with(&ce, ("127.0.0.1", port)).expect("connect");
+        assert!(c.is_smc(), "connection {i}: {}", c.mode());
+        c.set_nonblocking(true).unwrap();
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+        epoll::add(&ep, fd(&c), epoll::EventData::new_u64(0), Ev::IN | Ev::ET).unwrap();
+        assert!(drain(&c).is_empty());
+        // The child's loop sleeps in epoll by now or soon: our byte must ring its bell, its
+        // echo ours.
+        std::thread::sleep(Duration::from_millis(5));
+        (&c).write_all(&[i as u8]).unwrap();
+        let deadline = Instant::now() + LIVENESS;
+        let mut got = drain(&c);
+        while got.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "connection {i}: never woken for the echo"
+            );
+            wait_event(&ep, Duration::from_millis(100));
+            got = drain(&c);
+        }
+        assert_eq!(got, [i as u8], "connection {i}");
+        let link = c.smc_conn().expect("SMC-D").link();
+        words.push((
+            link.own()
+                .map
+                .epoch_word()
+                .load(std::sync::atomic::Ordering::Acquire),
+            link.peer()
+                .map
+                .epoch_word()
+                .load(std::sync::atomic::Ordering::Acquire),
+        ));
+    }
+    assert_eq!(child.expect("SMC"), n.to_string());
+    assert!(child.wait(LIVENESS).success());
+    words
+}
+
+/// Between processes of one user the bells are taken with `pidfd_getfd`: after the first
+/// connection has shown it works (each side tried it once), neither side sends its bell
+/// through the link group's channel any more (no `SCM_RIGHTS` of a Unix socket, which makes the
+/// kernel queue its garbage collector at every Unix socket close on the host), and every event
+/// loop is still woken.
+#[test]
+fn bells_are_taken_from_the_owners_process() {
+    use smcd_engine::transport::smcd::{BELL_LOCATED, BELL_SENT};
+    let words = echo_bells(&[], 6, &[]);
+    for (i, (own, peer)) in words.iter().enumerate() {
+        assert!(
+            own & BELL_LOCATED != 0 && peer & BELL_LOCATED != 0,
+            "connection {i}"
+        );
+    }
+    for (i, (own, peer)) in words.iter().enumerate().skip(2) {
+        assert_eq!(
+            own & BELL_SENT,
+            0,
+            "connection {i}: our bell went through the channel"
+        );
+        assert_eq!(
+            peer & BELL_SENT,
+            0,
+            "connection {i}: the peer's went through the channel"
+        );
+    }
+}
+
+/// A peer of another user may not take our bells from our process (`pidfd_getfd` needs
+/// ptrace rights over it): it learns that once, says so in its DMBs, and our bells keep going
+/// through the channel, while root takes its bells directly. Every event loop is woken.
+#[test]
+fn bells_to_another_user_go_through_the_channel() {
+    use smcd_engine::transport::smcd::{BELL_LOCATED, BELL_SENT};
+    if common::skip_unless_root("bells_to_another_user_go_through_the_channel")
+        || common::skip_unless_tool("bells_to_another_user_go_through_the_channel", "setpriv")
+    {
+        return;
+    }
+    let nobody = [
+        "setpriv",
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+    ];
+    let words = echo_bells(&nobody, 6, &[]);
+    for (i, (own, peer)) in words.iter().enumerate().skip(2) {
+        assert!(
+            own & BELL_SENT != 0,
+            "connection {i}: nobody cannot take root's bells"
+        );
+        assert_eq!(
+            peer & BELL_SENT,
+            0,
+            "connection {i}: root takes nobody's bells itself"
+        );
+        assert!(peer & BELL_LOCATED != 0, "connection {i}");
+    }
+}
+
+/// A bell locator is only numbers in shared memory: a peer could name any socket of any
+/// process we may ptrace. We take a bell only if the kernel says it was made by that process as
+/// a process of the peer engine's user: a peer of another user that names one of our sockets
+/// gets nothing rung, shut down or read there.
+#[test]
+fn a_peer_cannot_make_us_ring_a_socket_of_another_user() {
+    use smcd_engine::transport::smcd::BELL_SENT;
+    if common::skip_unless_root("a_peer_cannot_make_us_ring_a_socket_of_another_user")
+        || common::skip_unless_tool(
+            "a_peer_cannot_make_us_ring_a_socket_of_another_user",
+            "setpriv",
+        )
+    {
+        return;
+    }
+    // The socket the peer names: the far end of a pair of ours, as a bell would be.
+    let (near, victim) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let ino = rustix::fs::fstat(&victim).unwrap().st_ino;
+    let lie = [
+        std::process::id().to_string(),
+        victim.as_raw_fd().to_string(),
+        ino.to_string(),
+    ];
+    let nobody = [
+        "setpriv",
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+    ];
+    let words = echo_bells(&nobody, 4, &lie);
+    // The lying connection's bell was only to be had from its locator.
+    assert_eq!(
+        words[3].1 & BELL_SENT,
+        0,
+        "the channel carried the last bell"
+    );
+    let seen = poll_now(near.as_fd());
+    assert!(
+        !seen.intersects(PollFlags::IN | PollFlags::RDHUP | PollFlags::HUP),
+        "our socket was rung: {seen:?}"
+    );
 }

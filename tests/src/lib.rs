@@ -458,11 +458,20 @@ impl Peer {
 
     /// As [`Peer::spawn`], inside `netns` if given (`ip netns exec`, which keeps the pid).
     pub fn spawn_in(netns: Option<&Netns>, smcd: &Path, role: &str, args: &[String]) -> Peer {
+        match netns {
+            Some(ns) => Self::spawn_with(&["ip", "netns", "exec", &ns.name], smcd, role, args),
+            None => Self::spawn_with(&[], smcd, role, args),
+        }
+    }
+
+    /// As [`Peer::spawn`], run through the command `prefix` (`setpriv --reuid ...`, `ip netns
+    /// exec NAME`) when it is not empty.
+    pub fn spawn_with(prefix: &[&str], smcd: &Path, role: &str, args: &[String]) -> Peer {
         let exe = std::env::current_exe().unwrap();
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", &ns.name]).arg(&exe);
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&exe);
                 c
             }
             None => Command::new(&exe),

@@ -8,8 +8,8 @@
 //! 0            8          16              24          32                       dmb_len
 //! | type 0xFE  | prod     | cons + flags  | reserved  | ring (dmb_len - 32)  ...  |
 //! |  (kernel SMC-D CDC header, written by the peer)   |  data written by the peer |
-//! dmb_len                 +64                 +128
-//! | rx_waiting (u32)      | tx_waiting (u32)  | ... one page of engine metadata  |
+//! dmb_len                 +64                 +128                    +192
+//! | rx_waiting (u32)      | tx_waiting (u32)  | bell locator            | owner_fetches (u32) | ...
 //! ```
 //!
 //! The first `dmb_len` bytes are exactly the kernel's SMC-D DMB: a 32-byte CDC header
@@ -23,6 +23,12 @@
 //! device calls the receiver's tasklet directly. The CDC's reserved word (bytes 24..32, which
 //! the kernel never reads) carries the connection's epoch: the owner writes a fresh one for
 //! every connection that uses the DMB, and the attacher finds its readiness bell by it.
+//!
+//! The bell locator (owner-written: pid, descriptor number and inode of the far end of the
+//! connection's readiness pair) lets the attacher take the bell straight from the owner's
+//! process with `pidfd_getfd`; `owner_fetches` (owner-written, with the connection id) tells
+//! the attacher that the owner takes the attacher's bells that way, so the attacher need not
+//! send its bell through the link group's channel (`transport::smcd`).
 //!
 //! # Trust
 //!
@@ -50,6 +56,10 @@ pub const META_LEN: usize = 4096;
 const RX_WAITING_OFFSET: usize = 0;
 /// Offset of the owner's "writer is about to sleep" word within the metadata page.
 const TX_WAITING_OFFSET: usize = 64;
+/// Offset of the owner's bell locator (pid u32, descriptor u32, inode u64) in the metadata page.
+const BELL_LOC_OFFSET: usize = 128;
+/// Offset of the owner's "I take your bells with pidfd_getfd" word in the metadata page.
+const OWNER_FETCHES_OFFSET: usize = 192;
 
 /// Smallest DMB (the kernel's `SMC_BUF_MIN_SIZE`).
 pub const DMB_MIN_LEN: usize = 16 * 1024;
@@ -177,6 +187,37 @@ impl DmbMap {
         self.atomic_u32(self.dmb_len + TX_WAITING_OFFSET)
     }
 
+    /// The owner's bell locator: process id and descriptor number (see the module docs).
+    pub fn bell_pid_fd(&self) -> (&AtomicU32, &AtomicU32) {
+        (
+            self.atomic_u32(self.dmb_len + BELL_LOC_OFFSET),
+            self.atomic_u32(self.dmb_len + BELL_LOC_OFFSET + 4),
+        )
+    }
+
+    /// The owner's bell locator: inode of the bell (checked after fetching it).
+    pub fn bell_ino(&self) -> &AtomicU64 {
+        self.meta_u64(BELL_LOC_OFFSET + 8)
+    }
+
+    /// Written by the owner: non-zero when it takes the attacher's bells with `pidfd_getfd`.
+    pub fn owner_fetches(&self) -> &AtomicU32 {
+        self.atomic_u32(self.dmb_len + OWNER_FETCHES_OFFSET)
+    }
+
+    fn meta_u64(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= META_LEN);
+        // SAFETY: 8-aligned (dmb_len is a power of two ≥ 16 KiB) inside the metadata page of
+        // a live mapping; AtomicU64 has the layout of u64.
+        unsafe {
+            &*self
+                .ptr
+                .as_ptr()
+                .add(self.dmb_len + offset)
+                .cast::<AtomicU64>()
+        }
+    }
+
     /// The connection epoch in the CDC's reserved word (see the module docs).
     pub fn epoch_word(&self) -> &AtomicU64 {
         self.atomic_u64(smc_proto::cdc::ENGINE_WORD_OFFSET)
@@ -194,6 +235,11 @@ impl DmbMap {
             .store(u64::from_ne_bytes([0xFE, 0, 0, 0, 0, 0, 0, 0]), Relaxed);
         self.rx_waiting().store(0, Relaxed);
         self.tx_waiting().store(0, Relaxed);
+        let (pid, fd) = self.bell_pid_fd();
+        pid.store(0, Relaxed);
+        fd.store(0, Relaxed);
+        self.bell_ino().store(0, Relaxed);
+        self.owner_fetches().store(0, Relaxed);
     }
 
     /// Copies `data` into the ring starting at ring offset `at` (`at < ring_len`), wrapping at

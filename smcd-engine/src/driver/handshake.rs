@@ -114,9 +114,13 @@ fn peer_v2(fce: Option<FirstContactExt>, eid: smc_proto::clc::Eid) -> PeerV2 {
 }
 
 /// Writes a fresh connection id into our DMB's engine word (before the CLC message that names
-/// the DMB: the peer reads it after attaching).
-fn stamp(own: &Dmb) -> u64 {
+/// the DMB: the peer reads it after attaching), and whether we take the peer's bells with
+/// `pidfd_getfd` (`transport::smcd`).
+fn stamp(own: &Dmb, lgr: &LinkGroup) -> u64 {
     let id = crate::transport::smcd::new_conn_id();
+    own.map
+        .owner_fetches()
+        .store(u32::from(lgr.bells.can_fetch()), Ordering::Relaxed);
     // Release: the peer reads it after the CLC message that names the DMB.
     own.map.epoch_word().store(id, Ordering::Release);
     id
@@ -506,7 +510,7 @@ impl ClientRun {
                 return Err(ReasonCode::MEM);
             }
         };
-        let own_id = stamp(&own);
+        let own_id = stamp(&own, &lgr);
         let mut held = Held {
             lgr: Arc::clone(&lgr),
             first_contact: acc.first_contact,
@@ -939,7 +943,7 @@ impl ServerRun {
         own: Arc<Dmb>,
         own_reused: bool,
     ) -> LocalBuffer {
-        let own_id = stamp(&own);
+        let own_id = stamp(&own, &lgr);
         let buf = LocalBuffer {
             token: own.token,
             len: own.map.dmb_len(),

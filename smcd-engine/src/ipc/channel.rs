@@ -60,7 +60,18 @@ pub fn recv_record(
     buf: &mut [u8],
     flags: RecvFlags,
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    recv_record_cred(sock, buf, flags).map(|(n, fds, _)| (n, fds))
+}
+
+/// [`recv_record`], with the sender's credentials as the kernel attached them (on a socket
+/// with `SO_PASSCRED`).
+pub fn recv_record_cred(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    flags: RecvFlags,
+) -> io::Result<(usize, Vec<OwnedFd>, Option<rustix::net::UCred>)> {
+    let mut space =
+        [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let msg = rustix::net::recvmsg(
         sock,
@@ -69,9 +80,12 @@ pub fn recv_record(
         flags | RecvFlags::CMSG_CLOEXEC,
     )?;
     let mut fds = Vec::new();
+    let mut cred = None;
     for m in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(rights) = m {
-            fds.extend(rights.map(crate::sys::banded));
+        match m {
+            RecvAncillaryMessage::ScmRights(rights) => fds.extend(rights.map(crate::sys::banded)),
+            RecvAncillaryMessage::ScmCredentials(c) => cred = Some(c),
+            _ => {}
         }
     }
     if msg.flags.contains(rustix::net::ReturnFlags::TRUNC)
@@ -82,7 +96,7 @@ pub fn recv_record(
             "record truncated",
         ));
     }
-    Ok((msg.bytes, fds))
+    Ok((msg.bytes, fds, cred))
 }
 
 /// Serialises a netlink message.

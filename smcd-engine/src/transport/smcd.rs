@@ -17,32 +17,49 @@
 //! - at set-up the owner of each DMB writes the connection's id into the DMB's engine word (the
 //!   CDC's reserved bytes 24..32), before the CLC message that names the DMB; the peer reads
 //!   it after attaching. No system call.
-//! - when the readiness is made, the owner sends the bell through its link group's bell
-//!   channel ([`Bells`]) tagged with the id, then sets [`BELL_SENT`] in the engine word, then
-//!   announces the event loop.
+//! - when the readiness is made, the owner writes the bell's locator (its pid, the far end's
+//!   descriptor number and inode) into its DMB's metadata page and sets [`BELL_LOCATED`] in
+//!   the engine word. Unless the peer said it takes bells that way (the `owner_fetches` word
+//!   of the peer's DMB, which the peer stamps with the connection id from what it learnt of
+//!   this link group), the owner also sends the bell through its link group's bell channel
+//!   ([`Bells`]) tagged with the id, and sets [`BELL_SENT`] too. Then it announces the event
+//!   loop.
 //! - the peer, the first time it must ring the bell (it took an announcement with the bell
-//!   bit, or it is done writing and the word says a bell was sent), takes it from the group's
-//!   channel by the id; bells of other connections found on the way are kept for them.
+//!   bit, or it is done writing and the word says there is a bell), takes it straight from the
+//!   owner's process with `pidfd_getfd` and checks its inode; where that is not allowed (another
+//!   user, a ptrace policy) or fails, from the group's channel by the id (bells of other
+//!   connections found on the way are kept for them).
+//!
+//! Why two ways: passing a Unix socket with `SCM_RIGHTS` marks the kernel's graph of in-flight
+//! Unix sockets "maybe cyclic", and while it is, every close of any Unix socket on the host
+//! queues the garbage collector: one bell per connection taxed the whole machine
+//! (docs/benchmarks.md). A bell taken with `pidfd_getfd` is never in flight. It also reaches
+//! the process that holds the connection after a fork, where a channel shared by parent and
+//! child hands a record to whichever reads first.
 //!
 //! Everything read from the local DMB is the peer's to write: the words go to the connection
 //! core as a [`HostCdc`] and are validated there.
 
 use super::{Bell, Readiness, Transport, Waiter};
 use crate::device::{Dir, Dmb, WAIT_BELL, WAIT_FUTEX};
-use crate::ipc::channel::{recv_record, send_record};
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use crate::ipc::channel::{recv_record_cred, send_record};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::net::RecvFlags;
 use smc_core::conn::{HostCdc, RemoteWrite};
 use smc_proto::cdc::{ConnStateFlags, ProducerFlags, SmcdCursorWord};
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Engine-word bit: the owner sent the bell of this connection's readiness through the link
 /// group's bell channel.
 pub const BELL_SENT: u64 = 1 << 63;
+/// Engine-word bit: the owner wrote the bell's locator into the DMB's metadata page.
+pub const BELL_LOCATED: u64 = 1 << 62;
+/// The connection id part of an engine word.
+const ID_MASK: u64 = !(BELL_SENT | BELL_LOCATED);
 
 /// Wakes the waiters of `dmb`'s owner for `dir` whose announcement `how` was taken: sleeping
 /// threads with a futex wake on the word, an event loop by ringing its bell (looked up only
@@ -62,7 +79,7 @@ fn wake<'a>(dmb: &Dmb, dir: Dir, how: u32, bell: impl FnOnce() -> Option<&'a Bel
 /// A fresh connection id for a DMB's engine word.
 pub fn new_conn_id() -> u64 {
     loop {
-        let id = crate::sys::unique_u64() & !BELL_SENT;
+        let id = crate::sys::unique_u64() & ID_MASK;
         if id != 0 {
             return id;
         }
@@ -83,7 +100,18 @@ const STASHED_MAX: usize = 1024;
 pub struct Bells {
     chan: OnceLock<OwnedFd>,
     stash: Mutex<Stash>,
+    /// Whether `pidfd_getfd` takes bells from the peer's processes: 0 (not known yet),
+    /// [`FETCH_YES`] or [`FETCH_NO`].
+    fetch: AtomicU8,
+    /// The peer process last opened (a forked peer's connections name another pid).
+    pidfd: Mutex<Option<(u32, OwnedFd)>>,
+    /// The peer engine's user, as the kernel says (see [`Bells::install`]): only bells made
+    /// by a process of that user are taken from a locator.
+    peer_uid: OnceLock<u32>,
 }
+
+const FETCH_YES: u8 = 1;
+const FETCH_NO: u8 = 2;
 
 #[derive(Debug, Default)]
 struct Stash {
@@ -100,8 +128,20 @@ impl Bells {
 
     /// Sets the channel (once; a second one is dropped). It is made non-blocking: an end
     /// that came from the peer is ours alone to set.
-    pub fn install(&self, fd: OwnedFd) {
+    ///
+    /// The peer's user comes from the kernel, never from shared memory: an end `made_by_peer`
+    /// (the client's, handed over by smcd) carries the credentials of the engine that made the
+    /// pair (`SO_PEERCRED`); on our own end the kernel attaches the sender's credentials to
+    /// every record (`SO_PASSCRED`), so the first bell the peer sends says who it is.
+    pub fn install(&self, fd: OwnedFd, made_by_peer: bool) {
         let _ = rustix::io::ioctl_fionbio(&fd, true);
+        if made_by_peer {
+            if let Ok(c) = rustix::net::sockopt::socket_peercred(&fd) {
+                let _ = self.peer_uid.set(c.uid.as_raw());
+            }
+        } else {
+            let _ = rustix::net::sockopt::set_socket_passcred(&fd, true);
+        }
         let _ = self.chan.set(fd);
     }
 
@@ -142,6 +182,77 @@ impl Bells {
         }
     }
 
+    /// Whether bells were taken from the peer's processes with `pidfd_getfd` (then our DMBs
+    /// say so, and the peer need not send its bells through the channel).
+    pub fn can_fetch(&self) -> bool {
+        self.fetch.load(Ordering::Relaxed) == FETCH_YES
+    }
+
+    /// Whether no bell was tried with `pidfd_getfd` yet.
+    fn fetch_unknown(&self) -> bool {
+        self.fetch.load(Ordering::Relaxed) == 0
+    }
+
+    /// Takes the bell the peer's process `pid` holds as descriptor `fd`, if it is still the
+    /// socket whose inode is `ino`, made by that process (`SO_PEERCRED` of a socket pair's
+    /// end: its maker) as a process of the peer engine's user. The numbers come from shared
+    /// memory: a peer that lies, or a descriptor closed and reused since, gives us nothing,
+    /// and a peer cannot make us ring a socket of a user other than its own.
+    fn fetch(&self, pid: u32, fd: u32, ino: u64) -> Option<OwnedFd> {
+        use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
+        if self.fetch.load(Ordering::Relaxed) == FETCH_NO {
+            return None;
+        }
+        // Until the kernel told us who the peer is, only the channel.
+        let peer_uid = *self.peer_uid.get()?;
+        let pid_t = Pid::from_raw(i32::try_from(pid).ok()?)?;
+        let fd = i32::try_from(fd).ok()?;
+        let mut cached = lock(&self.pidfd);
+        let mut fresh = false;
+        let got = loop {
+            if cached.as_ref().is_none_or(|(p, _)| *p != pid) {
+                let pfd = match pidfd_open(pid_t, PidfdFlags::empty()) {
+                    Ok(f) => crate::sys::banded(f),
+                    Err(e) => break Err(e),
+                };
+                *cached = Some((pid, pfd));
+                fresh = true;
+            }
+            let (_, pfd) = cached.as_ref()?;
+            match pidfd_getfd(pfd, fd, PidfdGetfdFlags::empty()) {
+                // The process we kept has ended; a new one may have its pid: open it again.
+                Err(rustix::io::Errno::SRCH) if !fresh => *cached = None,
+                r => break r,
+            }
+        };
+        drop(cached);
+        match got {
+            Ok(b) => {
+                let st = rustix::fs::fstat(&b).ok()?;
+                let sock =
+                    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket;
+                if !sock || st.st_ino != ino {
+                    return None;
+                }
+                let maker = rustix::net::sockopt::socket_peercred(&b).ok()?;
+                if maker.uid.as_raw() != peer_uid
+                    || i32::try_from(pid).ok() != Some(maker.pid.as_raw_nonzero().get())
+                {
+                    return None;
+                }
+                self.fetch.store(FETCH_YES, Ordering::Relaxed);
+                Some(crate::sys::banded(b))
+            }
+            // Not allowed (another user, a ptrace policy, no pidfd_getfd): the channel, for
+            // good.
+            Err(rustix::io::Errno::PERM | rustix::io::Errno::ACCESS | rustix::io::Errno::NOSYS) => {
+                self.fetch.store(FETCH_NO, Ordering::Relaxed);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// Takes the bell of the peer's connection `id`, looking in the channel if it is not kept
     /// yet.
     fn take(&self, id: u64) -> Option<OwnedFd> {
@@ -164,7 +275,11 @@ impl Bells {
         let mut buf = [0u8; 8];
         // A bounded number per call: a peer flooding the channel cannot hold us here.
         for _ in 0..4 * STASHED_MAX {
-            match recv_record(ch.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
+            let r = recv_record_cred(ch.as_fd(), &mut buf, RecvFlags::DONTWAIT);
+            if let Ok((_, _, Some(c))) = &r {
+                let _ = self.peer_uid.set(c.uid.as_raw());
+            }
+            match r.map(|(n, fds, _)| (n, fds)) {
                 Ok((8, mut fds)) if fds.len() == 1 => {
                     // A newer bell for the same connection replaces the older one.
                     st.bells
@@ -233,7 +348,7 @@ impl SmcdLink {
     /// the peer's `peer` (its engine word read after attaching), in the link group whose bell
     /// channel is `bells`.
     pub fn new(own: Arc<Dmb>, peer: Arc<Dmb>, own_id: u64, bells: Arc<Bells>) -> Self {
-        let peer_id = peer.map.epoch_word().load(Ordering::Acquire) & !BELL_SENT;
+        let peer_id = peer.map.epoch_word().load(Ordering::Acquire) & ID_MASK;
         bells.opened(peer_id);
         Self {
             own,
@@ -257,12 +372,42 @@ impl SmcdLink {
         if let Some(b) = self.peer_bell.get() {
             return Some(b);
         }
-        if self.peer.map.epoch_word().load(Ordering::Acquire) != self.peer_id | BELL_SENT {
+        let word = self.peer.map.epoch_word().load(Ordering::Acquire);
+        if word & ID_MASK != self.peer_id {
             return None;
         }
-        // None: the peer broke its promise; its waiters stay asleep, ours are unaffected.
-        let bell = Bell::from_fd(crate::sys::banded(self.bells.take(self.peer_id)?));
+        let located = word & BELL_LOCATED != 0;
+        let mut got = None;
+        if word & BELL_SENT != 0 {
+            // A bell in the channel is taken from there, so the channel holds no record nobody
+            // wants.
+            got = self.bells.take(self.peer_id).map(crate::sys::banded);
+            if got.is_some() && located && self.bells.fetch_unknown() {
+                // Learn once whether the peer's processes give bells by pidfd_getfd: then our
+                // DMBs say so, and the peer stops sending its bells through the channel.
+                drop(self.fetch_located());
+            }
+        }
+        if got.is_none() && located {
+            // Not in the channel (another process of ours that shares it took the record,
+            // or it was never sent): from the owner's process.
+            got = self.fetch_located();
+        }
+        // None: no bell, or the peer broke its promise; its waiters stay asleep, ours are
+        // unaffected.
+        let bell = Bell::from_fd(got?);
         Some(self.peer_bell.get_or_init(|| bell))
+    }
+
+    /// The peer's bell from the locator in its DMB (see the module docs).
+    fn fetch_located(&self) -> Option<OwnedFd> {
+        // The caller loaded the engine word with Acquire: the locator was written before it.
+        let (pid, fd) = self.peer.map.bell_pid_fd();
+        self.bells.fetch(
+            pid.load(Ordering::Relaxed),
+            fd.load(Ordering::Relaxed),
+            self.peer.map.bell_ino().load(Ordering::Relaxed),
+        )
     }
 
     /// Wakes the peer's waiters for `dir` in the ways `how` says.
@@ -325,7 +470,12 @@ impl SmcdLink {
         if tx != 0 {
             self.wake_peer(Dir::Tx, tx);
         }
-        if flags_changed && !cdc.cflags.is_empty() && !self.told_done.load(Ordering::Relaxed) {
+        // A peer that closed already (its close or abort is in our DMB) waits on nothing.
+        if flags_changed
+            && !cdc.cflags.is_empty()
+            && !self.told_done.load(Ordering::Relaxed)
+            && !self.own.peer_done()
+        {
             // We are done writing (done-writing, close or abort): the peer's descriptor shows
             // the end of stream at once, as a FIN would, even if nobody there calls in. The
             // engine word is read after the flags were stored and the fence of take_waiters:
@@ -461,27 +611,36 @@ impl Transport for SmcdLink {
             return Ok((r, false));
         }
         let r = Readiness::new()?;
-        match self.bells.send(self.own_id, r.far_end()) {
-            Ok(()) => {}
-            // The peer's engine is gone: nobody will ring, the readiness shows the end once
-            // the connection sees it.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
-                ) =>
-            {
-                return Ok((self.ready.get_or_init(|| r), true));
+        let far = r.far_end();
+        let ino = rustix::fs::fstat(far)?.st_ino;
+        let (pid, fd) = self.own.map.bell_pid_fd();
+        pid.store(std::process::id(), Ordering::Relaxed);
+        fd.store(far.as_raw_fd() as u32, Ordering::Relaxed);
+        self.own.map.bell_ino().store(ino, Ordering::Relaxed);
+        let mut word = self.own_id | BELL_LOCATED;
+        // The peer wrote it before the CLC message that named its DMB.
+        if self.peer.map.owner_fetches().load(Ordering::Relaxed) == 0 {
+            match self.bells.send(self.own_id, far) {
+                Ok(()) => word |= BELL_SENT,
+                // The peer's engine is gone: nobody will ring, the readiness shows the end
+                // once the connection sees it.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    return Ok((self.ready.get_or_init(|| r), true));
+                }
+                // No channel (yet): the locator alone.
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => {}
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
-        // After the bell is in the channel, before anyone announces an event loop: a peer that
-        // takes the announcement finds the bell. SeqCst: the caller then looks at the peer's
-        // flags (the other half of the pair in send_cdc).
-        self.own
-            .map
-            .epoch_word()
-            .store(self.own_id | BELL_SENT, Ordering::SeqCst);
+        // After the locator is written and the bell is in the channel, before anyone announces
+        // an event loop: a peer that takes the announcement finds the bell. SeqCst: the caller
+        // then looks at the peer's flags (the other half of the pair in send_cdc).
+        self.own.map.epoch_word().store(word, Ordering::SeqCst);
         // The connection's lock serialises callers: this is the only set.
         let r = self.ready.get_or_init(|| r);
         Ok((r, true))
