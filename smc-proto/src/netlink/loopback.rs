@@ -191,6 +191,7 @@ mod kind {
     pub const SIZE: u16 = 20;
     pub const PEER_GID: u16 = 21;
     pub const SYN_OPTION: u16 = 22;
+    pub const OWNER_UID: u16 = 23;
 }
 
 /// A 128-bit loopback GID: 16 bytes, big endian (first 8 = gid, last 8 = gid_ext).
@@ -336,6 +337,9 @@ attr_enum! {
         /// HELLO reply: the SMC TCP option program is attached and its two maps follow the
         /// pages (u8 0/1).
         SynOption(bool) = kind::SYN_OPTION => Flag,
+        /// `DmbAttach` reply: the user of the engine that registered the DMB (u32), as
+        /// smcd's `SO_PEERCRED` said.
+        OwnerUid(u32) = kind::OWNER_UID => U32,
     }
 }
 
@@ -410,6 +414,8 @@ impl LoopbackMessage {
         peer_gid, PeerGid, u128);
     getter!(/// The `SynOption` attribute.
         syn_option, SynOption, bool);
+    getter!(/// The `OwnerUid` attribute.
+        owner_uid, OwnerUid, u32);
 }
 
 impl GenlFamily for LoopbackMessage {

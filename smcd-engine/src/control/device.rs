@@ -469,16 +469,20 @@ impl DeviceState {
                         out.reply = Some(Err(errno(rustix::io::Errno::PERM)))
                     }
                     Some(e) => {
-                        let owner_gid = self.sessions.get(&e.owner).map_or(0, |s| s.gid);
+                        let owner = self.sessions.get(&e.owner);
+                        let owner_gid = owner.map_or(0, |s| s.gid);
                         out.fds = vec![FdRef::DmbMem(token)];
                         out.give.extend(e.handover.take());
-                        out.reply = reply(
-                            LoopbackCmd::DmbAttach,
-                            vec![
-                                LoopbackAttr::Size(e.len as u32),
-                                LoopbackAttr::Gid(owner_gid),
-                            ],
-                        );
+                        let mut attrs = vec![
+                            LoopbackAttr::Size(e.len as u32),
+                            LoopbackAttr::Gid(owner_gid),
+                        ];
+                        // Whose bells the attacher may take from the owner's processes
+                        // (transport::smcd): the kernel's word, not the engine's.
+                        if let Some(o) = owner {
+                            attrs.push(LoopbackAttr::OwnerUid(o.uid));
+                        }
+                        out.reply = reply(LoopbackCmd::DmbAttach, attrs);
                     }
                 }
             }

@@ -89,7 +89,11 @@ impl BufferProvider for LocalDevice {
                 peer,
             },
         );
-        Ok(Dmb { token, map })
+        Ok(Dmb {
+            token,
+            map,
+            owner_uid: None,
+        })
     }
 
     fn attach_dmb(&self, token: u64) -> io::Result<(Dmb, Option<OwnedFd>)> {
@@ -107,7 +111,16 @@ impl BufferProvider for LocalDevice {
             ));
         }
         let map = DmbMap::map(&r.memfd, r.len)?;
-        Ok((Dmb { token, map }, r.handover.take()))
+        // Every device of the in-process fabric serves this process.
+        let owner_uid = Some(rustix::process::geteuid().as_raw());
+        Ok((
+            Dmb {
+                token,
+                map,
+                owner_uid,
+            },
+            r.handover.take(),
+        ))
     }
 
     fn unregister_dmb(&self, token: u64) {

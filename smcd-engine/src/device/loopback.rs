@@ -46,7 +46,15 @@ impl LoopbackDevice {
         let mut fds = fds.into_iter();
         let memfd = fds.next().expect("one fd");
         let map = DmbMap::map(&memfd, size)?;
-        Ok((Dmb { token, map }, fds.next()))
+        let owner_uid = r.owner_uid();
+        Ok((
+            Dmb {
+                token,
+                map,
+                owner_uid,
+            },
+            fds.next(),
+        ))
     }
 }
 

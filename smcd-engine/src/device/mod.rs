@@ -50,6 +50,9 @@ pub struct Dmb {
     pub token: u64,
     /// The mapping.
     pub map: DmbMap,
+    /// An attached DMB: the user of the engine that owns it, as smcd learnt it from the
+    /// kernel (`None`: our own, or a device that does not say).
+    pub owner_uid: Option<u32>,
 }
 
 impl Dmb {

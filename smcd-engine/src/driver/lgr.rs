@@ -183,10 +183,9 @@ impl LinkGroup {
         Some(d)
     }
 
-    /// Installs the group's bell channel (`made_by_peer`: the end the peer handed over) and
-    /// has the housekeeping thread drain it.
-    fn install_bells(&self, fd: OwnedFd, made_by_peer: bool) {
-        self.bells.install(fd, made_by_peer);
+    /// Installs the group's bell channel and has the housekeeping thread drain it.
+    fn install_bells(&self, fd: OwnedFd) {
+        self.bells.install(fd);
         if let (Some(ep), Some(fd)) = (self.bell_ep.get(), self.bells.fd()) {
             let _ = epoll::add(
                 ep,
@@ -205,7 +204,10 @@ impl LinkGroup {
         }
         let (d, chan) = dev.attach_dmb(token)?;
         if let Some(fd) = chan {
-            self.install_bells(fd, true);
+            self.install_bells(fd);
+        }
+        if let Some(uid) = d.owner_uid {
+            self.bells.learn_peer_uid(uid);
         }
         Ok((self.keep_attached(token, Arc::new(d)), false))
     }
@@ -585,7 +587,7 @@ impl LgrTable {
         if role == Role::Server {
             match crate::device::bell_channel() {
                 Ok((kept, handed)) => {
-                    g.install_bells(kept, false);
+                    g.install_bells(kept);
                     *lock(&g.handover) = Some(handed);
                 }
                 Err(e) => tracing::debug!("no bell channel for link group {id:#x}: {e}"),

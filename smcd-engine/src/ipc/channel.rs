@@ -60,18 +60,7 @@ pub fn recv_record(
     buf: &mut [u8],
     flags: RecvFlags,
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
-    recv_record_cred(sock, buf, flags).map(|(n, fds, _)| (n, fds))
-}
-
-/// [`recv_record`], with the sender's credentials as the kernel attached them (on a socket
-/// with `SO_PASSCRED`).
-pub fn recv_record_cred(
-    sock: BorrowedFd<'_>,
-    buf: &mut [u8],
-    flags: RecvFlags,
-) -> io::Result<(usize, Vec<OwnedFd>, Option<rustix::net::UCred>)> {
-    let mut space =
-        [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let msg = rustix::net::recvmsg(
         sock,
@@ -80,12 +69,9 @@ pub fn recv_record_cred(
         flags | RecvFlags::CMSG_CLOEXEC,
     )?;
     let mut fds = Vec::new();
-    let mut cred = None;
     for m in control.drain() {
-        match m {
-            RecvAncillaryMessage::ScmRights(rights) => fds.extend(rights.map(crate::sys::banded)),
-            RecvAncillaryMessage::ScmCredentials(c) => cred = Some(c),
-            _ => {}
+        if let RecvAncillaryMessage::ScmRights(rights) = m {
+            fds.extend(rights.map(crate::sys::banded));
         }
     }
     if msg.flags.contains(rustix::net::ReturnFlags::TRUNC)
@@ -96,7 +82,7 @@ pub fn recv_record_cred(
             "record truncated",
         ));
     }
-    Ok((msg.bytes, fds, cred))
+    Ok((msg.bytes, fds))
 }
 
 /// Serialises a netlink message.

@@ -42,7 +42,7 @@
 
 use super::{Bell, Readiness, Transport, Waiter};
 use crate::device::{Dir, Dmb, WAIT_BELL, WAIT_FUTEX};
-use crate::ipc::channel::{recv_record_cred, send_record};
+use crate::ipc::channel::{recv_record, send_record};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::net::RecvFlags;
 use smc_core::conn::{HostCdc, RemoteWrite};
@@ -105,8 +105,8 @@ pub struct Bells {
     fetch: AtomicU8,
     /// The peer process last opened (a forked peer's connections name another pid).
     pidfd: Mutex<Option<(u32, OwnedFd)>>,
-    /// The peer engine's user, as the kernel says (see [`Bells::install`]): only bells made
-    /// by a process of that user are taken from a locator.
+    /// The peer engine's user, as smcd learnt it from the kernel (it comes with every DMB
+    /// attach): only bells made by a process of that user are taken from a locator.
     peer_uid: OnceLock<u32>,
 }
 
@@ -128,21 +128,16 @@ impl Bells {
 
     /// Sets the channel (once; a second one is dropped). It is made non-blocking: an end
     /// that came from the peer is ours alone to set.
-    ///
-    /// The peer's user comes from the kernel, never from shared memory: an end `made_by_peer`
-    /// (the client's, handed over by smcd) carries the credentials of the engine that made the
-    /// pair (`SO_PEERCRED`); on our own end the kernel attaches the sender's credentials to
-    /// every record (`SO_PASSCRED`), so the first bell the peer sends says who it is.
-    pub fn install(&self, fd: OwnedFd, made_by_peer: bool) {
+    pub fn install(&self, fd: OwnedFd) {
         let _ = rustix::io::ioctl_fionbio(&fd, true);
-        if made_by_peer {
-            if let Ok(c) = rustix::net::sockopt::socket_peercred(&fd) {
-                let _ = self.peer_uid.set(c.uid.as_raw());
-            }
-        } else {
-            let _ = rustix::net::sockopt::set_socket_passcred(&fd, true);
-        }
         let _ = self.chan.set(fd);
+    }
+
+    /// The peer engine's user, from smcd's answer to a DMB attach (the first one counts: a
+    /// group has one peer engine). Learnt during the handshake, so a process forked later
+    /// has it too.
+    pub fn learn_peer_uid(&self, uid: u32) {
+        let _ = self.peer_uid.set(uid);
     }
 
     /// The channel, once installed (the housekeeping thread waits on it).
@@ -275,11 +270,7 @@ impl Bells {
         let mut buf = [0u8; 8];
         // A bounded number per call: a peer flooding the channel cannot hold us here.
         for _ in 0..4 * STASHED_MAX {
-            let r = recv_record_cred(ch.as_fd(), &mut buf, RecvFlags::DONTWAIT);
-            if let Ok((_, _, Some(c))) = &r {
-                let _ = self.peer_uid.set(c.uid.as_raw());
-            }
-            match r.map(|(n, fds, _)| (n, fds)) {
+            match recv_record(ch.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
                 Ok((8, mut fds)) if fds.len() == 1 => {
                     // A newer bell for the same connection replaces the older one.
                     st.bells
