@@ -7,8 +7,9 @@
 //! - `errno` is only written when the call fails;
 //! - no panic leaves a hook: it becomes `EIO` for that call.
 
+use crate::pending;
 use crate::real;
-use crate::table::{self, CANDIDATE, LISTENER, NONE, Obj, STREAM};
+use crate::table::{self, CANDIDATE, CONNECTING, LISTENER, NONE, Obj, STREAM};
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use smcd_engine::driver::listener::ListenOptions;
 use smcd_engine::{Engine, SmcListener, SmcStream};
@@ -28,6 +29,27 @@ thread_local! {
 
 fn in_lib() -> bool {
     IN_LIB.try_with(Cell::get).unwrap_or(true)
+}
+
+/// Starts a thread of the library's own: every signal blocked (the program's `SIGALRM` or
+/// `SIGCHLD` must not land there) and all its calls the library's.
+pub(crate) fn spawn_quiet(name: &str, f: impl FnOnce() + Send + 'static) {
+    // SAFETY: plain libc calls on sigset_t values we own; the old mask is restored below.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    };
+    let _ = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _ = IN_LIB.try_with(|c| c.set(true));
+            f();
+        });
+    // SAFETY: restores this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
 }
 
 /// Runs `f` as library code (its socket calls pass through), catching panics as `EIO`.
@@ -50,7 +72,7 @@ fn errno() -> c_int {
 }
 
 /// The errno a socket call reports for `e`.
-fn errno_of(e: &io::Error) -> c_int {
+pub(crate) fn errno_of(e: &io::Error) -> c_int {
     if let Some(n) = e.raw_os_error() {
         return n;
     }
@@ -86,7 +108,7 @@ fn debug_on() -> bool {
 }
 
 /// A `SMC_DEBUG` line on stderr (written straight to descriptor 2: no buffering, no hooks).
-fn debug(msg: std::fmt::Arguments<'_>) {
+pub(crate) fn debug(msg: std::fmt::Arguments<'_>) {
     if debug_on() {
         let line = format!("smc-preload[{}]: {msg}\n", std::process::id());
         let _ = rustix::io::write(std::io::stderr(), line.as_bytes());
@@ -293,7 +315,7 @@ fn engine() -> Arc<Engine> {
 }
 
 /// The descriptor flags (`FD_CLOEXEC`) and status flags (`O_NONBLOCK`) of `fd`.
-fn fd_flags(fd: c_int) -> (bool, bool) {
+pub(crate) fn fd_flags(fd: c_int) -> (bool, bool) {
     // SAFETY: fcntl with F_GETFD/F_GETFL takes no argument.
     let (fdf, fl) = unsafe {
         (
@@ -308,7 +330,7 @@ fn fd_flags(fd: c_int) -> (bool, bool) {
 }
 
 /// Puts `src` at descriptor `dst` (replacing what was there), keeping close-on-exec as asked.
-fn place(src: c_int, dst: c_int, cloexec: bool) -> io::Result<()> {
+pub(crate) fn place(src: c_int, dst: c_int, cloexec: bool) -> io::Result<()> {
     let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
     // SAFETY: both are descriptors; dup3 replaces `dst` atomically.
     if unsafe { real::dup3(src, dst, flags) } < 0 {
@@ -369,6 +391,28 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
 /// As `connect(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    match table::kind(fd) {
+        _ if in_lib() => {}
+        CANDIDATE => {}
+        // As TCP: a connect under way, or a connection already.
+        CONNECTING => {
+            set_errno(match table::connecting(fd) {
+                Some(p) => match p.take_error_peek() {
+                    0 => libc::EALREADY,
+                    // A failed connect says why, once, as TCP's does.
+                    e if e > 0 => p.take_error(),
+                    _ => libc::EISCONN,
+                },
+                None => libc::EISCONN,
+            });
+            return -1;
+        }
+        STREAM => {
+            set_errno(libc::EISCONN);
+            return -1;
+        }
+        _ => {}
+    }
     if table::kind(fd) != CANDIDATE || in_lib() {
         // SAFETY: passed through.
         return unsafe { real::connect(fd, addr, len) };
@@ -399,6 +443,37 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     }
     let (cloexec, nonblocking) = fd_flags(fd);
     let nodelay = get_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).unwrap_or(0);
+    if nonblocking {
+        // EINPROGRESS while the handshake runs (crate::pending).
+        let r = lib(|| {
+            use crate::pending::Started;
+            Ok(
+                match pending::start(&engine(), fd, dst, cloexec, nodelay != 0)? {
+                    Started::Now(s) => Some(adopt_connected(fd, s, cloexec, true, nodelay != 0)?),
+                    Started::PlainInFlight | Started::InFlight => None,
+                },
+            )
+        });
+        return match r {
+            Ok(Some(smc)) => {
+                debug(format_args!(
+                    "connect fd {fd} to {dst}: {}",
+                    if smc { "SMC-D" } else { "TCP" }
+                ));
+                set_errno(saved);
+                0
+            }
+            Ok(None) => {
+                debug(format_args!("connect fd {fd} to {dst}: in progress"));
+                set_errno(libc::EINPROGRESS);
+                -1
+            }
+            Err(e) => {
+                debug(format_args!("connect fd {fd} to {dst}: {e}"));
+                fail(&e)
+            }
+        };
+    }
     let r = lib(|| {
         let s = SmcStream::connect_with(&engine(), dst)?;
         adopt_connected(fd, s, cloexec, nonblocking, nodelay != 0)
@@ -617,10 +692,24 @@ pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut sockle
 
 /// The stream behind `fd` if the program's call is for us.
 fn ours(fd: c_int) -> Option<Arc<table::Stream>> {
-    if table::kind(fd) == STREAM && !in_lib() {
-        table::stream(fd)
-    } else {
-        None
+    match table::kind(fd) {
+        _ if in_lib() => None,
+        STREAM => table::stream(fd),
+        CONNECTING => {
+            // Data before the connect finished: as TCP's, it waits for the end.
+            pending::settle(fd);
+            (table::kind(fd) == STREAM)
+                .then(|| table::stream(fd))
+                .flatten()
+        }
+        _ => None,
+    }
+}
+
+/// Waits for a connect under way behind `fd` (calls that need the connection).
+fn settle(fd: c_int) {
+    if table::kind(fd) == CONNECTING && !in_lib() {
+        pending::settle(fd);
     }
 }
 
@@ -1267,7 +1356,7 @@ pub unsafe extern "C" fn close_range(
 fn copied(old: c_int, new: c_int) {
     let k = table::kind(old);
     let after = match k {
-        STREAM | LISTENER => table::get(old),
+        STREAM | LISTENER | CONNECTING => table::get(old),
         _ => None,
     };
     let prev = match after {
@@ -1293,6 +1382,7 @@ fn copied(old: c_int, new: c_int) {
 /// As `dup(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    settle(fd);
     // SAFETY: passed through.
     let new = unsafe { real::dup(fd) };
     if new >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
@@ -1307,6 +1397,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// As `dup2(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
+    settle(fd);
     // SAFETY: passed through.
     let r = unsafe { real::dup2(fd, new) };
     if r >= 0 && fd != new && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
@@ -1321,6 +1412,7 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
 /// As `dup3(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
+    settle(fd);
     // SAFETY: passed through.
     let r = unsafe { real::dup3(fd, new, flags) };
     if r >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
@@ -1334,6 +1426,9 @@ fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
     if in_lib() {
         return None;
     }
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        settle(fd);
+    }
     match (table::kind(fd), cmd) {
         (STREAM | LISTENER, libc::F_GETFL) => {
             // SAFETY: F_GETFL takes no argument.
@@ -1344,6 +1439,7 @@ fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
             let nb = match table::get(fd)? {
                 Obj::Stream(s) => s.nonblocking.load(Ordering::Relaxed),
                 Obj::Listener(l) => l.nonblocking.load(Ordering::Relaxed),
+                Obj::Connecting(_) => return None,
             };
             Some((fl & !libc::O_NONBLOCK) | if nb { libc::O_NONBLOCK } else { 0 })
         }
@@ -1381,6 +1477,12 @@ fn set_nonblocking(fd: c_int, nb: bool) -> io::Result<()> {
             l.l.set_nonblocking(nb)?;
             l.nonblocking.store(nb, Ordering::Relaxed);
         }
+        // The pair's near end is the descriptor: the kernel keeps its flag.
+        Some(Obj::Connecting(_)) => rustix::io::ioctl_fionbio(
+            // SAFETY: the program's descriptor, for this call.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+            nb,
+        )?,
         None => return Err(io::Error::from_raw_os_error(libc::EBADF)),
     }
     Ok(())
@@ -1421,6 +1523,9 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 /// As `ioctl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: libc::c_ulong) -> c_int {
+    if req != libc::FIONBIO {
+        settle(fd);
+    }
     let k = table::kind(fd);
     if (k != STREAM && k != LISTENER) || in_lib() {
         // SAFETY: passed through.
@@ -1474,7 +1579,7 @@ fn tcp_of(fd: c_int) -> io::Result<c_int> {
     match table::get(fd) {
         Some(Obj::Stream(s)) => Ok(s.s.tcp_socket().as_raw_fd()),
         Some(Obj::Listener(l)) => Ok(l.l.tcp_socket().as_raw_fd()),
-        None => Err(io::Error::from_raw_os_error(libc::EBADF)),
+        Some(Obj::Connecting(_)) | None => Err(io::Error::from_raw_os_error(libc::EBADF)),
     }
 }
 
@@ -1487,6 +1592,12 @@ fn tcp_of(fd: c_int) -> io::Result<c_int> {
 /// As `getsockname(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    if let Some(r) = on_connecting(fd, |tcp, _| {
+        // SAFETY: the TCP socket under the connect, as the program asked.
+        unsafe { real::getsockname(tcp, addr, len) }
+    }) {
+        return r;
+    }
     let k = table::kind(fd);
     if (k == STREAM || k == LISTENER)
         && !in_lib()
@@ -1505,6 +1616,12 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
 /// As `getpeername(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    if let Some(r) = on_connecting(fd, |tcp, _| {
+        // SAFETY: as getsockname (ENOTCONN until the TCP connect is done, as TCP says).
+        unsafe { real::getpeername(tcp, addr, len) }
+    }) {
+        return r;
+    }
     let k = table::kind(fd);
     if (k == STREAM || k == LISTENER)
         && !in_lib()
@@ -1521,7 +1638,21 @@ fn tcp_fd(o: &Obj) -> c_int {
     match o {
         Obj::Stream(s) => s.s.tcp_socket().as_raw_fd(),
         Obj::Listener(l) => l.l.tcp_socket().as_raw_fd(),
+        // Never asked: callers look at connects under way first (on_connecting).
+        Obj::Connecting(_) => -1,
     }
+}
+
+/// `f` on the TCP socket under a connect that is under way behind `fd` (names and options
+/// need not wait for it); `None` when there is none.
+fn on_connecting(
+    fd: c_int,
+    f: impl FnOnce(c_int, &mut pending::Running) -> c_int,
+) -> Option<c_int> {
+    if table::kind(fd) != CONNECTING || in_lib() {
+        return None;
+    }
+    table::connecting(fd)?.with_tcp(|tcp, r| f(tcp.as_raw_fd(), r))
 }
 
 fn timeval_of(d: Option<Duration>) -> libc::timeval {
@@ -1544,6 +1675,25 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
+    if table::kind(fd) == CONNECTING && !in_lib() {
+        if (level, name) == (libc::SOL_SOCKET, libc::SO_ERROR) && !val.is_null() && !len.is_null() {
+            // A connect under way has no error yet; a failed one says its error once.
+            let e = table::connecting(fd).map_or(0, |p| p.take_error());
+            // SAFETY: the program's buffer of *len bytes.
+            unsafe {
+                let n = (*len as usize).min(size_of::<c_int>());
+                std::ptr::copy_nonoverlapping((&raw const e).cast::<u8>(), val.cast::<u8>(), n);
+                *len = n as socklen_t;
+            }
+            return 0;
+        }
+        if let Some(r) = on_connecting(fd, |tcp, _| {
+            // SAFETY: the TCP socket under the connect answers.
+            unsafe { real::getsockopt(tcp, level, name, val, len) }
+        }) {
+            return r;
+        }
+    }
     let k = table::kind(fd);
     let o = if (k == STREAM || k == LISTENER) && !in_lib() {
         table::get(fd)
@@ -1610,6 +1760,18 @@ pub unsafe extern "C" fn setsockopt(
     val: *const c_void,
     len: socklen_t,
 ) -> c_int {
+    if let Some(r) = on_connecting(fd, |tcp, run| {
+        // SAFETY: the program's option, on the TCP socket under the connect.
+        let r = unsafe { real::setsockopt(tcp, level, name, val, len) };
+        if r == 0 && !val.is_null() && len as usize >= size_of::<c_int>() {
+            // SAFETY: at least an int's bytes.
+            let on = unsafe { std::ptr::read_unaligned(val.cast::<c_int>()) } != 0;
+            pending::Pending::note_option(run, level, name, on);
+        }
+        r
+    }) {
+        return r;
+    }
     let k = table::kind(fd);
     let o = if (k == STREAM || k == LISTENER) && !in_lib() {
         table::get(fd)
@@ -1668,6 +1830,7 @@ pub unsafe extern "C" fn setsockopt(
 /// As `shutdown(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    settle(fd);
     let k = table::kind(fd);
     let o = if (k == STREAM || k == LISTENER) && !in_lib() {
         table::get(fd)
@@ -1696,7 +1859,34 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
         }
         // SAFETY: the listener's TCP socket.
         Some(o @ Obj::Listener(_)) => unsafe { real::shutdown(tcp_fd(&o), how) },
+        // A failed connect (or one of a forked child): nothing to shut down.
+        Some(Obj::Connecting(_)) => {
+            set_errno(libc::ENOTCONN);
+            -1
+        }
         // SAFETY: passed through.
         None => unsafe { real::shutdown(fd, how) },
     }
+}
+
+/// `epoll_ctl(2)`: registrations of a descriptor whose connect is under way are recorded, so a
+/// fallback can move them to the TCP socket (`crate::pending`).
+///
+/// # Safety
+/// As `epoll_ctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    event: *mut libc::epoll_event,
+) -> c_int {
+    if table::kind(fd) == CONNECTING
+        && !in_lib()
+        && let Some(r) = table::connecting(fd).and_then(|p| p.epoll_ctl(epfd, op, event))
+    {
+        return r;
+    }
+    // SAFETY: passed through.
+    unsafe { real::epoll_ctl(epfd, op, fd, event) }
 }

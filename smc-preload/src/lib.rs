@@ -7,7 +7,8 @@
 //!   socket, marked as a candidate. Everything the program does before `connect`/`listen`
 //!   (bind, options) happens to that socket.
 //! - `connect` to an address of this host runs the engine's connect (TCP, then CLC or the
-//!   kernel's fallback). An SMC-D connection puts its readiness socket at the program's
+//!   kernel's fallback); on a non-blocking socket it returns `EINPROGRESS` and a thread of the
+//!   library finishes the handshake (`pending`). An SMC-D connection puts its readiness socket at the program's
 //!   descriptor number (`dup3`); a fallback connection puts its TCP socket there, and from
 //!   then on the descriptor is plain TCP that the library no longer looks at. Destinations on
 //!   other hosts stay plain TCP with no cost beyond one table look.
@@ -21,10 +22,10 @@
 //!   `shutdown`, `close`, `dup*`, `fcntl`, `ioctl` and the socket options and names are
 //!   intercepted for our descriptors and go to the engine (or to the TCP socket under it).
 //!
-//! Not done yet (docs/smc-run.md): `fork` with live SMC connections, SMC-R, and interruption of
-//! a blocked SMC read or write by a signal (`EINTR`).
+//! Not done yet (docs/smc-run.md): SMC-R, and a connect under way across `fork`.
 
 mod hooks;
+mod pending;
 mod real;
 mod table;
 

@@ -94,6 +94,7 @@ reals! {
     getsockname: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     getpeername: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     sendfile: fn(out: c_int, inp: c_int, off: *mut libc::off_t, n: usize) -> isize;
+    epoll_ctl: fn(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int;
     sendfile64: fn(out: c_int, inp: c_int, off: *mut libc::off64_t, n: usize) -> isize;
     __read_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> isize;
     __recv_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int) -> isize;

@@ -23,6 +23,9 @@ pub(crate) const CANDIDATE: u8 = 1;
 pub(crate) const STREAM: u8 = 2;
 /// An SMC listener: the descriptor is the listener's readiness (an epoll instance).
 pub(crate) const LISTENER: u8 = 3;
+/// A non-blocking connect under way (`crate::pending`): the descriptor is a waiting readiness
+/// pair until it finishes.
+pub(crate) const CONNECTING: u8 = 4;
 
 static KINDS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(NONE) }; MAX_FD];
 
@@ -132,6 +135,7 @@ mod holders {
 pub(crate) enum Obj {
     Stream(Arc<Stream>),
     Listener(Arc<Listener>),
+    Connecting(Arc<crate::pending::Pending>),
 }
 
 impl Obj {
@@ -139,6 +143,7 @@ impl Obj {
         match self {
             Obj::Stream(_) => STREAM,
             Obj::Listener(_) => LISTENER,
+            Obj::Connecting(_) => CONNECTING,
         }
     }
 
@@ -146,6 +151,7 @@ impl Obj {
         match self {
             Obj::Stream(s) => &s.hold,
             Obj::Listener(l) => &l.hold,
+            Obj::Connecting(p) => &p.hold,
         }
     }
 
@@ -153,6 +159,7 @@ impl Obj {
         match self {
             Obj::Stream(s) => Arc::as_ptr(s) as usize,
             Obj::Listener(l) => Arc::as_ptr(l) as usize,
+            Obj::Connecting(p) => Arc::as_ptr(p) as usize,
         }
     }
 }
@@ -167,7 +174,13 @@ pub(crate) fn release(obj: Obj) {
     }
     match hold.slot {
         Some(slot) if !holders::drop_one(slot) => std::mem::forget(obj),
-        _ => drop(obj),
+        _ => {
+            // A connect in flight is held by the connector too: it ends it now.
+            if let Obj::Connecting(p) = &obj {
+                p.close();
+            }
+            drop(obj)
+        }
     }
 }
 
@@ -246,7 +259,7 @@ pub(crate) fn get(fd: i32) -> Option<Obj> {
 pub(crate) fn stream(fd: i32) -> Option<Arc<Stream>> {
     match get(fd)? {
         Obj::Stream(s) => Some(s),
-        Obj::Listener(_) => None,
+        _ => None,
     }
 }
 
@@ -254,7 +267,15 @@ pub(crate) fn stream(fd: i32) -> Option<Arc<Stream>> {
 pub(crate) fn listener(fd: i32) -> Option<Arc<Listener>> {
     match get(fd)? {
         Obj::Listener(l) => Some(l),
-        Obj::Stream(_) => None,
+        _ => None,
+    }
+}
+
+/// The connect in flight behind `fd`.
+pub(crate) fn connecting(fd: i32) -> Option<Arc<crate::pending::Pending>> {
+    match get(fd)? {
+        Obj::Connecting(p) => Some(p),
+        _ => None,
     }
 }
 

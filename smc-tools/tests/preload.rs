@@ -660,3 +660,83 @@ fn qperf_over_smc_d() {
         "the server's fallbacks: {mid:?} -> {after:?}"
     );
 }
+
+/// A non-blocking connect returns `EINPROGRESS` while the handshake runs (the program's
+/// descriptor meanwhile neither readable nor writable, as TCP's in `SYN_SENT`). Here the
+/// server is an SMC listener by the SYN option that answers the Proposal only after 300 ms,
+/// with a Decline: the connection falls back to TCP after the program registered the
+/// descriptor with epoll (the registration is moved to the TCP socket) or while it waits in
+/// poll (which returns), and the program then talks plain TCP over it.
+#[test]
+fn nonblocking_connect_falls_back_after_einprogress() {
+    use smc_proto::clc::{ClcMessage, Decline, ReasonCode, SMC_V2};
+    use std::io::{Read, Write};
+    let test = "nonblocking_connect_falls_back_after_einprogress";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    // The SMC option program for this process and what it starts (the preloaded client).
+    let cg = match common::test_cgroup(smcd_engine::bpf::loader::default_cgroup(), "preload") {
+        Ok(cg) => cg.clone(),
+        Err(why) => {
+            common::skip_unless(test, false, why);
+            return;
+        }
+    };
+    let smcd = Smcd::start_with(BINS, &[&format!("--bpf-cgroup={}", cg.display())]);
+    smcd.require_control_plane();
+    let e = smcd.engine();
+    let Some(a) = e.attached() else {
+        panic!("smcd is up: the engine attaches");
+    };
+    let Some(maps) = a.session.option_path() else {
+        common::skip_unless(test, false, "smcd has no SMC option program here");
+        return;
+    };
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let _keys = maps.register_listening_socket(&l).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/nb_connect.py");
+    for how in ["epoll", "poll"] {
+        let client = smc_run(
+            &smcd,
+            python(),
+            &[script.to_str().unwrap(), &port.to_string(), how],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let proposal = common::read_clc(&s).unwrap().unwrap();
+        assert!(matches!(proposal, ClcMessage::Proposal(_)), "{proposal:?}");
+        std::thread::sleep(Duration::from_millis(300));
+        s.write_all(&ClcMessage::Decline(Decline::new(ReasonCode::MEM, SMC_V2)).to_vec())
+            .unwrap();
+        let mut ping = [0u8; 4];
+        s.read_exact(&mut ping).unwrap();
+        assert_eq!(&ping, b"ping", "{how}: the client's bytes over TCP");
+        s.write_all(b"pong").unwrap();
+        let out = common::within(Duration::from_secs(30), move || client.wait_with_output())
+            .expect("the client did not finish")
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{how}: {text}");
+        let waited: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("PONG "))
+            .unwrap_or_else(|| panic!("{how}: {text}"))
+            .parse()
+            .unwrap();
+        // It waited for the Decline: the connect did not finish before returning.
+        assert!(
+            waited >= 200,
+            "{how}: writable after {waited} ms, before the Decline"
+        );
+    }
+}

@@ -12,14 +12,13 @@
 //! Needs root, `ip` and (for the capability test) BPF and cgroup v2: otherwise SKIPPED, and
 //! a failure under `CI=true`.
 
-use smc_tests::{Netns, Rng, is_root, skip_unless, skip_unless_root};
+use smc_tests::{Netns, Rng, skip_unless, skip_unless_root};
 use smcd_engine::bpf::{Maps, loader};
 use smcd_engine::smcr::{Capability, SmcrConfig, SmcrEndpoint, SmcrListener, SmcrMode, SmcrStream};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -296,20 +295,9 @@ fn smcr_first_contact_and_reuse_between_two_namespaces() {
     assert!(!sg.client && cg.client);
 }
 
-/// This process's own cgroup (as in syn_option.rs), or why there is none.
+/// This process's own cgroup, or why there is none.
 fn test_cgroup() -> &'static Result<PathBuf, String> {
-    static CG: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    CG.get_or_init(|| {
-        if !is_root() {
-            return Err("needs root (BPF, cgroups)".into());
-        }
-        let root = loader::default_cgroup().ok_or("no cgroup2 mount")?;
-        let cg = root.join(format!("smc-test-smcr-{}", std::process::id()));
-        std::fs::create_dir_all(&cg).map_err(|e| format!("mkdir {}: {e}", cg.display()))?;
-        std::fs::write(cg.join("cgroup.procs"), std::process::id().to_string())
-            .map_err(|e| format!("entering {}: {e}", cg.display()))?;
-        Ok(cg)
-    })
+    smc_tests::test_cgroup(loader::default_cgroup(), "smcr")
 }
 
 /// One round of the capability test: the server endpoint uses `srv_maps`, the client

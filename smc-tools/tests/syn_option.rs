@@ -9,43 +9,19 @@
 //! and BPF: otherwise the tests skip, and under CI=true they fail.
 
 use rustix::fd::{AsFd, AsRawFd, OwnedFd};
-use smc_tests::{Smcd, bins, is_root, skip_unless};
+use smc_tests::{Smcd, bins, skip_unless};
 use smcd_engine::bpf::{Maps, SockOption, loader};
 use smcd_engine::ipc::session::SmcdSession;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const SMC_OPT: [u8; 6] = [0xfe, 0x06, 0xe2, 0xd4, 0xc3, 0xd9];
 
-/// This process's own cgroup (made and entered once), or why there is none.
+/// This process's own cgroup, or why there is none.
 fn test_cgroup() -> &'static Result<PathBuf, String> {
-    static CG: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    CG.get_or_init(|| {
-        if !is_root() {
-            return Err("needs root (BPF, cgroups)".into());
-        }
-        let root = loader::default_cgroup().ok_or("no cgroup2 mount")?;
-        // Cgroups of earlier runs whose processes are gone.
-        if let Ok(dir) = std::fs::read_dir(&root) {
-            for e in dir.flatten() {
-                let name = e.file_name();
-                if name.to_string_lossy().starts_with("smc-test-bpf-")
-                    && std::fs::read_to_string(e.path().join("cgroup.procs"))
-                        .is_ok_and(|p| p.trim().is_empty())
-                {
-                    let _ = std::fs::remove_dir(e.path());
-                }
-            }
-        }
-        let cg = root.join(format!("smc-test-bpf-{}", std::process::id()));
-        std::fs::create_dir_all(&cg).map_err(|e| format!("mkdir {}: {e}", cg.display()))?;
-        std::fs::write(cg.join("cgroup.procs"), std::process::id().to_string())
-            .map_err(|e| format!("entering {}: {e}", cg.display()))?;
-        Ok(cg)
-    })
+    smc_tests::test_cgroup(loader::default_cgroup(), "bpf")
 }
 
 /// The program attached to this process's cgroup, or `None` after a skip.

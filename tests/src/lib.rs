@@ -90,6 +90,36 @@ pub fn raise_nofile() {
 }
 
 /// Whether we run as root (namespaces, setns, admin commands).
+/// This process's own cgroup under the cgroup2 mount `root` (made and entered once per test
+/// binary, named `smc-test-{tag}-PID`; empty ones left by earlier runs are removed), or why
+/// there is none. smcd's SMC option program attached there (`--bpf-cgroup`) covers this
+/// process and the processes it starts, and nothing else on the host.
+pub fn test_cgroup(root: Option<PathBuf>, tag: &str) -> &'static Result<PathBuf, String> {
+    static CG: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    CG.get_or_init(|| {
+        if !is_root() {
+            return Err("needs root (BPF, cgroups)".into());
+        }
+        let root = root.ok_or("no cgroup2 mount")?;
+        let prefix = format!("smc-test-{tag}-");
+        if let Ok(dir) = std::fs::read_dir(&root) {
+            for e in dir.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix)
+                    && std::fs::read_to_string(e.path().join("cgroup.procs"))
+                        .is_ok_and(|p| p.trim().is_empty())
+                {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        let cg = root.join(format!("{prefix}{}", std::process::id()));
+        std::fs::create_dir_all(&cg).map_err(|e| format!("mkdir {}: {e}", cg.display()))?;
+        std::fs::write(cg.join("cgroup.procs"), std::process::id().to_string())
+            .map_err(|e| format!("entering {}: {e}", cg.display()))?;
+        Ok(cg)
+    })
+}
+
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }

@@ -497,6 +497,21 @@ impl SmcStream {
         }
     }
 
+    /// Makes `r` this stream's readiness: a pair from
+    /// [`crate::transport::Readiness::waiting`] handed out as a non-blocking connect's
+    /// descriptor before the stream existed, so that what waits on it (an epoll set) goes on
+    /// waiting on the stream. Only before [`SmcStream::readiness_fd`] was called; an SMC stream
+    /// only.
+    pub fn adopt_readiness(&self, r: crate::transport::Readiness) -> io::Result<()> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.adopt_readiness(r),
+            Kind::Tcp { .. } => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a TCP stream's readiness is its socket",
+            )),
+        }
+    }
+
     fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
         match &self.inner.kind {
             Kind::Smc { conn, .. } => conn.read(buf),
@@ -724,6 +739,19 @@ impl SmcConnecting {
     /// When the handshake gives up, if it has begun.
     pub fn deadline(&self) -> Option<std::time::Instant> {
         self.c.deadline()
+    }
+
+    /// Whether the connect is still under way (neither finished nor failed).
+    pub fn in_progress(&self) -> bool {
+        self.done.is_none() && self.c.in_progress()
+    }
+
+    /// A connect already known to end as plain TCP (no SMC device, no SMC listener at the
+    /// destination), its TCP connect still under way: the TCP socket as it is (non-blocking,
+    /// `SO_ERROR` untouched) and the fallback's reason, for a caller that hands the socket
+    /// itself to the application. `None`, taking nothing, otherwise.
+    pub fn take_plain(&mut self) -> Option<(TcpStream, ReasonCode)> {
+        self.c.take_plain()
     }
 
     /// Goes on as far as possible without waiting: `Ok(Some)` is the connected stream (SMC or

@@ -374,18 +374,44 @@ impl Connecting {
             }
         }
         if let Ok(Some(o)) = &r {
-            let status = self.engine.status();
-            match self.path {
-                Some(Path::Option) => status.add(st::T_CLNT_PATH_OPTION, 1),
-                Some(Path::Intent) => status.add(st::T_CLNT_PATH_INTENT, 1),
-                None => {}
-            }
-            match o {
-                Outcome::Smc { .. } => status.add(st::T_CLNT_V2_SUCC, 1),
-                Outcome::Tcp(_, fb) => status.add(st::T_CLNT_FBACK + st::fback_index(fb.local), 1),
-            }
+            self.count(match o {
+                Outcome::Smc { .. } => None,
+                Outcome::Tcp(_, fb) => Some(fb.local),
+            });
         }
         r
+    }
+
+    /// Counts the finished connect: its path, and SMC or the fallback's reason.
+    fn count(&self, fallback: Option<ReasonCode>) {
+        let status = self.engine.status();
+        match self.path {
+            Some(Path::Option) => status.add(st::T_CLNT_PATH_OPTION, 1),
+            Some(Path::Intent) => status.add(st::T_CLNT_PATH_INTENT, 1),
+            None => {}
+        }
+        match fallback {
+            None => status.add(st::T_CLNT_V2_SUCC, 1),
+            Some(r) => status.add(st::T_CLNT_FBACK + st::fback_index(r), 1),
+        }
+    }
+
+    /// A connect that is plain TCP whatever its TCP connect does (no SMC device, no SMC
+    /// listener at the destination, a refusal), still in the TCP connect: its socket with the
+    /// connect in flight and `SO_ERROR` untouched, for a caller that hands it to the
+    /// application as the TCP socket it is, and the fallback's reason. Counted as that
+    /// fallback. `None` (nothing taken) in any other state.
+    pub fn take_plain(&mut self) -> Option<(TcpStream, ReasonCode)> {
+        if !matches!(&self.phase, Phase::Tcp(_, Plan::Plain(_), _)) {
+            return None;
+        }
+        let Phase::Tcp(sock, Plan::Plain(reason), _) =
+            std::mem::replace(&mut self.phase, Phase::Done)
+        else {
+            unreachable!("matched above")
+        };
+        self.count(Some(reason));
+        Some((sock, reason))
     }
 
     fn step_inner(&mut self) -> io::Result<Option<Outcome>> {

@@ -116,8 +116,10 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// The connection's readiness, if the application asked for it.
     fn readiness(&self) -> Option<&Readiness>;
     /// The connection's readiness, made now if it does not exist yet (then `true`: the caller
-    /// makes it show the connection's state). The peer can ring it from then on.
-    fn make_readiness(&self) -> io::Result<(&Readiness, bool)>;
+    /// makes it show the connection's state), or `given`: a pair made before the connection
+    /// existed (a non-blocking connect's descriptor), which must be the first. The peer can
+    /// ring it from then on.
+    fn make_readiness(&self, given: Option<Readiness>) -> io::Result<(&Readiness, bool)>;
     /// Gives the transport a way to run the connection's CDC processing when no application
     /// thread is in the connection (the kernel does it in the CDC receive tasklet): a staged
     /// transport's send buffer is pushed when the peer's window opens, whoever is there.
@@ -125,6 +127,14 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// will look itself, or the transport retries). SMC-D needs none: its bytes are in the
     /// peer's buffer when `write` returns.
     fn set_service(&self, _service: Box<dyn Fn() -> bool + Send + Sync>) {}
+}
+
+/// A connection that has its readiness already was given another.
+pub(crate) fn already_ready() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "the connection has its readiness descriptor already",
+    )
 }
 
 /// The far end of a readiness pair: ringing it changes what the near end reports.
@@ -183,6 +193,16 @@ pub struct Readiness {
 }
 
 impl Readiness {
+    /// A pair for a connection that does not exist yet (a non-blocking connect's
+    /// descriptor, as a TCP socket whose connect is under way): neither readable nor writable
+    /// until the connection, given this pair ([`crate::SmcStream::adopt_readiness`]), shows
+    /// its state.
+    pub fn waiting() -> io::Result<Self> {
+        let r = Self::new()?;
+        r.clear_writable();
+        Ok(r)
+    }
+
     /// A new pair: not readable, writable.
     pub fn new() -> io::Result<Self> {
         use rustix::net::{AddressFamily, SocketFlags, SocketType};

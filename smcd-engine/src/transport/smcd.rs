@@ -40,7 +40,7 @@
 //! Everything read from the local DMB is the peer's to write: the words go to the connection
 //! core as a [`HostCdc`] and are validated there.
 
-use super::{Bell, Readiness, Transport, Waiter};
+use super::{Bell, Readiness, Transport, Waiter, already_ready};
 use crate::device::{Dir, Dmb, WAIT_BELL, WAIT_FUTEX};
 use crate::ipc::channel::{recv_record, send_record};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -597,11 +597,17 @@ impl Transport for SmcdLink {
         self.ready.get()
     }
 
-    fn make_readiness(&self) -> io::Result<(&Readiness, bool)> {
+    fn make_readiness(&self, given: Option<Readiness>) -> io::Result<(&Readiness, bool)> {
         if let Some(r) = self.ready.get() {
-            return Ok((r, false));
+            return match given {
+                None => Ok((r, false)),
+                Some(_) => Err(already_ready()),
+            };
         }
-        let r = Readiness::new()?;
+        let r = match given {
+            Some(r) => r,
+            None => Readiness::new()?,
+        };
         let far = r.far_end();
         let ino = rustix::fs::fstat(far)?.st_ino;
         let (pid, fd) = self.own.map.bell_pid_fd();

@@ -967,11 +967,17 @@ impl<D: Device> Transport for SmcrLink<D> {
         let _ = self.side.service.set(service);
     }
 
-    fn make_readiness(&self) -> io::Result<(&Readiness, bool)> {
+    fn make_readiness(&self, given: Option<Readiness>) -> io::Result<(&Readiness, bool)> {
         if let Some(r) = self.side.ready.get() {
-            return Ok((r, false));
+            return match given {
+                None => Ok((r, false)),
+                Some(_) => Err(super::already_ready()),
+            };
         }
-        let r = Readiness::new()?;
+        let r = match given {
+            Some(r) => r,
+            None => Readiness::new()?,
+        };
         Ok((self.side.ready.get_or_init(|| r), true))
     }
 }

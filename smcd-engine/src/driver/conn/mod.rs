@@ -460,11 +460,24 @@ impl<T: Transport> SmcConn<T> {
             return Ok(r.fd());
         }
         let mut st = self.lock();
-        let (r, new) = self.link.make_readiness()?;
+        let (r, new) = self.link.make_readiness(None)?;
         if new {
             self.show_state(&mut st, r);
         }
         Ok(r.fd())
+    }
+
+    /// Makes `r` (a pair from [`crate::transport::Readiness::waiting`] whose near end the
+    /// application already waits on) the connection's readiness, showing its state: the
+    /// first readiness of the connection, or an error.
+    pub fn adopt_readiness(&self, r: crate::transport::Readiness) -> io::Result<()> {
+        self.watch_tcp(false)?;
+        let mut st = self.lock();
+        // Writable from here unless the look below finds no space (it puts the filler back).
+        r.bell().ring(Dir::Tx);
+        let (r, _) = self.link.make_readiness(Some(r))?;
+        self.show_state(&mut st, r);
+        Ok(())
     }
 
     /// A new readiness shows what the connection's state is now; both directions are

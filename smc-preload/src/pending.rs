@@ -1,0 +1,523 @@
+//! Non-blocking connects: `connect` on an `O_NONBLOCK` socket returns `EINPROGRESS` while the
+//! TCP connect or the CLC handshake is under way, as the kernel's `smc_connect` hands a
+//! non-blocking connect to its `connect_work` and reports the end through the socket's poll.
+//!
+//! The program's descriptor is meanwhile a readiness pair made for the connection that does
+//! not exist yet ([`Readiness::waiting`]): neither readable nor writable, as a TCP socket in
+//! `SYN_SENT`. One thread per process (the *connector*, an epoll loop over the connects in
+//! flight) steps each handshake as its socket becomes ready and finishes it:
+//!
+//! - **SMC-D**: the stream takes that very pair as its readiness
+//!   ([`SmcStream::adopt_readiness`]), so whatever waits on the descriptor (an epoll set, a
+//!   `poll`) sees it become writable and goes on with the stream;
+//! - **fallback** (no SMC option in the SYN-ACK, a Decline): the TCP socket is put at the
+//!   descriptor number. Registrations the program made with `epoll_ctl` meanwhile are moved to
+//!   it (the hook records them for descriptors in this state): deleted for the old file,
+//!   added again with the same events and data for the socket. The old pair is then made
+//!   writable, so a `poll` that was waiting on it returns and the program looks again;
+//! - **error**: the pair shows the end (readable, writable, hung up) and `SO_ERROR` reports
+//!   the connect's error once, as TCP's does.
+//!
+//! A connect known to be plain TCP before its TCP connect finished (no SMC device, no SMC
+//! listener there) never gets here: the TCP socket itself goes to the program, connect in
+//! flight, `SO_ERROR` untouched.
+//!
+//! Calls on the descriptor meanwhile: names and options go to the TCP socket under the connect
+//! (`TCP_NODELAY` and `TCP_CORK` are also kept for the stream); data calls, `shutdown` and
+//! `dup*` wait for the end (a program calls them once the descriptor is writable, as for TCP);
+//! `close` abandons the connect. A forked child's copy of a connect in flight has no connector
+//! and is not waited for.
+
+use crate::real;
+use crate::table::{self, Obj};
+use libc::c_int;
+use rustix::event::epoll;
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use smcd_engine::transport::Readiness;
+use smcd_engine::{SmcConnecting, SmcStream};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// An `epoll_ctl` registration of the program's descriptor made while the connect ran.
+#[derive(Debug, Clone, Copy)]
+struct Reg {
+    epfd: c_int,
+    events: u32,
+    data: u64,
+}
+
+/// Where a connect in flight stands.
+#[derive(Debug)]
+pub(crate) enum State {
+    /// Under way: the connect, the pair at the program's descriptor, what the program asked
+    /// for meanwhile.
+    Running(Box<Running>),
+    /// Finished: the descriptor is the stream's (or the TCP socket) now.
+    Done,
+    /// Failed with this errno, which `SO_ERROR` has not reported yet (0: it has).
+    Failed(c_int),
+    /// The program closed its descriptor.
+    Closed,
+}
+
+#[derive(Debug)]
+pub(crate) struct Running {
+    conn: SmcConnecting,
+    ready: Readiness,
+    regs: Vec<Reg>,
+    cloexec: bool,
+    nodelay: bool,
+    cork: bool,
+}
+
+/// A connect in flight behind one of the program's descriptors.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// The program's descriptor number.
+    fd: c_int,
+    /// The process that started it (a forked child has no connector for it).
+    pid: u32,
+    pub(crate) hold: table::Hold,
+    state: Mutex<State>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What [`start`] did.
+pub(crate) enum Started {
+    /// The connect finished at once: the stream, for the caller to put at the descriptor.
+    Now(SmcStream),
+    /// The descriptor is the TCP socket with its connect in flight (plain TCP for good).
+    PlainInFlight,
+    /// The descriptor is a waiting readiness pair; the connector finishes the connect.
+    InFlight,
+}
+
+/// Starts a non-blocking connect of the program's descriptor `fd` (`cloexec` as it was,
+/// `nodelay` as the program set it) to `dst`.
+pub(crate) fn start(
+    engine: &Arc<smcd_engine::Engine>,
+    fd: c_int,
+    dst: std::net::SocketAddr,
+    cloexec: bool,
+    nodelay: bool,
+) -> io::Result<Started> {
+    let mut conn = SmcStream::connect_nonblocking_with(engine, dst)?;
+    // On this host the TCP connect is usually done already, and the Proposal goes out here.
+    if let Some(s) = conn.try_finish()? {
+        return Ok(Started::Now(s));
+    }
+    if let Some((tcp, _)) = conn.take_plain() {
+        crate::hooks::place(tcp.as_raw_fd(), fd, cloexec)?;
+        table::set_kind(fd, table::NONE);
+        return Ok(Started::PlainInFlight);
+    }
+    let ready = Readiness::waiting()?;
+    // The program's descriptor is non-blocking: so is the pair's near end (one open file).
+    rustix::io::ioctl_fionbio(ready.fd(), true)?;
+    crate::hooks::place(ready.fd().as_raw_fd(), fd, cloexec)?;
+    let p = Arc::new(Pending {
+        fd,
+        pid: std::process::id(),
+        hold: table::Hold::new(),
+        state: Mutex::new(State::Running(Box::new(Running {
+            conn,
+            ready,
+            regs: Vec::new(),
+            cloexec,
+            nodelay,
+            cork: false,
+        }))),
+    });
+    if let Some(old) = table::insert(fd, Obj::Connecting(Arc::clone(&p))) {
+        table::release(old);
+    }
+    connector().add(p)?;
+    Ok(Started::InFlight)
+}
+
+impl Pending {
+    /// The program's descriptor is gone for good (its last copy closed): the connect is
+    /// abandoned (its TCP socket closed).
+    pub(crate) fn close(&self) {
+        let was = std::mem::replace(&mut *lock(&self.state), State::Closed);
+        drop(was);
+    }
+
+    /// The error `SO_ERROR` would report now (0: none), without taking it.
+    pub(crate) fn take_error_peek(&self) -> c_int {
+        match &*lock(&self.state) {
+            State::Failed(e) => *e,
+            State::Running(_) => 0,
+            _ => -1,
+        }
+    }
+
+    /// `SO_ERROR`: 0 while under way or after success, the connect's error once after a
+    /// failure.
+    pub(crate) fn take_error(&self) -> c_int {
+        match &mut *lock(&self.state) {
+            State::Failed(e) => std::mem::take(e),
+            _ => 0,
+        }
+    }
+
+    /// Runs `f` on the TCP socket under the connect while it is under way (names, options);
+    /// `None` once it is not.
+    pub(crate) fn with_tcp<R>(
+        &self,
+        f: impl FnOnce(BorrowedFd<'_>, &mut Running) -> R,
+    ) -> Option<R> {
+        match &mut *lock(&self.state) {
+            State::Running(r) => {
+                // The connect's socket is the TCP socket in every phase.
+                let fd = r.conn.as_fd().as_raw_fd();
+                // SAFETY: the socket lives as long as the connect, which the lock keeps.
+                let b = unsafe { BorrowedFd::borrow_raw(fd) };
+                Some(f(b, r))
+            }
+            _ => None,
+        }
+    }
+
+    /// Records an `epoll_ctl` the program made on the descriptor while the connect runs, and
+    /// makes it (under the lock, so a fallback moves exactly what was registered). `None`:
+    /// the connect is over, the call is the caller's to make.
+    pub(crate) fn epoll_ctl(
+        &self,
+        epfd: c_int,
+        op: c_int,
+        event: *mut libc::epoll_event,
+    ) -> Option<c_int> {
+        let mut st = lock(&self.state);
+        let State::Running(r) = &mut *st else {
+            return None;
+        };
+        // SAFETY: passed through, as the program asked.
+        let rc = unsafe { real::epoll_ctl(epfd, op, self.fd, event) };
+        if rc == 0 {
+            r.regs.retain(|g| g.epfd != epfd);
+            if op != libc::EPOLL_CTL_DEL && !event.is_null() {
+                // SAFETY: the program's event, valid for ADD and MOD.
+                let ev = unsafe { std::ptr::read_unaligned(event) };
+                r.regs.push(Reg {
+                    epfd,
+                    events: ev.events,
+                    data: ev.u64,
+                });
+            }
+        }
+        Some(rc)
+    }
+
+    /// `TCP_NODELAY` / `TCP_CORK` set by the program meanwhile, for the stream.
+    pub(crate) fn note_option(r: &mut Running, level: c_int, name: c_int, on: bool) {
+        match (level, name) {
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => r.nodelay = on,
+            (libc::IPPROTO_TCP, libc::TCP_CORK) => r.cork = on,
+            _ => {}
+        }
+    }
+}
+
+/// Waits until the connect behind `fd`, if there is one, is over and the descriptor is what
+/// it became (data calls, `shutdown`, `dup` made while it runs). A failed connect stays (its
+/// calls fail as TCP's do); a forked child's copy is not waited for.
+pub(crate) fn settle(fd: c_int) {
+    loop {
+        let Some(Obj::Connecting(p)) = table::get(fd) else {
+            return;
+        };
+        if p.pid != std::process::id()
+            || matches!(*lock(&p.state), State::Failed(_) | State::Closed)
+        {
+            return;
+        }
+        // Under way, or finished and about to take the descriptor over.
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// The process's connector: one thread, one epoll set of the connects in flight (one-shot,
+/// each re-armed for what its next step waits for), woken also by the earliest handshake
+/// deadline.
+struct Connector {
+    ep: OwnedFd,
+    inflight: Mutex<HashMap<u64, Arc<Pending>>>,
+    next: AtomicU64,
+    /// Pairs a fallback replaced, closed after [`RETIRE_AFTER`].
+    retired: Mutex<Vec<(Instant, Readiness)>>,
+}
+
+/// How long a replaced pair stays open (see [`finish`]).
+const RETIRE_AFTER: Duration = Duration::from_secs(1);
+
+fn connector() -> &'static Connector {
+    static C: OnceLock<&'static Connector> = OnceLock::new();
+    C.get_or_init(|| {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
+        let c: &'static Connector = Box::leak(Box::new(Connector {
+            ep: smcd_engine::sys::banded(ep),
+            inflight: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            retired: Mutex::new(Vec::new()),
+        }));
+        crate::hooks::spawn_quiet("smc-connect", move || c.run());
+        c
+    })
+}
+
+impl Connector {
+    fn add(&self, p: Arc<Pending>) -> io::Result<()> {
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        // In the map before it is armed: the answer may wake the connector at once.
+        self.inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(token, Arc::clone(&p));
+        let armed = p.with_tcp(|fd, r| {
+            epoll::add(
+                &self.ep,
+                fd,
+                epoll::EventData::new_u64(token),
+                interest(&r.conn),
+            )
+        });
+        if let Some(Err(e)) = armed {
+            self.forget(token);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn retire(&self, r: Readiness) {
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((Instant::now() + RETIRE_AFTER, r));
+    }
+
+    fn run(&self) {
+        let mut events = Vec::with_capacity(64);
+        loop {
+            let timeout = self.next_deadline().map(|d| {
+                let left = d.saturating_duration_since(Instant::now());
+                rustix::time::Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                }
+            });
+            events.clear();
+            let woken = match epoll::wait(
+                &self.ep,
+                rustix::buffer::spare_capacity(&mut events),
+                Some(&timeout.unwrap_or(rustix::time::Timespec {
+                    tv_sec: 1,
+                    tv_nsec: 0,
+                })),
+            ) {
+                Ok(_) => events.iter().map(|e| e.data.u64()).collect::<Vec<_>>(),
+                Err(_) => Vec::new(),
+            };
+            for token in woken {
+                self.step(token);
+            }
+            // Handshakes past their deadline, and connects the program abandoned.
+            let now = Instant::now();
+            let due: Vec<u64> = self
+                .inflight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter(|(_, p)| match &*lock(&p.state) {
+                    State::Running(r) => r.conn.deadline().is_some_and(|d| d <= now),
+                    _ => true,
+                })
+                .map(|(t, _)| *t)
+                .collect();
+            for token in due {
+                self.step(token);
+            }
+            self.retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(until, _)| *until > now);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(|p| match &*lock(&p.state) {
+                State::Running(r) => r.conn.deadline(),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// One step of the connect `token`; it leaves the set once it is over.
+    fn step(&self, token: u64) {
+        let Some(p) = self
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&token)
+            .cloned()
+        else {
+            return;
+        };
+        let mut st = lock(&p.state);
+        let over = match &mut *st {
+            State::Running(r) => match r.conn.try_finish() {
+                Ok(None) => {
+                    let fd = r.conn.as_fd();
+                    if epoll::modify(
+                        &self.ep,
+                        fd,
+                        epoll::EventData::new_u64(token),
+                        interest(&r.conn),
+                    )
+                    .is_err()
+                    {
+                        tracing_fail(&p, &mut st, io::Error::last_os_error());
+                    }
+                    false
+                }
+                Ok(Some(s)) => {
+                    let State::Running(r) = std::mem::replace(&mut *st, State::Done) else {
+                        unreachable!("matched above")
+                    };
+                    let _ = epoll::delete(&self.ep, r.conn.as_fd());
+                    // Not under the lock: the table lets go of this connect (Pending::close).
+                    drop(st);
+                    finish(&p, *r, s);
+                    self.forget(token);
+                    return;
+                }
+                Err(e) => {
+                    let _ = epoll::delete(&self.ep, r.conn.as_fd());
+                    tracing_fail(&p, &mut st, e);
+                    true
+                }
+            },
+            State::Done | State::Failed(_) | State::Closed => true,
+        };
+        drop(st);
+        if over {
+            self.forget(token);
+        }
+    }
+
+    fn forget(&self, token: u64) {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&token);
+    }
+}
+
+/// What the connect's next step waits for, one-shot.
+fn interest(c: &SmcConnecting) -> epoll::EventFlags {
+    let dir = if c.wants_read() {
+        epoll::EventFlags::IN
+    } else {
+        epoll::EventFlags::OUT
+    };
+    dir | epoll::EventFlags::ONESHOT
+}
+
+/// The connect failed: the pair shows the end (the program's descriptor is a copy of its near
+/// end, which stays), `SO_ERROR` will say why.
+fn tracing_fail(p: &Pending, st: &mut State, e: io::Error) {
+    let errno = crate::hooks::errno_of(&e);
+    if let State::Running(r) = std::mem::replace(st, State::Failed(errno)) {
+        r.ready.hang_up();
+    }
+    crate::hooks::debug(format_args!("connect fd {}: {e}", p.fd));
+}
+
+/// The connect finished with `s`: the stream takes the descriptor's pair, or the TCP socket
+/// takes the descriptor (see the module docs). Nothing changes if the program's descriptor is
+/// no longer this connect's (it closed it meanwhile).
+fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
+    let Running {
+        ready,
+        regs,
+        cloexec,
+        nodelay,
+        cork,
+        ..
+    } = r;
+    let mine = matches!(table::get(p.fd), Some(Obj::Connecting(q)) if Arc::ptr_eq(&q, p));
+    if !mine {
+        return;
+    }
+    // What the program set on its descriptor meanwhile (one open file with the pair).
+    let nonblocking = crate::hooks::fd_flags(p.fd).1;
+    if s.is_smc() {
+        let ok = (|| -> io::Result<()> {
+            s.set_nonblocking(nonblocking)?;
+            s.set_level_readiness(true);
+            s.set_interruptible(true);
+            s.set_nodelay(nodelay)?;
+            s.set_cork(cork)?;
+            s.adopt_readiness(ready)
+        })();
+        if let Err(e) = ok {
+            crate::hooks::debug(format_args!("connect fd {}: {e}", p.fd));
+        }
+        let stream = Obj::Stream(Arc::new(table::Stream {
+            s,
+            nonblocking: nonblocking.into(),
+            hold: table::Hold::new(),
+        }));
+        if let Some(old) = table::insert(p.fd, stream) {
+            table::release(old);
+        }
+        crate::hooks::debug(format_args!("connect fd {}: SMC-D", p.fd));
+        return;
+    }
+    let Ok(tcp) = s.into_tcp() else {
+        *lock(&p.state) = State::Failed(libc::EIO);
+        ready.hang_up();
+        return;
+    };
+    let _ = tcp.set_nonblocking(nonblocking);
+    if nodelay {
+        let _ = tcp.set_nodelay(true);
+    }
+    // Out of every epoll set with the old file, the socket at the number, back in with the
+    // program's events and data.
+    for g in &regs {
+        // SAFETY: deleting our descriptor from the program's set.
+        unsafe { real::epoll_ctl(g.epfd, libc::EPOLL_CTL_DEL, p.fd, std::ptr::null_mut()) };
+    }
+    if let Err(e) = crate::hooks::place(tcp.as_raw_fd(), p.fd, cloexec) {
+        *lock(&p.state) = State::Failed(crate::hooks::errno_of(&e));
+        ready.hang_up();
+        return;
+    }
+    if let Some(Obj::Connecting(_)) = table::remove(p.fd) {
+        // The table's reference to this connect: nothing else to end.
+    }
+    for g in &regs {
+        let mut ev = libc::epoll_event {
+            events: g.events,
+            u64: g.data,
+        };
+        // SAFETY: the program's registration, for the socket now at its number.
+        unsafe { real::epoll_ctl(g.epfd, libc::EPOLL_CTL_ADD, p.fd, &mut ev) };
+    }
+    // A poll still waiting on the old file returns, and the program looks at the number
+    // again. The pair is closed a while later: closed now, such a poll could find it hung up.
+    ready.bell().ring(smcd_engine::device::Dir::Tx);
+    connector().retire(ready);
+    crate::hooks::debug(format_args!("connect fd {}: TCP", p.fd));
+}
