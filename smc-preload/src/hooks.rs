@@ -99,6 +99,22 @@ fn fail<T: From<i8>>(e: &io::Error) -> T {
     T::from(-1)
 }
 
+/// smcd's socket as the environment named it when the library was loaded: a program may
+/// replace its environment before it forks its workers (nginx keeps only `TZ` for them), and
+/// they still need it.
+fn smcd_socket() -> &'static std::path::Path {
+    static S: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    S.get_or_init(smcd_engine::ipc::socket_path)
+}
+
+/// Reads what the library takes from the environment while it is still the one `smc-run` set
+/// (run as a constructor, before the program's `main`).
+pub(crate) extern "C" fn init() {
+    debug_on();
+    env_size("SMC_SNDBUF");
+    smcd_socket();
+}
+
 fn debug_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
@@ -305,7 +321,10 @@ fn engine() -> Arc<Engine> {
     match &*g {
         Some((p, e)) if *p == pid => Arc::clone(e),
         _ => {
-            let e = Engine::new(smcd_engine::EngineConfig::default());
+            let e = Engine::new(smcd_engine::EngineConfig {
+                socket: smcd_socket().to_path_buf(),
+                ..smcd_engine::EngineConfig::default()
+            });
             if let Some(old) = g.replace((pid, Arc::clone(&e))) {
                 std::mem::forget(old);
             }
@@ -574,11 +593,7 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         let local = l.local_addr()?;
         if let Some(old) = table::insert(
             fd,
-            Obj::Listener(Arc::new(table::Listener {
-                l,
-                nonblocking: nonblocking.into(),
-                hold: table::Hold::new(),
-            })),
+            Obj::Listener(Arc::new(table::Listener::new(l, nonblocking, backlog))),
         ) {
             table::release(old);
         }
@@ -630,7 +645,7 @@ pub unsafe extern "C" fn accept4(
     let cloexec = flags & libc::SOCK_CLOEXEC != 0;
     let nonblocking = flags & libc::SOCK_NONBLOCK != 0;
     let r = lib(|| {
-        let (s, peer) = l.l.accept()?;
+        let (s, peer) = local_listener(&l, fd)?.accept()?;
         let fd = if s.is_smc() {
             s.set_nonblocking(nonblocking)?;
             s.set_level_readiness(true);
@@ -671,6 +686,55 @@ pub unsafe extern "C" fn accept4(
         }
         Err(e) => fail(&e),
     }
+}
+
+/// The listener this process accepts with: the one it made, or (a forked worker of a server
+/// whose master listened) a view of the shared socket with this process's own engine, made
+/// at the first use here. The view's readiness then takes the program's descriptor number
+/// (`dup3`: its parked handshakes must wake this process's loop, not the other processes'),
+/// and the maker's listener tells smcd to announce no more clients to it (this process cannot
+/// see its intents; the SMC option program still tells its connections apart). Made before
+/// the program registers the number with epoll in this process (`epoll_ctl` comes here
+/// first), so no registration is left on the old file.
+fn local_listener(l: &table::Listener, fd: c_int) -> io::Result<&SmcListener> {
+    if l.pid == std::process::id() {
+        return Ok(&l.l);
+    }
+    if let Some(v) = l.own_view() {
+        return Ok(v);
+    }
+    let tcp = rustix::io::fcntl_dupfd_cloexec(l.l.tcp_socket(), 0)?;
+    let view = SmcListener::view_of(
+        &engine(),
+        std::net::TcpListener::from(smcd_engine::sys::banded(tcp)),
+        ListenOptions {
+            backlog: l.backlog,
+            limit_hs: None,
+        },
+    )?;
+    view.set_nonblocking(l.nonblocking.load(Ordering::Relaxed))?;
+    let (cloexec, _) = fd_flags(fd);
+    place(view.readiness_fd()?.as_raw_fd(), fd, cloexec)?;
+    l.l.set_shared();
+    let new = Box::into_raw(Box::new(table::View {
+        pid: std::process::id(),
+        l: view,
+    }));
+    let old = l.view.load(Ordering::Acquire);
+    match l
+        .view
+        .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+    {
+        // The old one, if any, is another process's (copied by fork): left alone.
+        Ok(_) => {}
+        Err(_) => {
+            // Another thread of ours made one first.
+            // SAFETY: ours, never published.
+            drop(unsafe { Box::from_raw(new) });
+        }
+    }
+    l.own_view()
+        .ok_or_else(|| io::Error::other("no listener view"))
 }
 
 /// `accept(2)`.
@@ -1475,6 +1539,9 @@ fn set_nonblocking(fd: c_int, nb: bool) -> io::Result<()> {
         }
         Some(Obj::Listener(l)) => {
             l.l.set_nonblocking(nb)?;
+            if let Some(v) = l.own_view() {
+                v.set_nonblocking(nb)?;
+            }
             l.nonblocking.store(nb, Ordering::Relaxed);
         }
         // The pair's near end is the descriptor: the kernel keeps its flag.
@@ -1881,11 +1948,34 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     event: *mut libc::epoll_event,
 ) -> c_int {
-    if table::kind(fd) == CONNECTING
-        && !in_lib()
-        && let Some(r) = table::connecting(fd).and_then(|p| p.epoll_ctl(epfd, op, event))
-    {
-        return r;
+    match table::kind(fd) {
+        _ if in_lib() => {}
+        CONNECTING => {
+            if let Some(r) = table::connecting(fd).and_then(|p| p.epoll_ctl(epfd, op, event)) {
+                return r;
+            }
+        }
+        LISTENER if op != libc::EPOLL_CTL_DEL => {
+            if let Some(l) = table::listener(fd) {
+                let saved = errno();
+                if let Err(e) = lib(|| local_listener(&l, fd).map(drop)) {
+                    return fail(&e);
+                }
+                set_errno(saved);
+            }
+            if !event.is_null() {
+                // A listener's readiness is an epoll set, for which the kernel refuses
+                // EPOLLEXCLUSIVE (nginx's workers ask for it): every waiter is woken, and
+                // the ones that find nothing get EAGAIN from accept.
+                // SAFETY: the program's event, valid for ADD and MOD.
+                unsafe {
+                    let mut ev = std::ptr::read_unaligned(event);
+                    ev.events &= !(libc::EPOLLEXCLUSIVE as u32);
+                    return real::epoll_ctl(epfd, op, fd, &mut ev);
+                }
+            }
+        }
+        _ => {}
     }
     // SAFETY: passed through.
     unsafe { real::epoll_ctl(epfd, op, fd, event) }

@@ -30,3 +30,8 @@ mod real;
 mod table;
 
 pub(crate) use hooks::set_errno;
+
+/// The environment is read before the program runs (see `hooks::init`).
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = hooks::init;

@@ -44,6 +44,43 @@ pub(crate) struct Listener {
     pub(crate) l: SmcListener,
     pub(crate) nonblocking: AtomicBool,
     pub(crate) hold: Hold,
+    /// The process that made it (the one whose engine registered it).
+    pub(crate) pid: u32,
+    /// This process's view of the socket when it is not that process (a forked worker):
+    /// see `hooks::local_listener`. A view of another process (copied by `fork`) is never
+    /// used or freed here.
+    pub(crate) view: std::sync::atomic::AtomicPtr<View>,
+    /// The backlog the program asked for.
+    pub(crate) backlog: u32,
+}
+
+/// A process's own listener on a socket another process made an SMC listener of.
+#[derive(Debug)]
+pub(crate) struct View {
+    pub(crate) pid: u32,
+    pub(crate) l: SmcListener,
+}
+
+impl Listener {
+    pub(crate) fn new(l: SmcListener, nonblocking: bool, backlog: u32) -> Self {
+        Self {
+            l,
+            nonblocking: nonblocking.into(),
+            hold: Hold::new(),
+            pid: std::process::id(),
+            view: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            backlog,
+        }
+    }
+
+    /// This process's view, if it made one.
+    pub(crate) fn own_view(&self) -> Option<&SmcListener> {
+        let v = self.view.load(Ordering::Acquire);
+        // SAFETY: a published view is never freed (a process's view lives as long as the
+        // listener; another process's, copied by fork, is leaked).
+        let v = unsafe { v.as_ref() }?;
+        (v.pid == std::process::id()).then_some(&v.l)
+    }
 }
 
 /// Who holds an object: descriptors of this process, and processes (`fork` shares every

@@ -449,8 +449,12 @@ fn redis_over_smc_d() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// nginx (epoll edge-triggered, sendfile, TCP_CORK, accept4 non-blocking) with wrk (threads,
-/// non-blocking connect) over keep-alive and `Connection: close`, and curl for the bytes.
+/// nginx as it runs by default, a master that listens and workers it forks that accept
+/// (two here, as user nobody; epoll edge-triggered with `EPOLLEXCLUSIVE` on the listener,
+/// sendfile, TCP_CORK, accept4 non-blocking), with wrk (threads, non-blocking connect) over
+/// keep-alive and `Connection: close`, and curl for the bytes. Each worker accepts with an
+/// engine of its own (`hooks::local_listener`) and tells SMC clients apart by the SMC option,
+/// so smcd runs the option program for this test's processes.
 #[test]
 fn nginx_and_wrk_over_smc_d() {
     let test = "nginx_and_wrk_over_smc_d";
@@ -458,17 +462,22 @@ fn nginx_and_wrk_over_smc_d() {
         return;
     }
     let nginx = "nginx";
-    let smcd = Smcd::start(BINS);
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
     smcd.require_control_plane();
     let (dir, data) = site("preload-nginx", 64 * 1024 + 3);
     std::fs::write(dir.join("4k.html"), &data[..4096]).unwrap();
+    // The workers run as nobody: they must read the files.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let port = free_port();
     let conf = dir.join("nginx.conf");
     std::fs::create_dir_all(dir.join("tmp")).unwrap();
     std::fs::write(
         &conf,
         format!(
-            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
+            "daemon off; worker_processes 2; user nobody nogroup; pid {d}/nginx.pid;\n\
              error_log {d}/error.log warn;\n\
              events {{ worker_connections 4096; use epoll; }}\n\
              http {{ access_log off; sendfile on; tcp_nopush on; keepalive_requests 1000000;\n\
@@ -661,6 +670,22 @@ fn qperf_over_smc_d() {
     );
 }
 
+/// smcd with the SMC option program attached to this test's cgroup (its processes and the
+/// programs it starts), or `None` after a skip.
+fn option_smcd(test: &str) -> Option<Smcd> {
+    let cg = match common::test_cgroup(smcd_engine::bpf::loader::default_cgroup(), "preload") {
+        Ok(cg) => cg.clone(),
+        Err(why) => {
+            common::skip_unless(test, false, why);
+            return None;
+        }
+    };
+    Some(Smcd::start_with(
+        BINS,
+        &[&format!("--bpf-cgroup={}", cg.display())],
+    ))
+}
+
 /// A non-blocking connect returns `EINPROGRESS` while the handshake runs (the program's
 /// descriptor meanwhile neither readable nor writable, as TCP's in `SYN_SENT`). Here the
 /// server is an SMC listener by the SYN option that answers the Proposal only after 300 ms,
@@ -675,15 +700,9 @@ fn nonblocking_connect_falls_back_after_einprogress() {
     if !need(test, &["python3"]) {
         return;
     }
-    // The SMC option program for this process and what it starts (the preloaded client).
-    let cg = match common::test_cgroup(smcd_engine::bpf::loader::default_cgroup(), "preload") {
-        Ok(cg) => cg.clone(),
-        Err(why) => {
-            common::skip_unless(test, false, why);
-            return;
-        }
+    let Some(smcd) = option_smcd(test) else {
+        return;
     };
-    let smcd = Smcd::start_with(BINS, &[&format!("--bpf-cgroup={}", cg.display())]);
     smcd.require_control_plane();
     let e = smcd.engine();
     let Some(a) = e.attached() else {

@@ -81,6 +81,26 @@ impl SmcListener {
         })
     }
 
+    /// A view of `tcp`, a listening socket shared with the process that made it an SMC
+    /// listener (a forked worker): this process accepts from it with `engine`, and nothing is
+    /// registered (see `ListenerCore::start_view`).
+    pub fn view_of(
+        engine: &Arc<Engine>,
+        tcp: TcpListener,
+        opts: ListenOptions,
+    ) -> io::Result<SmcListener> {
+        Ok(SmcListener {
+            core: ListenerCore::start_view(Arc::clone(engine), tcp, opts)?,
+        })
+    }
+
+    /// Another process accepts from this listener's socket too (it has a
+    /// [`SmcListener::view_of`]): smcd stops announcing clients to this listener, whose
+    /// intents that process cannot see. Connections keep being told apart by the SMC option.
+    pub fn set_shared(&self) {
+        self.core.set_shared();
+    }
+
     /// The TCP listener itself (for its socket options and names).
     pub fn tcp_socket(&self) -> BorrowedFd<'_> {
         self.core.tcp_socket()

@@ -89,9 +89,12 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Whether an SMC handshake would be refused now (limitation on and congested).
+    /// Whether an SMC handshake would be refused now: limitation on and congested, or the
+    /// socket shared by processes that cannot see intents (`ListenerPage::set_shared`).
     pub fn refuses_smc(&self) -> bool {
-        self.hs_limit && self.page.as_ref().is_some_and(ListenerPage::congested)
+        self.page
+            .as_ref()
+            .is_some_and(|p| p.shared() || (self.hs_limit && p.congested()))
     }
 }
 

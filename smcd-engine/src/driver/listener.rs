@@ -279,6 +279,10 @@ pub struct ListenerCore {
     intents: Mutex<HashMap<SocketAddr, VecDeque<Announced>>>,
     page: Option<ListenerPage>,
     _slot: LstSlot,
+    /// Another process's view of a listening socket it shares with the process that made the
+    /// listener (`ListenerCore::start_view`): no registration of its own, and closing it
+    /// leaves the socket listening.
+    view: bool,
     closed: AtomicBool,
     nonblocking: AtomicBool,
     readiness: OnceLock<OwnedFd>,
@@ -398,6 +402,38 @@ impl ListenerCore {
         tcp: TcpListener,
         opts: ListenOptions,
     ) -> io::Result<Arc<Self>> {
+        Self::start_inner(engine, tcp, opts, false)
+    }
+
+    /// Accepts from `tcp`, a listening socket another process made an SMC listener of and
+    /// this process shares with it (a forked worker of a server whose master listened), with
+    /// this process's `engine`: nothing is registered (the maker's registration stands for
+    /// the socket); the SMC option program's map says which accepted connections carry a
+    /// Proposal. Intents go to the maker's channel, which this process does not read: the
+    /// maker's listener must say so to smcd ([`ListenerCore::set_shared`]).
+    pub fn start_view(
+        engine: Arc<Engine>,
+        tcp: TcpListener,
+        opts: ListenOptions,
+    ) -> io::Result<Arc<Self>> {
+        Self::start_inner(engine, tcp, opts, true)
+    }
+
+    /// Another process accepts from this listener's socket too: smcd answers intents for it
+    /// with plain TCP from now on (only the SMC option tells those processes' connections
+    /// apart).
+    pub fn set_shared(&self) {
+        if let Some(p) = &self.page {
+            p.set_shared();
+        }
+    }
+
+    fn start_inner(
+        engine: Arc<Engine>,
+        tcp: TcpListener,
+        opts: ListenOptions,
+        view: bool,
+    ) -> io::Result<Arc<Self>> {
         tcp.set_nonblocking(true)?;
         let local = tcp.local_addr()?;
         // Register first: the namespace's sysctls come from smcd, and the slot below must
@@ -441,6 +477,7 @@ impl ListenerCore {
             intents: Mutex::new(HashMap::new()),
             page,
             _slot: slot,
+            view,
             closed: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
             readiness: OnceLock::new(),
@@ -453,7 +490,19 @@ impl ListenerCore {
             inline: Mutex::new(Inline::default()),
             inline_count: AtomicUsize::new(0),
         });
-        core.register();
+        if view {
+            // The option program's map, for looking up accepted connections only.
+            let lookup = core.engine.attached().and_then(|a| {
+                let maps = a.session.option_path()?.try_clone().ok()?;
+                Some(OptionReg {
+                    maps,
+                    keys: Vec::new(),
+                })
+            });
+            *lock(&core.option) = lookup;
+        } else {
+            core.register();
+        }
         Ok(core)
     }
 
@@ -527,7 +576,7 @@ impl ListenerCore {
 
     /// After smcd went away, tries to register again (at most once a second).
     fn reregister_if_needed(self: &Arc<Self>) {
-        if lock(&self.chan).is_some() || self.closed.load(Ordering::Acquire) {
+        if self.view || lock(&self.chan).is_some() || self.closed.load(Ordering::Acquire) {
             return;
         }
         if lock(&self.last_register).is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
@@ -1592,7 +1641,10 @@ impl ListenerCore {
     /// exit.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        let _ = rustix::net::shutdown(&self.tcp, rustix::net::Shutdown::Read);
+        if !self.view {
+            // (A view's socket listens on for the processes that share it.)
+            let _ = rustix::net::shutdown(&self.tcp, rustix::net::Shutdown::Read);
+        }
         let ready: Vec<_> = lock(&self.state).ready.drain(..).collect();
         drop(ready);
         *lock(&self.chan) = None;

@@ -405,6 +405,7 @@ impl ListenerTable {
 pub const LP_LEN: usize = PAGE;
 const LP_CONGESTED: usize = 0;
 const LP_IN_PROGRESS: usize = 4;
+const LP_SHARED: usize = 8;
 
 /// A listener's own page: written by the listener's engine, read by smcd and by clients that
 /// want to know, without asking, whether the listener would take an SMC handshake now.
@@ -433,6 +434,18 @@ impl ListenerPage {
         self.r
             .u32_at(LP_CONGESTED)
             .store(u32::from(congested), Release);
+    }
+
+    /// Listener: processes other than its own accept from its socket (forked workers), and
+    /// only the SMC option tells their connections apart: smcd must not announce clients to
+    /// it any more (for good).
+    pub fn set_shared(&self) {
+        self.r.u32_at(LP_SHARED).store(1, Release);
+    }
+
+    /// Whether the listener's socket is shared by processes that do not read its intents.
+    pub fn shared(&self) -> bool {
+        self.r.u32_at(LP_SHARED).load(Acquire) != 0
     }
 
     /// Whether the handshake work is congested.
