@@ -138,6 +138,21 @@ fn kill(mut c: Child) {
     let _ = c.wait();
 }
 
+/// Stops a server that has worker processes (nginx): SIGTERM, so its master stops them (a
+/// killed master leaves its workers serving), then SIGKILL after 10 s.
+fn terminate(mut c: Child) {
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < until {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(c);
+}
+
 /// Both ends preloaded: python's http.server and curl talk over SMC-D (http.server speaks
 /// HTTP/1.0, so every request is a connection of its own: five here, one curl run fetching
 /// two); every byte arrives.
@@ -519,7 +534,7 @@ fn nginx_and_wrk_over_smc_d() {
     }
     // curl, 50 keep-alive connections, then at least as many with Connection: close.
     assert_smc_since(&smcd, before, 2 * 101, 1);
-    kill(server);
+    terminate(server);
     let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
     assert!(!log.contains("[alert]") && !log.contains("[crit]"), "{log}");
     let _ = std::fs::remove_dir_all(dir);

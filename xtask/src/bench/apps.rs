@@ -78,6 +78,31 @@ impl Env {
         c
     }
 
+    /// Sets smcd's knob `name` (the namespace's sysctl); its value before.
+    fn sysctl(&self, name: &str, value: u64) -> anyhow::Result<u64> {
+        let ctl = |args: &[&str]| {
+            Command::new(self.bin.join("smcctl"))
+                .args(args)
+                .env("SMCD_SOCKET", &self.sock)
+                .output()
+        };
+        let old = ctl(&["sysctl", "get", name])?;
+        let old = String::from_utf8_lossy(&old.stdout);
+        let old: u64 = old
+            .rsplit('=')
+            .next()
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("smcctl sysctl get {name}: {old}"))?;
+        let st = ctl(&["sysctl", "set", &format!("{name}={value}")])?;
+        if !st.status.success() {
+            bail!(
+                "smcctl sysctl set {name} {value}: {}",
+                String::from_utf8_lossy(&st.stderr)
+            );
+        }
+        Ok(old)
+    }
+
     /// SMC-D and fallback connections smcd counted so far.
     fn counts(&self) -> (u64, u64) {
         let out = Command::new(self.bin.join("smcctl"))
@@ -192,25 +217,56 @@ type Measure = Box<dyn Fn(&Env, bool) -> anyhow::Result<f64>>;
 
 /// One point: how to measure it once (returns the figure), and which way is better.
 struct Point {
-    table: &'static str,
+    table: String,
     name: String,
     unit: &'static str,
     lower_is_better: bool,
+    /// smcd's knobs for the SMC runs of this point (set before each, put back after).
+    sysctls: Vec<(&'static str, u64)>,
+    /// The SMC column preloads the client only, against a plain server (what a program that
+    /// falls back pays for the library).
+    client_only: bool,
     run: Measure,
+}
+
+impl Point {
+    fn new(
+        table: &str,
+        name: String,
+        unit: &'static str,
+        lower_is_better: bool,
+        run: Measure,
+    ) -> Self {
+        Point {
+            table: table.to_string(),
+            name,
+            unit,
+            lower_is_better,
+            sysctls: Vec::new(),
+            client_only: false,
+            run,
+        }
+    }
+
+    fn with(mut self, table: &str, sysctls: &[(&'static str, u64)]) -> Self {
+        self.table = table.to_string();
+        self.sysctls = sysctls.to_vec();
+        self
+    }
 }
 
 fn qperf_point(test: &'static str, size: usize, secs: u32) -> Point {
     let lat = test == "tcp_lat";
-    Point {
-        table: if lat {
+    Point::new(
+        if lat {
             "qperf tcp_lat (autocorking series)"
         } else {
             "qperf tcp_bw (autocorking series)"
         },
-        name: format!("{size} B"),
-        unit: if lat { "us" } else { "MB/s" },
-        lower_is_better: lat,
-        run: Box::new(move |env, smc| {
+        format!("{size} B"),
+        if lat { "us" } else { "MB/s" },
+        lat,
+        Box::new(move |env, smc| {
             let port = free_port();
             let p = port.to_string();
             let _s = server(env, smc, "qperf", &["-lp", &p], port)?;
@@ -236,23 +292,27 @@ fn qperf_point(test: &'static str, size: usize, secs: u32) -> Point {
             number_after(&out, if lat { " latency " } else { " bw " })
                 .with_context(|| format!("qperf said: {out}"))
         }),
-    }
+    )
 }
 
+/// sockperf's largest message (its server must be told: `-m`).
+const SOCKPERF_MAX: usize = 1_048_575;
+
 fn sockperf_point(size: usize, secs: u32) -> Point {
-    Point {
-        table: "sockperf pp (autosplit series; 65,000 B is sockperf's largest TCP message)",
-        name: format!("{size} B"),
-        unit: "us",
-        lower_is_better: true,
-        run: Box::new(move |env, smc| {
+    Point::new(
+        "sockperf pp p50 (loopback-ism series)",
+        format!("{size} B"),
+        "us",
+        true,
+        Box::new(move |env, smc| {
             let port = free_port();
             let p = port.to_string();
+            let max = SOCKPERF_MAX.to_string();
             let _s = server(
                 env,
                 smc,
                 "sockperf",
-                &["sr", "--tcp", "-i", "127.0.0.1", "-p", &p],
+                &["sr", "--tcp", "-i", "127.0.0.1", "-p", &p, "-m", &max],
                 port,
             )?;
             let out = output(
@@ -278,21 +338,25 @@ fn sockperf_point(size: usize, secs: u32) -> Point {
             number_after(&out, "percentile 50.000 =")
                 .with_context(|| format!("sockperf said: {out}"))
         }),
-    }
+    )
 }
 
-fn redis_point(test: &'static str, requests: u32) -> Point {
-    Point {
-        table: "redis-benchmark -P 16, 50 clients (loopback-ism series)",
-        name: test.to_uppercase(),
-        unit: "req/s",
-        lower_is_better: false,
-        run: Box::new(move |env, smc| {
+fn redis_point(test: &'static str, requests: u32, client_only: bool) -> Point {
+    let mut p = Point::new(
+        if client_only {
+            "fallback cost: redis-benchmark -P 16, 50 clients, against a plain redis-server (SMC column: client under smc-run)"
+        } else {
+            "redis-benchmark -P 16, 50 clients (loopback-ism series)"
+        },
+        test.to_uppercase(),
+        "req/s",
+        false,
+        Box::new(move |env, smc| {
             let port = free_port();
             let p = port.to_string();
             let _s = server(
                 env,
-                smc,
+                smc && !client_only,
                 "redis-server",
                 &[
                     "--port",
@@ -334,7 +398,9 @@ fn redis_point(test: &'static str, requests: u32) -> Point {
             line.and_then(|l| number_after(l, &key))
                 .with_context(|| format!("redis-benchmark said: {out}"))
         }),
-    }
+    );
+    p.client_only = client_only;
+    p
 }
 
 fn nginx_conf(dir: &Path, port: u16) -> anyhow::Result<PathBuf> {
@@ -358,16 +424,16 @@ fn nginx_conf(dir: &Path, port: u16) -> anyhow::Result<PathBuf> {
 }
 
 fn nginx_point(conns: u32, close: bool, secs: u32) -> Point {
-    Point {
-        table: if close {
-            "nginx + wrk, Connection: close (short-lived and lgr-pending series)"
+    Point::new(
+        if close {
+            "nginx + wrk, Connection: close, handshake limitation off (short-lived and lgr-pending series)"
         } else {
             "nginx + wrk, keep-alive (loopback-ism series)"
         },
-        name: format!("{conns} connections"),
-        unit: "req/s",
-        lower_is_better: false,
-        run: Box::new(move |env, smc| {
+        format!("{conns} connections"),
+        "req/s",
+        false,
+        Box::new(move |env, smc| {
             let port = free_port();
             let conf = nginx_conf(&env.dir, port)?;
             let _s = server(
@@ -400,7 +466,7 @@ fn nginx_point(conns: u32, close: bool, secs: u32) -> Point {
             }
             number_after(&out, "Requests/sec:").with_context(|| format!("wrk said: {out}"))
         }),
-    }
+    )
 }
 
 fn median(v: &mut [f64]) -> Option<f64> {
@@ -462,21 +528,65 @@ pub fn run(
     for s in &sizes {
         points.push(qperf_point("tcp_bw", *s, secs));
     }
+    // SMC-D never corks (as the kernel's SMC-D: a CDC completes when it is stored), so the
+    // autocorking ablation must show no change there; SMC-R's is in `--smcr`.
+    let few: &[usize] = if quick {
+        &[1, 64, 1024]
+    } else {
+        &[1, 16, 256, 4096, 65536]
+    };
+    for s in few {
+        points.push(qperf_point("tcp_bw", *s, secs).with(
+            "qperf tcp_bw, SMC with autocorking off (autocorking_size 0)",
+            &[("autocorking_size", 0)],
+        ));
+    }
     for s in [14, 1400, 16384, 65000] {
         points.push(sockperf_point(s, secs));
     }
+    // The autosplit series: wmem = rmem = 512 KiB, autosplit on (128 KiB) and off.
+    let big = [128 * 1024, 256 * 1024, 512 * 1024, SOCKPERF_MAX];
+    for (title, split) in [
+        (
+            "sockperf pp p50, 512 KiB buffers, autosplit on (autosplit series)",
+            131_072,
+        ),
+        (
+            "sockperf pp p50, 512 KiB buffers, autosplit off",
+            536_870_912,
+        ),
+    ] {
+        for s in big {
+            points.push(sockperf_point(s, secs).with(
+                title,
+                &[
+                    ("wmem", 524_288),
+                    ("rmem", 524_288),
+                    ("autosplit_size", split),
+                ],
+            ));
+        }
+    }
     let n = if quick { 100_000 } else { 1_000_000 };
-    points.push(redis_point("set", n));
-    points.push(redis_point("get", n));
+    points.push(redis_point("set", n, false));
+    points.push(redis_point("get", n, false));
     points.push(nginx_point(100, false, secs));
     let closes: &[u32] = if quick { &[8, 64] } else { &[8, 64, 512, 2048] };
     for c in closes {
         points.push(nginx_point(*c, true, secs));
     }
+    for c in closes {
+        points.push(nginx_point(*c, true, secs).with(
+            "nginx + wrk, Connection: close, handshake limitation on (limit_smc_hs 1)",
+            &[("limit_smc_hs", 1)],
+        ));
+    }
+    points.push(redis_point("set", n, true));
+    points.push(redis_point("get", n, true));
     let mut ok = true;
     let mut rows = Vec::new();
     let mut table = String::new();
-    let mut last_table = "";
+    let mut last_table = String::new();
     for p in &points {
         if p.table != last_table {
             table.push_str(&format!(
@@ -488,16 +598,30 @@ pub fn run(
                 "SMC/TCP",
                 "SMC-D"
             ));
-            last_table = p.table;
+            last_table.clone_from(&p.table);
         }
         let (mut tcp, mut smc) = (Vec::new(), Vec::new());
         let mut errors = Vec::new();
         let before = env.counts();
         for _ in 0..reps {
             for (mode, v) in [(false, &mut tcp), (true, &mut smc)] {
+                let mut old = Vec::new();
+                if mode {
+                    for (k, val) in &p.sysctls {
+                        match env.sysctl(k, *val) {
+                            Ok(o) => old.push((*k, o)),
+                            Err(e) => errors.push(format!("SMC: {e:#}")),
+                        }
+                    }
+                }
                 match (p.run)(&env, mode) {
                     Ok(x) => v.push(x),
                     Err(e) => errors.push(format!("{}: {e:#}", if mode { "SMC" } else { "TCP" })),
+                }
+                for (k, o) in old.into_iter().rev() {
+                    if let Err(e) = env.sysctl(k, o) {
+                        errors.push(format!("SMC: {e:#}"));
+                    }
                 }
             }
         }
@@ -506,6 +630,7 @@ pub fn run(
         // The fallbacks the readiness probes make (one plain connection per server start).
         let probes = 2 * reps as u64;
         let share = (ds + df.saturating_sub(probes)).max(1);
+        // Client-only points measure fallbacks: their share of SMC-D is expected to be 0.
         let share = ds as f64 / share as f64;
         let (t, s) = (median(&mut tcp), median(&mut smc));
         let ratio = t.zip(s).map(|(t, s)| s / t);
