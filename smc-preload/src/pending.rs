@@ -137,7 +137,10 @@ pub(crate) fn start(
     if let Some(old) = table::insert(fd, Obj::Connecting(Arc::clone(&p))) {
         table::release(old);
     }
-    connector().add(p)?;
+    if let Err(e) = connector().add(Arc::clone(&p)) {
+        // Nobody would finish it: it failed, as the descriptor and SO_ERROR will say.
+        tracing_fail(&p, &mut lock(&p.state), e);
+    }
     Ok(Started::InFlight)
 }
 
@@ -325,7 +328,7 @@ impl Connector {
                 Err(_) => Vec::new(),
             };
             for token in woken {
-                self.step(token);
+                self.step_caught(token);
             }
             // Handshakes past their deadline, and connects the program abandoned.
             let now = Instant::now();
@@ -341,7 +344,7 @@ impl Connector {
                 .map(|(t, _)| *t)
                 .collect();
             for token in due {
-                self.step(token);
+                self.step_caught(token);
             }
             self.retired
                 .lock()
@@ -360,6 +363,26 @@ impl Connector {
                 _ => None,
             })
             .min()
+    }
+
+    /// [`Connector::step`]; a panic there fails that connect instead of ending the thread
+    /// every connect in flight needs.
+    fn step_caught(&self, token: u64) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step(token)));
+        if r.is_err() {
+            let p = self
+                .inflight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&token);
+            if let Some(p) = p {
+                tracing_fail(
+                    &p,
+                    &mut lock(&p.state),
+                    io::Error::from_raw_os_error(libc::EIO),
+                );
+            }
+        }
     }
 
     /// One step of the connect `token`; it leaves the set once it is over.
@@ -472,6 +495,10 @@ fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
         })();
         if let Err(e) = ok {
             crate::hooks::debug(format_args!("connect fd {}: {e}", p.fd));
+        }
+        if !matches!(*lock(&p.state), State::Done) {
+            // The program closed its descriptor meanwhile: the stream ends here.
+            return;
         }
         let stream = Obj::Stream(Arc::new(table::Stream {
             s,

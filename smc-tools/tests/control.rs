@@ -491,19 +491,7 @@ fn engine_family_commands() {
 #[test]
 fn unprivileged_callers_may_only_look() {
     let smcd = Smcd::start(BINS);
-    let kv = child(
-        &smcd,
-        &[
-            "setpriv",
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-        ],
-        "nobody",
-        &[],
-    );
+    let kv = child(&smcd, common::AS_NOBODY, "nobody", &[]);
     assert_eq!(kv["UID"], "65534");
     for k in ["SYSINFO", "STATS", "UEIDS"] {
         assert_eq!(kv[k], "DONE", "{k}");

@@ -1214,6 +1214,12 @@ fn echo_bells(prefix: &[&str], n: usize, lie: &[String]) -> Vec<(u64, u64)> {
     words
 }
 
+/// Whether a child can run as nobody here (root and `setpriv`); otherwise the test is skipped
+/// (and fails under CI).
+fn can_run_as_nobody(test: &str) -> bool {
+    !common::skip_unless_root(test) && !common::skip_unless_tool(test, "setpriv")
+}
+
 /// Between processes of one user the bells are taken with `pidfd_getfd`: after the first
 /// connection has shown it works (each side tried it once), neither side sends its bell
 /// through the link group's channel any more (no `SCM_RIGHTS` of a Unix socket, which makes the
@@ -1249,20 +1255,10 @@ fn bells_are_taken_from_the_owners_process() {
 #[test]
 fn bells_to_another_user_go_through_the_channel() {
     use smcd_engine::transport::smcd::{BELL_LOCATED, BELL_SENT};
-    if common::skip_unless_root("bells_to_another_user_go_through_the_channel")
-        || common::skip_unless_tool("bells_to_another_user_go_through_the_channel", "setpriv")
-    {
+    if !can_run_as_nobody("bells_to_another_user_go_through_the_channel") {
         return;
     }
-    let nobody = [
-        "setpriv",
-        "--reuid",
-        "65534",
-        "--regid",
-        "65534",
-        "--clear-groups",
-    ];
-    let words = echo_bells(&nobody, 6, &[]);
+    let words = echo_bells(common::AS_NOBODY, 6, &[]);
     for (i, (own, peer)) in words.iter().enumerate().skip(2) {
         assert!(
             own & BELL_SENT != 0,
@@ -1284,12 +1280,7 @@ fn bells_to_another_user_go_through_the_channel() {
 #[test]
 fn a_peer_cannot_make_us_ring_a_socket_of_another_user() {
     use smcd_engine::transport::smcd::BELL_SENT;
-    if common::skip_unless_root("a_peer_cannot_make_us_ring_a_socket_of_another_user")
-        || common::skip_unless_tool(
-            "a_peer_cannot_make_us_ring_a_socket_of_another_user",
-            "setpriv",
-        )
-    {
+    if !can_run_as_nobody("a_peer_cannot_make_us_ring_a_socket_of_another_user") {
         return;
     }
     // The socket the peer names: the far end of a pair of ours, as a bell would be.
@@ -1306,15 +1297,7 @@ fn a_peer_cannot_make_us_ring_a_socket_of_another_user() {
         victim.as_raw_fd().to_string(),
         ino.to_string(),
     ];
-    let nobody = [
-        "setpriv",
-        "--reuid",
-        "65534",
-        "--regid",
-        "65534",
-        "--clear-groups",
-    ];
-    let words = echo_bells(&nobody, 4, &lie);
+    let words = echo_bells(common::AS_NOBODY, 4, &lie);
     // The lying connection's bell was only to be had from its locator.
     assert_eq!(
         words[3].1 & BELL_SENT,

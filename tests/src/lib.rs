@@ -90,6 +90,17 @@ pub fn raise_nofile() {
 }
 
 /// Whether we run as root (namespaces, setns, admin commands).
+/// The command prefix that runs a child as user and group nobody (65534) with no
+/// supplementary groups ([`Peer::spawn_with`]); needs root and `setpriv`.
+pub const AS_NOBODY: &[&str] = &[
+    "setpriv",
+    "--reuid",
+    "65534",
+    "--regid",
+    "65534",
+    "--clear-groups",
+];
+
 /// This process's own cgroup under the cgroup2 mount `root` (made and entered once per test
 /// binary, named `smc-test-{tag}-PID`; empty ones left by earlier runs are removed), or why
 /// there is none. smcd's SMC option program attached there (`--bpf-cgroup`) covers this
