@@ -524,16 +524,13 @@ fn adopt_connected(
     if s.is_smc() {
         s.set_nonblocking(nonblocking)?;
         s.set_level_readiness(true);
+        s.set_deferred_readiness(true);
         s.set_interruptible(true);
         if nodelay {
             s.set_nodelay(true)?;
         }
         let r = s.readiness_fd()?.as_raw_fd();
-        let obj = Obj::Stream(Arc::new(table::Stream {
-            s: s.clone(),
-            nonblocking: nonblocking.into(),
-            hold: table::Hold::new(),
-        }));
+        let obj = Obj::Stream(table::Stream::new(s.clone(), nonblocking));
         place(r, fd, cloexec)?;
         if let Some(old) = table::insert(fd, obj) {
             table::release(old);
@@ -649,16 +646,10 @@ pub unsafe extern "C" fn accept4(
         let fd = if s.is_smc() {
             s.set_nonblocking(nonblocking)?;
             s.set_level_readiness(true);
+            s.set_deferred_readiness(true);
             s.set_interruptible(true);
             let new = new_fd(s.readiness_fd()?.as_raw_fd(), cloexec)?;
-            if let Some(old) = table::insert(
-                new,
-                Obj::Stream(Arc::new(table::Stream {
-                    s,
-                    nonblocking: nonblocking.into(),
-                    hold: table::Hold::new(),
-                })),
-            ) {
+            if let Some(old) = table::insert(new, Obj::Stream(table::Stream::new(s, nonblocking))) {
                 table::release(old);
             }
             new
@@ -784,6 +775,14 @@ fn raise_sigpipe() {
 
 /// Receives into `buf` with `recv(2)` flags.
 fn do_recv(st: &table::Stream, buf: &mut [u8], flags: c_int) -> io::Result<usize> {
+    let r = do_recv_inner(st, buf, flags);
+    if r.is_ok() && st.s.readiness_dirty() {
+        table::dirty(st);
+    }
+    r
+}
+
+fn do_recv_inner(st: &table::Stream, buf: &mut [u8], flags: c_int) -> io::Result<usize> {
     let peek = flags & libc::MSG_PEEK != 0;
     let dontwait = flags & libc::MSG_DONTWAIT != 0;
     if flags & libc::MSG_OOB != 0 {
@@ -1490,7 +1489,9 @@ fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
     if in_lib() {
         return None;
     }
-    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC | libc::F_SETFL) {
+        // (F_SETFL: hiredis makes its socket blocking as soon as the connect's descriptor is
+        // writable; the stream must get the mode, not only the pair it is finishing with.)
         settle(fd);
     }
     match (table::kind(fd), cmd) {
@@ -1590,9 +1591,7 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 /// As `ioctl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: libc::c_ulong) -> c_int {
-    if req != libc::FIONBIO {
-        settle(fd);
-    }
+    settle(fd);
     let k = table::kind(fd);
     if (k != STREAM && k != LISTENER) || in_lib() {
         // SAFETY: passed through.
@@ -1719,7 +1718,14 @@ fn on_connecting(
     if table::kind(fd) != CONNECTING || in_lib() {
         return None;
     }
-    table::connecting(fd)?.with_tcp(|tcp, r| f(tcp.as_raw_fd(), r))
+    let p = table::connecting(fd)?;
+    if let Some(r) = p.with_tcp(|tcp, r| f(tcp.as_raw_fd(), r)) {
+        return Some(r);
+    }
+    // It has just finished (its descriptor became writable a moment ago, which is when
+    // programs set options): once the descriptor is what it became, the caller goes on.
+    pending::settle(fd);
+    None
 }
 
 fn timeval_of(d: Option<Duration>) -> libc::timeval {
@@ -1950,6 +1956,9 @@ pub unsafe extern "C" fn epoll_ctl(
 ) -> c_int {
     match table::kind(fd) {
         _ if in_lib() => {}
+        // Registered or re-armed (EPOLLONESHOT) while another thread may be in epoll_wait on
+        // the set already: what a read left readable is settled first.
+        STREAM if op != libc::EPOLL_CTL_DEL => settle_all(),
         CONNECTING => {
             if let Some(r) = table::connecting(fd).and_then(|p| p.epoll_ctl(epfd, op, event)) {
                 return r;
@@ -1979,4 +1988,150 @@ pub unsafe extern "C" fn epoll_ctl(
     }
     // SAFETY: passed through.
     unsafe { real::epoll_ctl(epfd, op, fd, event) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Waiting on descriptors: readiness left readable by reads is settled first (see
+// `SmcStream::set_deferred_readiness`); otherwise these are the C library's.
+
+/// `poll(2)`.
+///
+/// # Safety
+/// As `poll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+    settle_all();
+    // SAFETY: passed through.
+    unsafe { real::poll(fds, n, timeout) }
+}
+
+/// `__poll_chk` (`_FORTIFY_SOURCE`).
+///
+/// # Safety
+/// As `poll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __poll_chk(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: c_int,
+    fdslen: size_t,
+) -> c_int {
+    settle_all();
+    // SAFETY: passed through.
+    unsafe { real::__poll_chk(fds, n, timeout, fdslen) }
+}
+
+/// `ppoll(2)`.
+///
+/// # Safety
+/// As `ppoll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    settle_all();
+    // SAFETY: passed through.
+    unsafe { real::ppoll(fds, n, ts, mask) }
+}
+
+/// `select(2)`.
+///
+/// # Safety
+/// As `select(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn select(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    tv: *mut libc::timeval,
+) -> c_int {
+    settle_all();
+    // SAFETY: passed through.
+    unsafe { real::select(n, r, w, e, tv) }
+}
+
+/// `pselect(2)`.
+///
+/// # Safety
+/// As `pselect(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pselect(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    settle_all();
+    // SAFETY: passed through.
+    unsafe { real::pselect(n, r, w, e, ts, mask) }
+}
+
+/// `epoll_wait(2)`.
+///
+/// # Safety
+/// As `epoll_wait(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_wait(
+    ep: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    settle_all();
+    // SAFETY: passed through.
+    unsafe { real::epoll_wait(ep, events, max, timeout) }
+}
+
+/// `epoll_pwait(2)`.
+///
+/// # Safety
+/// As `epoll_pwait(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_pwait(
+    ep: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    settle_all();
+    // SAFETY: passed through.
+    unsafe { real::epoll_pwait(ep, events, max, timeout, mask) }
+}
+
+/// `epoll_pwait2(2)`.
+///
+/// # Safety
+/// As `epoll_pwait2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_pwait2(
+    ep: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    settle_all();
+    // SAFETY: passed through.
+    unsafe { real::epoll_pwait2(ep, events, max, timeout, mask) }
+}
+
+/// Settles every stream a read left readable (one relaxed load when there is none, as for a
+/// program that uses no SMC connection); errno is kept.
+fn settle_all() {
+    if !table::any_dirty() || in_lib() {
+        return;
+    }
+    let saved = errno();
+    let _ = lib(|| {
+        table::settle_dirty();
+        Ok(())
+    });
+    set_errno(saved);
 }

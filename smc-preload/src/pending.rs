@@ -488,6 +488,7 @@ fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
         let ok = (|| -> io::Result<()> {
             s.set_nonblocking(nonblocking)?;
             s.set_level_readiness(true);
+            s.set_deferred_readiness(true);
             s.set_interruptible(true);
             s.set_nodelay(nodelay)?;
             s.set_cork(cork)?;
@@ -500,11 +501,7 @@ fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
             // The program closed its descriptor meanwhile: the stream ends here.
             return;
         }
-        let stream = Obj::Stream(Arc::new(table::Stream {
-            s,
-            nonblocking: nonblocking.into(),
-            hold: table::Hold::new(),
-        }));
+        let stream = Obj::Stream(table::Stream::new(s, nonblocking));
         if let Some(old) = table::insert(p.fd, stream) {
             table::release(old);
         }

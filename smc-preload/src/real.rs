@@ -95,6 +95,14 @@ reals! {
     getpeername: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     sendfile: fn(out: c_int, inp: c_int, off: *mut libc::off_t, n: usize) -> isize;
     epoll_ctl: fn(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int;
+    epoll_wait: fn(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int;
+    epoll_pwait: fn(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int;
+    epoll_pwait2: fn(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
+    poll: fn(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
+    __poll_chk: fn(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int, fdslen: usize) -> c_int;
+    ppoll: fn(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
+    select: fn(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, tv: *mut libc::timeval) -> c_int;
+    pselect: fn(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
     sendfile64: fn(out: c_int, inp: c_int, off: *mut libc::off64_t, n: usize) -> isize;
     __read_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> isize;
     __recv_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int) -> isize;

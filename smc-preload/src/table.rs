@@ -36,6 +36,59 @@ pub(crate) struct Stream {
     pub(crate) s: SmcStream,
     pub(crate) nonblocking: AtomicBool,
     pub(crate) hold: Hold,
+    /// In [`DIRTY`] (its readiness waits to be settled).
+    listed: AtomicBool,
+    me: std::sync::Weak<Stream>,
+}
+
+impl Stream {
+    pub(crate) fn new(s: SmcStream, nonblocking: bool) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            s,
+            nonblocking: nonblocking.into(),
+            hold: Hold::new(),
+            listed: AtomicBool::new(false),
+            me: me.clone(),
+        })
+    }
+}
+
+/// Streams whose readiness a read left readable (`SmcStream::set_deferred_readiness`), to be
+/// settled before the program next waits on descriptors; [`DIRTY_N`] says whether any is.
+static DIRTY: std::sync::Mutex<Vec<Arc<Stream>>> = std::sync::Mutex::new(Vec::new());
+static DIRTY_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Notes that `st`'s readiness waits to be settled (once until it is).
+pub(crate) fn dirty(st: &Stream) {
+    if st.listed.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(arc) = st.me.upgrade() else {
+        st.listed.store(false, Ordering::Release);
+        return;
+    };
+    DIRTY.lock().unwrap_or_else(|e| e.into_inner()).push(arc);
+    DIRTY_N.fetch_add(1, Ordering::Release);
+}
+
+/// Whether some stream's readiness waits to be settled (or is being settled).
+#[inline]
+pub(crate) fn any_dirty() -> bool {
+    DIRTY_N.load(Ordering::Acquire) != 0
+}
+
+/// Settles every listed stream's readiness. The list's lock is held until every one is
+/// settled, and the count drops only then: another thread about to wait must not go into
+/// its `epoll_wait` while a stream it may be told about still shows the readability a read
+/// left (wrk counts a readable descriptor whose read says `EAGAIN` as an error).
+pub(crate) fn settle_dirty() {
+    let mut list = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    for st in list.iter() {
+        st.listed.store(false, Ordering::Release);
+        st.s.settle_readiness();
+    }
+    DIRTY_N.fetch_sub(list.len(), Ordering::AcqRel);
+    list.clear();
 }
 
 /// An SMC listener.
@@ -226,6 +279,9 @@ thread_local! {
     /// parent or child handler (so the child's copy is never locked by a thread it lacks).
     static HELD: std::cell::RefCell<Option<std::sync::RwLockWriteGuard<'static, BTreeMap<i32, Obj>>>> =
         const { std::cell::RefCell::new(None) };
+    /// The same for the list of streams to settle.
+    static HELD_DIRTY: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Vec<Arc<Stream>>>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Counts the child in before it exists: the parent may close its descriptors as soon as
@@ -242,13 +298,17 @@ extern "C" fn fork_prepare() {
         }
     }
     let _ = HELD.try_with(|h| *h.borrow_mut() = Some(g));
+    let d = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = HELD_DIRTY.try_with(|h| *h.borrow_mut() = Some(d));
 }
 
 extern "C" fn fork_parent() {
+    let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
 }
 
 extern "C" fn fork_child() {
+    let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
 }
 

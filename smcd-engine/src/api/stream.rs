@@ -399,6 +399,31 @@ impl SmcStream {
         }
     }
 
+    /// Deferred level readiness: a read that empties the ring leaves the descriptor readable
+    /// until [`SmcStream::settle_readiness`], which the caller makes before anything waits on
+    /// descriptors (a preload library, in its `poll`/`select`/`epoll_wait`). Programs that
+    /// never wait on the descriptor then cost no system call per message.
+    pub fn set_deferred_readiness(&self, on: bool) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.set_deferred_readiness(on);
+        }
+    }
+
+    /// Whether a read left the readiness for [`SmcStream::settle_readiness`].
+    pub fn readiness_dirty(&self) -> bool {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.readiness_dirty(),
+            Kind::Tcp { .. } => false,
+        }
+    }
+
+    /// Makes the readiness what the stream's state is, after deferred reads.
+    pub fn settle_readiness(&self) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.settle_readiness();
+        }
+    }
+
     /// Interruptible blocking reads and writes: a signal whose handler was installed without
     /// `SA_RESTART` makes them return `Interrupted` (`EINTR`), as a socket's do (qperf ends its
     /// tests with such a `SIGALRM`). Off, they wait on. A preload library turns it on.

@@ -219,6 +219,19 @@ pub struct SmcConn<T: Transport> {
     /// non-blocking write that fills the buffer, clear it (not only a call that finds nothing
     /// to do). For programs that look at readiness between calls (a preloaded `select` loop).
     level: AtomicBool,
+    /// With `level`: a read that empties the ring leaves the readiness as it is and only notes
+    /// that (`rx_dirty`); whoever is about to wait on descriptors calls
+    /// [`SmcConn::settle_readiness`] first (a preload library, from its `poll`, `select` and
+    /// `epoll_wait`). A program that never waits on the descriptor (blocking reads, as qperf
+    /// and sockperf make) then costs no system call per message at either end: no drain here,
+    /// and, since nothing re-announces the event loop, no bell rung by the peer.
+    ///
+    /// Sound because the readiness is never "not readable and not announced": the
+    /// announcement is only ever taken by a ringer (who rings) or by us (when we ring
+    /// ourselves), and a ring's byte stays until a drain, which re-announces.
+    deferred: AtomicBool,
+    /// A read emptied the ring and the readiness was left readable (see `deferred`).
+    rx_dirty: AtomicBool,
     /// A blocking call a signal interrupts returns `Interrupted` (`EINTR`), as a socket's does
     /// when the handler was installed without `SA_RESTART`; otherwise it waits on.
     interruptible: AtomicBool,
@@ -293,6 +306,8 @@ impl<T: Transport> SmcConn<T> {
             poisoned: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
             level: AtomicBool::new(false),
+            deferred: AtomicBool::new(false),
+            rx_dirty: AtomicBool::new(false),
             interruptible: AtomicBool::new(false),
             nodelay: AtomicBool::new(false),
             read_timeout: AtomicU64::new(0),
@@ -409,6 +424,43 @@ impl<T: Transport> SmcConn<T> {
     /// Level readiness (see the field): what a socket's `poll` says after every call.
     pub fn set_level_readiness(&self, on: bool) {
         self.level.store(on, Ordering::Relaxed);
+    }
+
+    /// Deferred level readiness (see the field `deferred`).
+    pub fn set_deferred_readiness(&self, on: bool) {
+        self.deferred.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a read left the readiness readable for [`SmcConn::settle_readiness`].
+    pub fn readiness_dirty(&self) -> bool {
+        self.rx_dirty.load(Ordering::Acquire)
+    }
+
+    /// Before a wait on descriptors: the readiness a deferred read left readable becomes what
+    /// the connection's state is (not readable, announced, if the ring is still empty). A
+    /// connection the application closed is left alone: its buffers may be another
+    /// connection's already (see [`SmcConn::retire`]).
+    pub fn settle_readiness(&self) {
+        if !self.rx_dirty.swap(false, Ordering::AcqRel) || self.over.load(Ordering::Acquire) {
+            return;
+        }
+        // Under the lock throughout: nothing of ours reads or closes meanwhile.
+        let st = self.lock();
+        if st.released || st.retired {
+            return;
+        }
+        let Some(ready) = self.link.readiness() else {
+            return;
+        };
+        if !matches!(st.core.recv_ready(), Ok(smc_core::conn::RecvReady::Empty)) {
+            return;
+        }
+        ready.clear_readable();
+        self.link.arm(Dir::Rx, Waiter::Event);
+        if self.link.cdc_pending() {
+            // The peer wrote between our look and the announcement: ring ourselves.
+            self.link.wake_local(Dir::Rx);
+        }
     }
 
     /// Interruptible blocking calls (see the field).

@@ -40,8 +40,13 @@ impl<T: Transport> SmcConn<T> {
                             && self.link.readiness().is_some()
                             && !self.local_change(Dir::Rx)
                         {
-                            // The ring is empty now: not readable until the next CDC.
-                            self.rearm_readiness(Dir::Rx);
+                            // The ring is empty now: not readable until the next CDC (or,
+                            // deferred, from the next wait on descriptors on).
+                            if self.deferred.load(Ordering::Relaxed) {
+                                self.rx_dirty.store(true, Ordering::Release);
+                            } else {
+                                self.rearm_readiness(Dir::Rx);
+                            }
                         }
                     }
                     return Ok(n);
@@ -130,6 +135,9 @@ impl<T: Transport> SmcConn<T> {
         let Some(ready) = self.link.readiness() else {
             return false;
         };
+        if dir == Dir::Rx {
+            self.rx_dirty.store(false, Ordering::Release);
+        }
         match dir {
             Dir::Rx => ready.clear_readable(),
             Dir::Tx => ready.clear_writable(),
