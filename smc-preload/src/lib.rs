@@ -16,8 +16,9 @@
 //!   listener's readiness (readable when `accept` has something), and `accept`/`accept4`
 //!   hand out SMC-D connections (readiness sockets) or plain TCP sockets.
 //! - The readiness socket shows what a TCP socket would (readable, writable, `POLLRDHUP`,
-//!   `POLLHUP`), so `poll`, `select` and every form of `epoll` work on it natively, with
-//!   edge triggering, one-shot and exclusive wake-ups; they are not intercepted.
+//!   `POLLHUP`), so `poll`, `select` and every form of `epoll` do their work on it in the
+//!   kernel, with edge triggering, one-shot and exclusive wake-ups; the library's hooks for
+//!   them only settle first what reads left readable (`SmcStream::set_deferred_readiness`).
 //! - Data calls (`read`, `write`, `recv*`, `send*`, vectors, `sendfile`, the `_chk` forms),
 //!   `shutdown`, `close`, `dup*`, `fcntl`, `ioctl` and the socket options and names are
 //!   intercepted for our descriptors and go to the engine (or to the TCP socket under it).

@@ -578,6 +578,9 @@ fn sockperf_and_iperf3_over_smc_d() {
                     "1",
                     "-m",
                     size,
+                    // (sockperf fails past its message rate, 600,000 a second by default)
+                    "--mps",
+                    "10000000",
                 ],
             ),
             60,

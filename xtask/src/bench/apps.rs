@@ -331,6 +331,11 @@ fn sockperf_point(size: usize, secs: u32) -> Point {
                         &secs.to_string(),
                         "-m",
                         &size.to_string(),
+                        // sockperf sizes its table of sent messages by this rate (600,000 a
+                        // second by default) and fails ("_seqN > m_maxSequenceNo") beyond it:
+                        // SMC-D ping-pong goes past 3 million.
+                        "--mps",
+                        "10000000",
                     ],
                 ),
                 Duration::from_secs(u64::from(secs) + 30),
