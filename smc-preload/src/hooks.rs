@@ -410,23 +410,13 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
 /// As `connect(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // As TCP's: a connect under way, or a connection already.
     match table::kind(fd) {
-        _ if in_lib() => {}
-        CANDIDATE => {}
-        // As TCP: a connect under way, or a connection already.
-        CONNECTING => {
-            set_errno(match table::connecting(fd) {
-                Some(p) => match p.take_error_peek() {
-                    0 => libc::EALREADY,
-                    // A failed connect says why, once, as TCP's does.
-                    e if e > 0 => p.take_error(),
-                    _ => libc::EISCONN,
-                },
-                None => libc::EISCONN,
-            });
+        CONNECTING if !in_lib() => {
+            set_errno(table::connecting(fd).map_or(libc::EISCONN, |p| p.connect_again()));
             return -1;
         }
-        STREAM => {
+        STREAM if !in_lib() => {
             set_errno(libc::EISCONN);
             return -1;
         }
@@ -513,6 +503,20 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     }
 }
 
+/// What every SMC stream the program gets is set to: its blocking mode, a socket's level
+/// readiness (deferred: settled before the program waits), interruptible waits, and
+/// `TCP_NODELAY` when the program asked for it before the stream existed.
+pub(crate) fn prepare_stream(s: &SmcStream, nonblocking: bool, nodelay: bool) -> io::Result<()> {
+    s.set_nonblocking(nonblocking)?;
+    s.set_level_readiness(true);
+    s.set_deferred_readiness(true);
+    s.set_interruptible(true);
+    if nodelay {
+        s.set_nodelay(true)?;
+    }
+    Ok(())
+}
+
 /// Puts the connected stream `s` at the program's descriptor `fd`; whether it is SMC.
 fn adopt_connected(
     fd: c_int,
@@ -522,13 +526,7 @@ fn adopt_connected(
     nodelay: bool,
 ) -> io::Result<bool> {
     if s.is_smc() {
-        s.set_nonblocking(nonblocking)?;
-        s.set_level_readiness(true);
-        s.set_deferred_readiness(true);
-        s.set_interruptible(true);
-        if nodelay {
-            s.set_nodelay(true)?;
-        }
+        prepare_stream(&s, nonblocking, nodelay)?;
         let r = s.readiness_fd()?.as_raw_fd();
         let obj = Obj::Stream(table::Stream::new(s.clone(), nonblocking));
         place(r, fd, cloexec)?;
@@ -644,10 +642,7 @@ pub unsafe extern "C" fn accept4(
     let r = lib(|| {
         let (s, peer) = local_listener(&l, fd)?.accept()?;
         let fd = if s.is_smc() {
-            s.set_nonblocking(nonblocking)?;
-            s.set_level_readiness(true);
-            s.set_deferred_readiness(true);
-            s.set_interruptible(true);
+            prepare_stream(&s, nonblocking, false)?;
             let new = new_fd(s.readiness_fd()?.as_raw_fd(), cloexec)?;
             if let Some(old) = table::insert(new, Obj::Stream(table::Stream::new(s, nonblocking))) {
                 table::release(old);
@@ -753,9 +748,7 @@ fn ours(fd: c_int) -> Option<Arc<table::Stream>> {
         CONNECTING => {
             // Data before the connect finished: as TCP's, it waits for the end.
             pending::settle(fd);
-            (table::kind(fd) == STREAM)
-                .then(|| table::stream(fd))
-                .flatten()
+            table::stream(fd)
         }
         _ => None,
     }
@@ -774,7 +767,7 @@ fn raise_sigpipe() {
 }
 
 /// Receives into `buf` with `recv(2)` flags.
-fn do_recv(st: &table::Stream, buf: &mut [u8], flags: c_int) -> io::Result<usize> {
+fn do_recv(st: &Arc<table::Stream>, buf: &mut [u8], flags: c_int) -> io::Result<usize> {
     let r = do_recv_inner(st, buf, flags);
     if r.is_ok() && st.s.readiness_dirty() {
         table::dirty(st);
@@ -900,7 +893,7 @@ unsafe fn send_iov(
 /// # Safety
 /// `iov` has `n` valid entries.
 unsafe fn recv_iov(
-    st: &table::Stream,
+    st: &Arc<table::Stream>,
     iov: *const libc::iovec,
     n: c_int,
     flags: c_int,
@@ -972,7 +965,7 @@ fn ret_len(r: io::Result<usize>, saved: c_int) -> ssize_t {
 
 /// # Safety
 /// `buf` has `n` writable bytes.
-unsafe fn recv_impl(st: &table::Stream, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+unsafe fn recv_impl(st: &Arc<table::Stream>, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
     let saved = errno();
     let b: &mut [u8] = if n == 0 || buf.is_null() {
         &mut []
@@ -2122,7 +2115,7 @@ pub unsafe extern "C" fn epoll_pwait2(
     unsafe { real::epoll_pwait2(ep, events, max, timeout, mask) }
 }
 
-/// Settles every stream a read left readable (one relaxed load when there is none, as for a
+/// Settles every stream a read left readable (one atomic load when there is none, as for a
 /// program that uses no SMC connection); errno is kept.
 fn settle_all() {
     if !table::any_dirty() || in_lib() {

@@ -8,10 +8,10 @@
 //!   (bind, options) happens to that socket.
 //! - `connect` to an address of this host runs the engine's connect (TCP, then CLC or the
 //!   kernel's fallback); on a non-blocking socket it returns `EINPROGRESS` and a thread of the
-//!   library finishes the handshake (`pending`). An SMC-D connection puts its readiness socket at the program's
-//!   descriptor number (`dup3`); a fallback connection puts its TCP socket there, and from
-//!   then on the descriptor is plain TCP that the library no longer looks at. Destinations on
-//!   other hosts stay plain TCP with no cost beyond one table look.
+//!   library finishes the handshake (`pending`). An SMC-D connection puts its readiness
+//!   socket at the program's descriptor number (`dup3`); a fallback connection puts its TCP
+//!   socket there, and from then on the descriptor is plain TCP that the library no longer
+//!   looks at. Destinations on other hosts stay plain TCP with no cost beyond one table look.
 //! - `listen` makes the program's socket an engine listener; the descriptor becomes the
 //!   listener's readiness (readable when `accept` has something), and `accept`/`accept4`
 //!   hand out SMC-D connections (readiness sockets) or plain TCP sockets.

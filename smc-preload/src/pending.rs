@@ -84,7 +84,7 @@ pub(crate) struct Pending {
     state: Mutex<State>,
 }
 
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -139,7 +139,7 @@ pub(crate) fn start(
     }
     if let Err(e) = connector().add(Arc::clone(&p)) {
         // Nobody would finish it: it failed, as the descriptor and SO_ERROR will say.
-        tracing_fail(&p, &mut lock(&p.state), e);
+        fail_connect(&p, &mut lock(&p.state), e);
     }
     Ok(Started::InFlight)
 }
@@ -152,12 +152,13 @@ impl Pending {
         drop(was);
     }
 
-    /// The error `SO_ERROR` would report now (0: none), without taking it.
-    pub(crate) fn take_error_peek(&self) -> c_int {
-        match &*lock(&self.state) {
-            State::Failed(e) => *e,
-            State::Running(_) => 0,
-            _ => -1,
+    /// The errno of a second `connect` on the descriptor, as TCP's: `EALREADY` while under
+    /// way, the failure once after a failed connect, else `EISCONN`.
+    pub(crate) fn connect_again(&self) -> c_int {
+        match &mut *lock(&self.state) {
+            State::Running(_) => libc::EALREADY,
+            State::Failed(e) if *e > 0 => std::mem::take(e),
+            _ => libc::EISCONN,
         }
     }
 
@@ -279,10 +280,7 @@ impl Connector {
     fn add(&self, p: Arc<Pending>) -> io::Result<()> {
         let token = self.next.fetch_add(1, Ordering::Relaxed);
         // In the map before it is armed: the answer may wake the connector at once.
-        self.inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(token, Arc::clone(&p));
+        lock(&self.inflight).insert(token, Arc::clone(&p));
         let armed = p.with_tcp(|fd, r| {
             epoll::add(
                 &self.ep,
@@ -299,30 +297,25 @@ impl Connector {
     }
 
     fn retire(&self, r: Readiness) {
-        self.retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((Instant::now() + RETIRE_AFTER, r));
+        lock(&self.retired).push((Instant::now() + RETIRE_AFTER, r));
     }
 
     fn run(&self) {
         let mut events = Vec::with_capacity(64);
+        let mut next = None;
         loop {
-            let timeout = self.next_deadline().map(|d| {
-                let left = d.saturating_duration_since(Instant::now());
-                rustix::time::Timespec {
-                    tv_sec: left.as_secs() as i64,
-                    tv_nsec: i64::from(left.subsec_nanos()),
-                }
+            let left = next.map_or(Duration::from_secs(1), |d: Instant| {
+                d.saturating_duration_since(Instant::now())
             });
+            let timeout = rustix::time::Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
             events.clear();
             let woken = match epoll::wait(
                 &self.ep,
                 rustix::buffer::spare_capacity(&mut events),
-                Some(&timeout.unwrap_or(rustix::time::Timespec {
-                    tv_sec: 1,
-                    tv_nsec: 0,
-                })),
+                Some(&timeout),
             ) {
                 Ok(_) => events.iter().map(|e| e.data.u64()).collect::<Vec<_>>(),
                 Err(_) => Vec::new(),
@@ -330,39 +323,26 @@ impl Connector {
             for token in woken {
                 self.step_caught(token);
             }
-            // Handshakes past their deadline, and connects the program abandoned.
+            // Handshakes past their deadline, and connects the program abandoned; the
+            // earliest deadline still ahead bounds the next wait.
             let now = Instant::now();
-            let due: Vec<u64> = self
-                .inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .filter(|(_, p)| match &*lock(&p.state) {
-                    State::Running(r) => r.conn.deadline().is_some_and(|d| d <= now),
-                    _ => true,
-                })
-                .map(|(t, _)| *t)
-                .collect();
+            next = None;
+            let mut due = Vec::new();
+            for (t, p) in lock(&self.inflight).iter() {
+                match &*lock(&p.state) {
+                    State::Running(r) => match r.conn.deadline() {
+                        Some(d) if d <= now => due.push(*t),
+                        Some(d) => next = Some(next.map_or(d, |n: Instant| n.min(d))),
+                        None => {}
+                    },
+                    _ => due.push(*t),
+                }
+            }
             for token in due {
                 self.step_caught(token);
             }
-            self.retired
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|(until, _)| *until > now);
+            lock(&self.retired).retain(|(until, _)| *until > now);
         }
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter_map(|p| match &*lock(&p.state) {
-                State::Running(r) => r.conn.deadline(),
-                _ => None,
-            })
-            .min()
     }
 
     /// [`Connector::step`]; a panic there fails that connect instead of ending the thread
@@ -370,13 +350,9 @@ impl Connector {
     fn step_caught(&self, token: u64) {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step(token)));
         if r.is_err() {
-            let p = self
-                .inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&token);
+            let p = lock(&self.inflight).remove(&token);
             if let Some(p) = p {
-                tracing_fail(
+                fail_connect(
                     &p,
                     &mut lock(&p.state),
                     io::Error::from_raw_os_error(libc::EIO),
@@ -387,32 +363,24 @@ impl Connector {
 
     /// One step of the connect `token`; it leaves the set once it is over.
     fn step(&self, token: u64) {
-        let Some(p) = self
-            .inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&token)
-            .cloned()
-        else {
+        let Some(p) = lock(&self.inflight).get(&token).cloned() else {
             return;
         };
         let mut st = lock(&p.state);
         let over = match &mut *st {
             State::Running(r) => match r.conn.try_finish() {
-                Ok(None) => {
-                    let fd = r.conn.as_fd();
-                    if epoll::modify(
-                        &self.ep,
-                        fd,
-                        epoll::EventData::new_u64(token),
-                        interest(&r.conn),
-                    )
-                    .is_err()
-                    {
-                        tracing_fail(&p, &mut st, io::Error::last_os_error());
+                Ok(None) => match epoll::modify(
+                    &self.ep,
+                    r.conn.as_fd(),
+                    epoll::EventData::new_u64(token),
+                    interest(&r.conn),
+                ) {
+                    Ok(()) => false,
+                    Err(e) => {
+                        fail_connect(&p, &mut st, e.into());
+                        true
                     }
-                    false
-                }
+                },
                 Ok(Some(s)) => {
                     let State::Running(r) = std::mem::replace(&mut *st, State::Done) else {
                         unreachable!("matched above")
@@ -426,7 +394,7 @@ impl Connector {
                 }
                 Err(e) => {
                     let _ = epoll::delete(&self.ep, r.conn.as_fd());
-                    tracing_fail(&p, &mut st, e);
+                    fail_connect(&p, &mut st, e);
                     true
                 }
             },
@@ -439,10 +407,7 @@ impl Connector {
     }
 
     fn forget(&self, token: u64) {
-        self.inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&token);
+        lock(&self.inflight).remove(&token);
     }
 }
 
@@ -458,7 +423,7 @@ fn interest(c: &SmcConnecting) -> epoll::EventFlags {
 
 /// The connect failed: the pair shows the end (the program's descriptor is a copy of its near
 /// end, which stays), `SO_ERROR` will say why.
-fn tracing_fail(p: &Pending, st: &mut State, e: io::Error) {
+fn fail_connect(p: &Pending, st: &mut State, e: io::Error) {
     let errno = crate::hooks::errno_of(&e);
     if let State::Running(r) = std::mem::replace(st, State::Failed(errno)) {
         r.ready.hang_up();
@@ -486,11 +451,7 @@ fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
     let nonblocking = crate::hooks::fd_flags(p.fd).1;
     if s.is_smc() {
         let ok = (|| -> io::Result<()> {
-            s.set_nonblocking(nonblocking)?;
-            s.set_level_readiness(true);
-            s.set_deferred_readiness(true);
-            s.set_interruptible(true);
-            s.set_nodelay(nodelay)?;
+            crate::hooks::prepare_stream(&s, nonblocking, nodelay)?;
             s.set_cork(cork)?;
             s.adopt_readiness(ready)
         })();
@@ -528,9 +489,8 @@ fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
         ready.hang_up();
         return;
     }
-    if let Some(Obj::Connecting(_)) = table::remove(p.fd) {
-        // The table's reference to this connect: nothing else to end.
-    }
+    // The table's reference to this connect (nothing else to end: it is over).
+    let _ = table::remove(p.fd);
     for g in &regs {
         let mut ev = libc::epoll_event {
             events: g.events,

@@ -38,17 +38,15 @@ pub(crate) struct Stream {
     pub(crate) hold: Hold,
     /// In [`DIRTY`] (its readiness waits to be settled).
     listed: AtomicBool,
-    me: std::sync::Weak<Stream>,
 }
 
 impl Stream {
     pub(crate) fn new(s: SmcStream, nonblocking: bool) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self {
+        Arc::new(Self {
             s,
             nonblocking: nonblocking.into(),
             hold: Hold::new(),
             listed: AtomicBool::new(false),
-            me: me.clone(),
         })
     }
 }
@@ -59,15 +57,15 @@ static DIRTY: std::sync::Mutex<Vec<Arc<Stream>>> = std::sync::Mutex::new(Vec::ne
 static DIRTY_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Notes that `st`'s readiness waits to be settled (once until it is).
-pub(crate) fn dirty(st: &Stream) {
-    if st.listed.swap(true, Ordering::AcqRel) {
+pub(crate) fn dirty(st: &Arc<Stream>) {
+    // A load first: a program that only reads (blocking) finds it listed every time.
+    if st.listed.load(Ordering::Relaxed) || st.listed.swap(true, Ordering::AcqRel) {
         return;
     }
-    let Some(arc) = st.me.upgrade() else {
-        st.listed.store(false, Ordering::Release);
-        return;
-    };
-    DIRTY.lock().unwrap_or_else(|e| e.into_inner()).push(arc);
+    DIRTY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Arc::clone(st));
     DIRTY_N.fetch_add(1, Ordering::Release);
 }
 

@@ -766,11 +766,6 @@ impl SmcConnecting {
         self.c.deadline()
     }
 
-    /// Whether the connect is still under way (neither finished nor failed).
-    pub fn in_progress(&self) -> bool {
-        self.done.is_none() && self.c.in_progress()
-    }
-
     /// A connect already known to end as plain TCP (no SMC device, no SMC listener at the
     /// destination), its TCP connect still under way: the TCP socket as it is (non-blocking,
     /// `SO_ERROR` untouched) and the fallback's reason, for a caller that hands the socket

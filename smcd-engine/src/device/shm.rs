@@ -26,9 +26,9 @@
 //!
 //! The bell locator (owner-written: pid, descriptor number and inode of the far end of the
 //! connection's readiness pair) lets the attacher take the bell straight from the owner's
-//! process with `pidfd_getfd`; `owner_fetches` (owner-written, with the connection id) tells
-//! the attacher that the owner takes the attacher's bells that way, so the attacher need not
-//! send its bell through the link group's channel (`transport::smcd`).
+//! process with `pidfd_getfd`; `owner_fetches` (owner-written, with the connection's epoch)
+//! tells the attacher that the owner takes the attacher's bells that way, so the attacher need
+//! not send its bell through the link group's channel (`transport::smcd`).
 //!
 //! # Trust
 //!
@@ -155,7 +155,7 @@ impl DmbMap {
     }
 
     fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.dmb_len);
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.dmb_len + META_LEN);
         // SAFETY: offset is 8-aligned inside the mapping (page-aligned base), the mapping lives
         // as long as &self, and AtomicU64 has the same layout as u64.
         unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU64>() }
@@ -197,25 +197,12 @@ impl DmbMap {
 
     /// The owner's bell locator: inode of the bell (checked after fetching it).
     pub fn bell_ino(&self) -> &AtomicU64 {
-        self.meta_u64(BELL_LOC_OFFSET + 8)
+        self.atomic_u64(self.dmb_len + BELL_LOC_OFFSET + 8)
     }
 
     /// Written by the owner: non-zero when it takes the attacher's bells with `pidfd_getfd`.
     pub fn owner_fetches(&self) -> &AtomicU32 {
         self.atomic_u32(self.dmb_len + OWNER_FETCHES_OFFSET)
-    }
-
-    fn meta_u64(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= META_LEN);
-        // SAFETY: 8-aligned (dmb_len is a power of two ≥ 16 KiB) inside the metadata page of
-        // a live mapping; AtomicU64 has the layout of u64.
-        unsafe {
-            &*self
-                .ptr
-                .as_ptr()
-                .add(self.dmb_len + offset)
-                .cast::<AtomicU64>()
-        }
     }
 
     /// The connection epoch in the CDC's reserved word (see the module docs).

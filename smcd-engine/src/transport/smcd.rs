@@ -20,8 +20,8 @@
 //! - when the readiness is made, the owner writes the bell's locator (its pid, the far end's
 //!   descriptor number and inode) into its DMB's metadata page and sets [`BELL_LOCATED`] in
 //!   the engine word. Unless the peer said it takes bells that way (the `owner_fetches` word
-//!   of the peer's DMB, which the peer stamps with the connection id from what it learnt of
-//!   this link group), the owner also sends the bell through its link group's bell channel
+//!   of the peer's DMB, which the peer stamps with the connection's epoch from what it learnt
+//!   of this link group), the owner also sends the bell through its link group's bell channel
 //!   ([`Bells`]) tagged with the id, and sets [`BELL_SENT`] too. Then it announces the event
 //!   loop.
 //! - the peer, the first time it must ring the bell (it took an announcement with the bell

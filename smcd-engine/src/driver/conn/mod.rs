@@ -455,8 +455,7 @@ impl<T: Transport> SmcConn<T> {
         if !matches!(st.core.recv_ready(), Ok(smc_core::conn::RecvReady::Empty)) {
             return;
         }
-        ready.clear_readable();
-        self.link.arm(Dir::Rx, Waiter::Event);
+        self.clear_and_announce(ready, Dir::Rx);
         if self.link.cdc_pending() {
             // The peer wrote between our look and the announcement: ring ourselves.
             self.link.wake_local(Dir::Rx);

@@ -38,13 +38,13 @@ impl<T: Transport> SmcConn<T> {
                         if n > 0
                             && self.level.load(Ordering::Relaxed)
                             && self.link.readiness().is_some()
-                            && !self.local_change(Dir::Rx)
                         {
-                            // The ring is empty now: not readable until the next CDC (or,
-                            // deferred, from the next wait on descriptors on).
                             if self.deferred.load(Ordering::Relaxed) {
+                                // Deferred: noted only (no lock, no system call); the settle
+                                // looks at the ring itself.
                                 self.rx_dirty.store(true, Ordering::Release);
-                            } else {
+                            } else if !self.local_change(Dir::Rx) {
+                                // The ring is empty now: not readable until the next CDC.
                                 self.rearm_readiness(Dir::Rx);
                             }
                         }
@@ -138,17 +138,23 @@ impl<T: Transport> SmcConn<T> {
         if dir == Dir::Rx {
             self.rx_dirty.store(false, Ordering::Release);
         }
-        match dir {
-            Dir::Rx => ready.clear_readable(),
-            Dir::Tx => ready.clear_writable(),
-        }
-        self.link.arm(dir, Waiter::Event);
+        self.clear_and_announce(ready, dir);
         if self.link.cdc_pending() || self.local_change(dir) {
             // The state moved between our look and the announcement: ring ourselves.
             self.link.wake_local(dir);
             return true;
         }
         false
+    }
+
+    /// Makes `ready` not ready for `dir` and announces an event loop's wait for it; the
+    /// caller looks again after.
+    pub(super) fn clear_and_announce(&self, ready: &crate::transport::Readiness, dir: Dir) {
+        match dir {
+            Dir::Rx => ready.clear_readable(),
+            Dir::Tx => ready.clear_writable(),
+        }
+        self.link.arm(dir, Waiter::Event);
     }
 
     /// Bytes readable right now without waiting.
