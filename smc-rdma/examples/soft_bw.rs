@@ -205,8 +205,9 @@ fn main() {
     );
     println!("ratio soft/TCP (medians): {:.2}", s / t);
     println!(
-        "sender: {} packets, {} retransmitted, {} timeouts, {} dropped at send",
+        "sender: {} packets in {} sends, {} retransmitted, {} timeouts, {} dropped at send",
         st.tx_packets.load(Ordering::Relaxed),
+        st.tx_sends.load(Ordering::Relaxed),
         st.retransmits.load(Ordering::Relaxed),
         st.timeouts.load(Ordering::Relaxed),
         st.tx_dropped.load(Ordering::Relaxed)

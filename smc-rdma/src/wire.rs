@@ -12,13 +12,16 @@
 //! than [`Packet::buffer_len`], which is a caller bug.
 //!
 //! **The IPv4 header in the ICRC.** A UDP socket does not see the IP header, so both directions
-//! reconstruct it: version 4, no options, DF set, identification 0, protocol UDP. That is what
-//! Linux puts on a datagram of an unconnected UDP socket with `IP_PMTUDISC_DO`
-//! (`ip_select_ident_segs`: no destination on the socket and DF ⇒ id 0), so a receiver that
-//! sees the real header (rxe, an RNIC) checks our packets correctly. rxe itself puts a hashed,
-//! non-zero identification on its IPv4 packets (`prepare_ipv4_hdr` calls `__ip_select_ident`),
-//! which this side cannot see through a UDP socket: such packets fail the check here. (The
-//! identification enters the CRC linearly, so a receiver could solve for it; not done yet.)
+//! reconstruct it: version 4, no options, DF set, protocol UDP, and the identification the
+//! sender knows the kernel gives the datagram ([`Ipv4Udp::id`]). Linux gives a datagram of an
+//! unconnected UDP socket with `IP_PMTUDISC_DO` identification 0 (`ip_select_ident_segs`: no
+//! destination on the socket and DF ⇒ id 0), and the segments of a UDP GSO send 0, 1, 2, …
+//! (`inet_gso_segment` counts up from the first), so a receiver that sees the real header
+//! (rxe, an RNIC, a capture) checks our packets correctly. A receiver behind a UDP socket does
+//! not see the identification: it tries the one it expects and otherwise solves for it
+//! ([`solve_ip_id`]; the identification enters the CRC linearly), which is also how rxe's
+//! packets (a hashed identification, `prepare_ipv4_hdr` calls `__ip_select_ident`) pass. Such
+//! a check still catches what the 16 unknown bits cannot explain.
 
 use std::cmp::Ordering;
 use std::net::Ipv4Addr;
@@ -352,7 +355,8 @@ impl Aeth {
 }
 
 /// The IPv4 and UDP header fields the ICRC covers that a UDP socket does not see in the
-/// datagram: addresses and ports. The rest is reconstructed (module docs).
+/// datagram: addresses, ports and the IPv4 identification. The rest is reconstructed (module
+/// docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4Udp {
     /// Source address.
@@ -363,6 +367,9 @@ pub struct Ipv4Udp {
     pub src_port: u16,
     /// UDP destination port ([`ROCEV2_UDP_PORT`]).
     pub dst_port: u16,
+    /// IPv4 identification: 0 for a lone datagram of a device's socket, `k` for segment `k`
+    /// of a GSO send (module docs).
+    pub id: u16,
 }
 
 /// A RoCEv2 packet, borrowed from the datagram it was parsed from or to be emitted.
@@ -542,7 +549,8 @@ pub fn icrc(hdr: &Ipv4Udp, body: &[u8]) -> u32 {
     ip[0] = 0x45;
     ip[1] = 0xff; // TOS, masked
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    // identification 0, flags DF, fragment offset 0 (module docs)
+    // identification, flags DF, fragment offset 0 (module docs)
+    ip[4..6].copy_from_slice(&hdr.id.to_be_bytes());
     ip[6] = 0x40;
     ip[8] = 0xff; // TTL, masked
     ip[9] = 17;
@@ -568,6 +576,84 @@ pub fn icrc(hdr: &Ipv4Udp, body: &[u8]) -> u32 {
         h.update(body);
     }
     h.finalize()
+}
+
+/// The IPv4 identification that makes `packet` (a whole RoCEv2 packet, ICRC included) check
+/// for the addresses and ports in `hdr` (whose `id` is ignored); `None` when none does.
+///
+/// The ICRC is affine in the packet's bits, so changing the identification from 0 to `id`
+/// changes it by `M·id` for a 32×16 matrix `M` over GF(2) that depends only on the packet's
+/// length; `M` has full rank (its columns are distinct powers of x modulo the CRC-32
+/// polynomial, which has a constant term), so at most one identification fits. `basis` caches
+/// the reduced `M` for one length (see [`IdSolver`]).
+pub fn solve_ip_id(hdr: &Ipv4Udp, packet: &[u8], basis: &mut IdSolver) -> Option<u16> {
+    let body = packet.len().checked_sub(ICRC_LEN)?;
+    let got = u32::from_le_bytes(packet[body..].try_into().ok()?);
+    let zero = Ipv4Udp { id: 0, ..*hdr };
+    let delta = got ^ icrc(&zero, &packet[..body]);
+    basis.solve(body, delta)
+}
+
+/// The reduced matrix of [`solve_ip_id`] for the last length asked (packets of one stream have
+/// a few lengths; a device keeps one per receive thread).
+#[derive(Debug, Default, Clone)]
+pub struct IdSolver {
+    body: Option<usize>,
+    /// (vector, identification bits it is the sum of), in insertion order; each vector's
+    /// highest bit is absent from every later one.
+    rows: Vec<(u32, u16)>,
+}
+
+impl IdSolver {
+    fn solve(&mut self, body: usize, delta: u32) -> Option<u16> {
+        if self.body != Some(body) {
+            self.build(body);
+        }
+        let mut d = delta;
+        let mut id = 0u16;
+        for &(v, m) in &self.rows {
+            let top = 31 - v.leading_zeros();
+            if d & (1 << top) != 0 {
+                d ^= v;
+                id ^= m;
+            }
+        }
+        (d == 0).then_some(id)
+    }
+
+    fn build(&mut self, body: usize) {
+        let zeros = vec![0u8; body];
+        let hdr = Ipv4Udp {
+            src: Ipv4Addr::UNSPECIFIED,
+            dst: Ipv4Addr::UNSPECIFIED,
+            src_port: 0,
+            dst_port: 0,
+            id: 0,
+        };
+        let base = icrc(&hdr, &zeros);
+        self.rows.clear();
+        for bit in 0..16 {
+            let mut v = icrc(
+                &Ipv4Udp {
+                    id: 1 << bit,
+                    ..hdr
+                },
+                &zeros,
+            ) ^ base;
+            let mut m = 1u16 << bit;
+            for &(r, rm) in &self.rows {
+                let top = 31 - r.leading_zeros();
+                if v & (1 << top) != 0 {
+                    v ^= r;
+                    m ^= rm;
+                }
+            }
+            if v != 0 {
+                self.rows.push((v, m));
+            }
+        }
+        self.body = Some(body);
+    }
 }
 
 /// `a + n` in the 24-bit PSN space.
@@ -597,6 +683,7 @@ mod tests {
             dst: Ipv4Addr::new(10, 0, 0, 2),
             src_port: ROCEV2_UDP_PORT,
             dst_port: ROCEV2_UDP_PORT,
+            id: 0,
         }
     }
 

@@ -292,6 +292,7 @@ fn hostile_datagrams_are_dropped_and_the_connection_goes_on() {
             dst: Ipv4Addr::new(127, 0, 0, 2),
             src_port: attacker.local_addr().unwrap().port(),
             dst_port: ROCEV2_UDP_PORT,
+            id: 0,
         };
         let n = Packet::new(Bth::new(Opcode::SendOnly, qpn, 7), None, None, b"evil")
             .emit(&hdr, &mut forged);
@@ -424,4 +425,190 @@ fn devices_share_an_address_through_the_steering_program() {
             );
         }
     });
+}
+
+/// Writes `total` bytes from `ea` into `eb` as 64 KiB RDMA WRITEs (the last one signaled) and
+/// checks that `eb` holds them.
+fn write_and_check(ea: &End, eb: &End, total: usize, seed: u8) {
+    const CHUNK: usize = 64 << 10;
+    let data: Vec<u8> = (0..total)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 12) as u8)
+        .collect();
+    ea.mr.memory().write(0, &data);
+    for (i, c) in (0..total).step_by(CHUNK).enumerate() {
+        let len = CHUNK.min(total - c);
+        ea.qp
+            .post_send(&SendWr {
+                wr_id: i as u64,
+                op: SendOp::Write {
+                    remote_addr: eb.mr.addr() + c as u64,
+                    rkey: eb.mr.rkey(),
+                },
+                data: Payload::Sges(&[Sge {
+                    addr: ea.mr.addr() + c as u64,
+                    len: len as u32,
+                    lkey: ea.mr.lkey(),
+                }]),
+                signaled: c + len == total,
+                solicited: false,
+            })
+            .unwrap();
+    }
+    let wc = poll_one(&ea.scq, Duration::from_secs(60));
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    let mut got = vec![0u8; total];
+    eb.mr.memory().read(0, &mut got);
+    assert!(got == data, "byte exact");
+}
+
+/// A pcap file's frames (tshark `-F pcap` on a loopback: Ethernet framing).
+fn pcap_frames(file: &[u8]) -> Vec<&[u8]> {
+    assert!(file.len() >= 24, "pcap header");
+    assert_eq!(
+        &file[..4],
+        &0xa1b2_c3d4u32.to_le_bytes(),
+        "little-endian pcap"
+    );
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= file.len() {
+        let incl = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap()) as usize;
+        let orig = u32::from_le_bytes(file[at + 12..at + 16].try_into().unwrap()) as usize;
+        assert_eq!(incl, orig, "whole frames captured");
+        out.push(&file[at + 16..at + 16 + incl]);
+        at += 16 + incl;
+    }
+    out
+}
+
+/// Runs of equal-sized packets leave as one UDP GSO send. Kept whole to the receiving socket
+/// (`UDP_GRO`, the default over loopback and veth) they are taken in one call and packet `k`
+/// checks with IPv4 identification `k`. Cut into datagrams by the kernel (`gso_max_segs 1`, as
+/// for a device without UDP segmentation offload), each datagram is a RoCEv2 packet of its own
+/// whose ICRC checks against the IPv4 header it really has (a tshark capture: what an RNIC or
+/// rxe would check), and the receiver, which cannot see the identification, solves for it.
+/// Byte exact either way.
+#[test]
+fn gso_runs_are_real_rocev2_packets_whole_or_cut_apart() {
+    let test = "gso_runs_are_real_rocev2_packets_whole_or_cut_apart";
+    if !can_run(test) {
+        return;
+    }
+    if !sh(&["tshark", "--version"]) {
+        let why = "needs tshark";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{test}: {why}");
+        }
+        eprintln!("SKIPPED {test}: {why}");
+        return;
+    }
+    let ns = Netns::new("gso");
+    let (stats_whole, stats_cut) = ns.run(|| {
+        let (a, b) = (open(1), open(2));
+        let (ea, eb) = pair(&a, &b, 1 << 20, 14, 7);
+        let snap = |d: &SoftDevice| {
+            let s = d.stats();
+            [
+                s.tx_packets.load(Ordering::Relaxed),
+                s.tx_sends.load(Ordering::Relaxed),
+                s.rx_id_solved.load(Ordering::Relaxed),
+                s.rx_dropped.load(Ordering::Relaxed),
+            ]
+        };
+        write_and_check(&ea, &eb, 1 << 20, 1);
+        let whole = (snap(&a), snap(&b));
+        assert!(sh(&["ip", "link", "set", "lo", "gso_max_segs", "1"]));
+        write_and_check(&ea, &eb, 1 << 20, 2);
+        let cut = (snap(&a), snap(&b));
+        (whole, cut)
+    });
+    let ((a1, b1), (a2, b2)) = (stats_whole, stats_cut);
+    eprintln!("whole: sender {a1:?} receiver {b1:?}; cut: sender {a2:?} receiver {b2:?}");
+    // [tx_packets, tx_sends, rx_id_solved, rx_dropped]
+    assert!(
+        a1[0] >= 256 && a1[1] * 4 < a1[0],
+        "runs went out as GSO sends: {a1:?}"
+    );
+    assert_eq!(
+        (b1[2], b1[3]),
+        (0, 0),
+        "kept whole: every packet checked as sent"
+    );
+    let (pk, sends) = (a2[0] - a1[0], a2[1] - a1[1]);
+    assert!(sends * 4 < pk, "still GSO sends: {pk} packets in {sends}");
+    assert!(
+        b2[2] - b1[2] >= pk / 2,
+        "cut apart: the receiver solved identifications ({b2:?})"
+    );
+    assert_eq!(b2[3], 0, "nothing dropped");
+
+    // A capture of a cut-apart run: each frame one RoCEv2 packet, ICRC right for its real
+    // IPv4 header.
+    let pcap = std::env::temp_dir().join(format!("smcrdma-gso-{}.pcap", std::process::id()));
+    let mut tshark = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.0, "tshark", "-q", "-i", "lo", "-F", "pcap", "-w",
+        ])
+        .arg(&pcap)
+        .args(["-f", "udp port 4791"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tshark");
+    {
+        use std::io::BufRead;
+        let err = tshark.stderr.take().unwrap();
+        let mut lines = std::io::BufReader::new(err).lines();
+        for l in lines.by_ref() {
+            if l.expect("tshark stderr").contains("Capturing on") {
+                break;
+            }
+        }
+        std::thread::spawn(move || lines.for_each(drop));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    ns.run(|| {
+        let (a, b) = (open(3), open(4));
+        let (ea, eb) = pair(&a, &b, 256 << 10, 14, 7);
+        write_and_check(&ea, &eb, 256 << 10, 3);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill")
+        .args(["-INT", &tshark.id().to_string()])
+        .status();
+    let _ = tshark.wait();
+    let file = std::fs::read(&pcap).expect("capture file");
+    let _ = std::fs::remove_file(&pcap);
+    let (mut roce, mut ids) = (0, std::collections::BTreeSet::new());
+    for f in pcap_frames(&file) {
+        let ip = &f[14..];
+        assert_eq!(ip[0], 0x45, "IPv4 without options");
+        assert_eq!(ip[9], 17, "UDP");
+        let udp = &ip[20..];
+        let hdr = Ipv4Udp {
+            src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+            dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+            src_port: u16::from_be_bytes([udp[0], udp[1]]),
+            dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+            id: u16::from_be_bytes([ip[4], ip[5]]),
+        };
+        let payload = &udp[8..usize::from(u16::from_be_bytes([udp[4], udp[5]]))];
+        assert!(
+            payload.len() <= 1024 + 64,
+            "one packet a datagram: {}",
+            payload.len()
+        );
+        let p = Packet::parse(payload, &hdr)
+            .unwrap_or_else(|e| panic!("frame with id {}: {e}", hdr.id));
+        roce += 1;
+        if !p.payload.is_empty() {
+            ids.insert(hdr.id);
+        }
+    }
+    eprintln!("captured {roce} RoCEv2 packets, identifications of data packets {ids:?}");
+    assert!(roce >= 64, "the write was captured: {roce}");
+    // 256 KiB at the path MTU of `pair` (1024): runs of up to 62 packets, ids 0, 1, 2, …
+    assert!(
+        ids.len() > 16,
+        "segments have their own identifications: {ids:?}"
+    );
 }

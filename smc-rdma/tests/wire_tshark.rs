@@ -295,6 +295,7 @@ fn hdr(i: usize) -> Ipv4Udp {
         dst: Ipv4Addr::new(10, 0, 0, 2),
         src_port: 0xc000 | (i as u16 & 0x3fff),
         dst_port: 4791,
+        id: 0,
     }
 }
 

@@ -139,6 +139,7 @@ fn split(name: &str, hex: &str) -> Datagram {
             dst: Ipv4Addr::new(b[16], b[17], b[18], b[19]),
             src_port: u16::from_be_bytes([udp[0], udp[1]]),
             dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+            id: u16::from_be_bytes([b[4], b[5]]),
         },
         payload: udp[8..].to_vec(),
     }
@@ -150,6 +151,7 @@ fn hdr(src_port: u16) -> Ipv4Udp {
         dst: Ipv4Addr::new(192, 168, 1, 20),
         src_port,
         dst_port: 4791,
+        id: 0,
     }
 }
 

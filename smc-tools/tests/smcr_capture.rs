@@ -239,6 +239,15 @@ fn tshark_decodes_smcr_llc_and_cdc_over_the_soft_device_as_rocev2() {
     let Some(ns) = Netns::create(test) else {
         return;
     };
+    // The soft device sends a run of packets as one UDP GSO send, which a capture on `lo`
+    // shows as one large frame (as it shows a TCP stream's 64 KiB segments); with
+    // `gso_max_segs 1` the kernel cuts it into the datagrams a wire carries, one RoCEv2
+    // packet each, which is what this test decodes.
+    let st = Command::new("ip")
+        .args(["-n", &ns.name, "link", "set", "lo", "gso_max_segs", "1"])
+        .status()
+        .expect("ip");
+    assert!(st.success(), "ip link set lo gso_max_segs 1");
     // tshark decodes live and prints one line per packet (-l: at once).
     let mut args: Vec<String> = ["netns", "exec", &ns.name, "tshark", "-l", "-i", "lo", "-f"]
         .iter()

@@ -465,6 +465,22 @@ impl Capture {
     fn start(hosts: &Hosts, port: u16) -> Capture {
         use std::io::BufRead;
         let dev = format!("va{}", std::process::id());
+        // The soft devices send runs of packets as UDP GSO sends, which a capture on a veth
+        // shows as one large frame each (as it shows a TCP stream's 64 KiB segments); with
+        // `gso_max_segs 1` on both ends the kernel cuts them into the datagrams a wire
+        // carries, one RoCEv2 packet each, which is what these tests decode.
+        for host in [1, 2] {
+            let ns = &hosts.ns(host).name;
+            ip(&[
+                "-n",
+                ns,
+                "link",
+                "set",
+                &hosts.veth(host, 1),
+                "gso_max_segs",
+                "1",
+            ]);
+        }
         let filter = format!(
             "tcp port {port} or udp port 4791 or udp port {PROBE_PORT} or udp port {END_PORT}"
         );

@@ -12,10 +12,14 @@
 //! bytes are zero, as a sender writes them, the re-emitted bytes are the input. (A receiver
 //! ignores those bits, as IBTA says and rxe does: the crate does not keep them, so an input
 //! with them set re-emits with them cleared and another ICRC.)
+//!
+//! Mode bit 1 stamps the ICRC for an identification made of bytes 1..3 of the addresses
+//! instead of 0; `solve_ip_id` (what a receiver does when the expected identification fails)
+//! must never panic on any input, and must find that identification for a stamped one.
 use std::net::Ipv4Addr;
 
 use libfuzzer_sys::fuzz_target;
-use smc_rdma::wire::{ICRC_LEN, Ipv4Udp, Packet, icrc};
+use smc_rdma::wire::{ICRC_LEN, IdSolver, Ipv4Udp, Packet, icrc, solve_ip_id};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 13 {
@@ -28,13 +32,27 @@ fuzz_target!(|data: &[u8]| {
         dst: Ipv4Addr::new(a[4], a[5], a[6], a[7]),
         src_port: u16::from_be_bytes([a[8], a[9]]),
         dst_port: u16::from_be_bytes([a[10], a[11]]),
+        id: 0,
     };
     let mut input = data[13..].to_vec();
+    let stamp = Ipv4Udp {
+        id: if mode & 2 != 0 {
+            u16::from_be_bytes([a[1], a[2]])
+        } else {
+            0
+        },
+        ..hdr
+    };
     if mode & 1 != 0 && input.len() >= ICRC_LEN {
         let body = input.len() - ICRC_LEN;
-        let crc = icrc(&hdr, &input[..body]);
+        let crc = icrc(&stamp, &input[..body]);
         input[body..].copy_from_slice(&crc.to_le_bytes());
     }
+    let solved = solve_ip_id(&hdr, &input, &mut IdSolver::default());
+    if mode & 1 != 0 && input.len() >= ICRC_LEN && input.len() <= 65_507 {
+        assert_eq!(solved, Some(stamp.id));
+    }
+    let hdr = stamp;
 
     let Ok(p) = Packet::parse(&input, &hdr) else {
         return;

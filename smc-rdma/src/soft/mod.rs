@@ -33,6 +33,7 @@
 mod cq;
 mod qp;
 pub mod steer;
+mod udp;
 
 pub use cq::SoftCq;
 pub use qp::SoftQp;
@@ -42,9 +43,8 @@ use crate::verbs::{
     Access, Device, DeviceInfo, Gid, GidType, Memory, MemoryRegion, Mtu, Pd, PortInfo, PortState,
     QpInit, VerbsError,
 };
-use crate::wire::{Ipv4Udp, Packet, ROCEV2_UDP_PORT};
+use crate::wire::{IdSolver, Ipv4Udp, Packet, ROCEV2_UDP_PORT, WireError, icrc, solve_ip_id};
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::net::{RecvFlags, SendFlags};
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -99,6 +99,11 @@ pub struct SoftStats {
     pub duplicates: AtomicU64,
     /// Datagrams the kernel would not take (full socket buffer): recovered as losses.
     pub tx_dropped: AtomicU64,
+    /// System calls that sent packets (one datagram, or a GSO run of several).
+    pub tx_sends: AtomicU64,
+    /// Received packets whose IPv4 identification was not the expected one and was solved for
+    /// (a peer that is not this device, or a GSO run cut apart on the way).
+    pub rx_id_solved: AtomicU64,
 }
 
 impl SoftStats {
@@ -130,6 +135,10 @@ struct Dev {
     mrs: RwLock<HashMap<u32, Arc<MrInner>>>,
     qps: RwLock<HashMap<u32, Arc<qp::QpInner>>>,
     stats: SoftStats,
+    /// Runs of packets go out as GSO sends (cleared when the kernel refuses one).
+    gso: AtomicBool,
+    /// The receive thread's solver for IPv4 identifications ([`solve_ip_id`]).
+    ids: Mutex<IdSolver>,
 }
 
 /// QPN allocation: from 16 up in the whole 24-bit space alone; `slot << 12 | n` with
@@ -283,6 +292,7 @@ impl SoftDevice {
         if cfg.steering.is_some() {
             sockopt::set_socket_reuseport(&sock, true)?;
         }
+        udp::enable_gro(sock.as_fd());
         rustix::net::bind(&sock, &SocketAddrV4::new(cfg.addr, ROCEV2_UDP_PORT))?;
         let qpns = match &cfg.steering {
             Some(st) => {
@@ -324,6 +334,8 @@ impl SoftDevice {
             mrs: RwLock::default(),
             qps: RwLock::default(),
             stats: SoftStats::default(),
+            gso: AtomicBool::new(true),
+            ids: Mutex::default(),
         });
         let d = Arc::clone(&dev);
         let thread = std::thread::Builder::new()
@@ -444,6 +456,7 @@ impl Dev {
             dst: peer,
             src_port: ROCEV2_UDP_PORT,
             dst_port: ROCEV2_UDP_PORT,
+            id: 0,
         }
     }
 
@@ -452,10 +465,41 @@ impl Dev {
     fn send(&self, p: &Packet<'_>, peer: Ipv4Addr) {
         let mut buf = [0u8; 4096 + 64];
         let n = p.emit(&self.hdr_to(peer), &mut buf);
-        let to = SocketAddrV4::new(peer, ROCEV2_UDP_PORT);
-        match rustix::net::sendto(&self.sock, &buf[..n], SendFlags::DONTWAIT, &to) {
-            Ok(_) => SoftStats::inc(&self.stats.tx_packets),
-            Err(_) => SoftStats::inc(&self.stats.tx_dropped),
+        self.send_run(&mut buf[..n], n, 1, peer);
+    }
+
+    fn gso(&self) -> bool {
+        self.gso.load(Ordering::Relaxed)
+    }
+
+    /// Sends `count` packets of `seg` bytes (the last may be shorter) that lie back to back
+    /// in `buf`, packet `k` stamped for IPv4 identification `k`: one GSO send. A kernel that
+    /// refuses GSO here gets them one datagram each, stamped again for identification 0, and
+    /// no GSO from then on.
+    fn send_run(&self, buf: &mut [u8], seg: usize, count: usize, peer: Ipv4Addr) {
+        let gso = (count > 1).then_some(seg as u16);
+        match udp::send(self.sock.as_fd(), buf, gso, peer) {
+            Ok(_) => {
+                self.stats
+                    .tx_packets
+                    .fetch_add(count as u64, Ordering::Relaxed);
+                SoftStats::inc(&self.stats.tx_sends);
+            }
+            Err(e) if count > 1 && e.raw_os_error() != Some(libc::EAGAIN) => {
+                self.gso.store(false, Ordering::Relaxed);
+                let hdr = self.hdr_to(peer);
+                for pkt in buf.chunks_mut(seg) {
+                    let body = pkt.len() - crate::wire::ICRC_LEN;
+                    let crc = icrc(&hdr, &pkt[..body]);
+                    pkt[body..].copy_from_slice(&crc.to_le_bytes());
+                    self.send_run(pkt, pkt.len(), 1, peer);
+                }
+            }
+            Err(_) => {
+                self.stats
+                    .tx_dropped
+                    .fetch_add(count as u64, Ordering::Relaxed);
+            }
         }
     }
 
@@ -494,27 +538,48 @@ impl Dev {
             }
             // A bounded batch, then the timers again.
             for _ in 0..256 {
-                match rustix::net::recvfrom(&self.sock, &mut buf, RecvFlags::DONTWAIT) {
-                    Ok((n, _, Some(from))) => match SocketAddrV4::try_from(from) {
-                        Ok(from) => self.datagram(&buf[..n.min(buf.len())], from),
-                        Err(_) => SoftStats::inc(&self.stats.rx_dropped),
-                    },
-                    Ok(_) => SoftStats::inc(&self.stats.rx_dropped),
+                match udp::recv(self.sock.as_fd(), &mut buf) {
+                    Ok(r) => {
+                        let d = &buf[..r.len.min(buf.len())];
+                        match r.seg {
+                            // A GSO run kept whole: segment k had identification k.
+                            Some(seg) => {
+                                for (k, pkt) in d.chunks(seg).enumerate() {
+                                    self.datagram(pkt, r.from, k as u16);
+                                }
+                            }
+                            None => self.datagram(d, r.from, 0),
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                        SoftStats::inc(&self.stats.rx_dropped)
+                    }
                     Err(_) => break,
                 }
             }
         }
     }
 
-    fn datagram(&self, d: &[u8], from: SocketAddrV4) {
+    /// One packet from `from`, expected with IPv4 identification `id` (wire module docs).
+    fn datagram(&self, d: &[u8], from: SocketAddrV4, id: u16) {
         let hdr = Ipv4Udp {
             src: *from.ip(),
             dst: self.addr,
             src_port: from.port(),
             dst_port: ROCEV2_UDP_PORT,
+            id,
         };
-        let Ok(p) = Packet::parse(d, &hdr) else {
-            return SoftStats::inc(&self.stats.rx_dropped);
+        let p = match Packet::parse(d, &hdr) {
+            Ok(p) => p,
+            Err(WireError::Icrc { .. }) => {
+                let solved = solve_ip_id(&hdr, d, &mut lock(&self.ids));
+                let Some(Ok(p)) = solved.map(|id| Packet::parse(d, &Ipv4Udp { id, ..hdr })) else {
+                    return SoftStats::inc(&self.stats.rx_dropped);
+                };
+                SoftStats::inc(&self.stats.rx_id_solved);
+                p
+            }
+            Err(_) => return SoftStats::inc(&self.stats.rx_dropped),
         };
         let Some(qp) = read(&self.qps).get(&p.bth.dest_qpn).cloned() else {
             return SoftStats::inc(&self.stats.rx_dropped);

@@ -134,6 +134,8 @@ struct S {
     nak_sent: bool,
     rq: VecDeque<RecvWr>,
     cur: Option<InMsg>,
+    /// Packets `pump` is about to send.
+    tx: super::udp::TxBatch,
 }
 
 /// IBTA table 45: RNR NAK timer codes.
@@ -187,6 +189,7 @@ impl QpInner {
                 nak_sent: false,
                 rq: VecDeque::new(),
                 cur: None,
+                tx: Default::default(),
             }),
         }
     }
@@ -286,7 +289,7 @@ impl QpInner {
                 }),
                 _ => None,
             };
-            dev.send(&Packet::new(bth, reth, None, &w.data[off..end]), peer);
+            s.tx.push(dev, &Packet::new(bth, reth, None, &w.data[off..end]), peer);
             let after = psn_add(psn, 1);
             if psn_cmp(after, s.sent_end) == Ordering::Greater {
                 s.sent_end = after;
@@ -302,6 +305,7 @@ impl QpInner {
                 s.deadline = s.timeout.map(|t| Instant::now() + t);
             }
         }
+        s.tx.flush(dev);
     }
 
     /// Everything through `psn` arrived: completes the messages it covers.
