@@ -491,7 +491,21 @@ pub trait CompletionQueue: Send + Sync + std::fmt::Debug {
     fn event_fd(&self) -> std::os::fd::BorrowedFd<'_>;
     /// Takes the channel's event (`ibv_get_cq_event` + ack); returns whether there was one.
     fn take_event(&self) -> bool;
+    /// Asks the device to run `handler` on its own thread when an armed completion arrives,
+    /// instead of making [`CompletionQueue::event_fd`] readable: the kernel's `comp_handler`,
+    /// which runs where the completion was made (rxe: its tasklets) and saves waking a thread
+    /// that waits on the channel. The handler runs with no lock of the device held; it must
+    /// not block, and must never wait for the device (it runs on the thread that would make
+    /// the progress). Set once. Returns `false` where the device has no thread of its own
+    /// (an RNIC: the channel stays the way to wait).
+    fn set_handler(&self, handler: CqHandler) -> bool {
+        let _ = handler;
+        false
+    }
 }
+
+/// What [`CompletionQueue::set_handler`] runs.
+pub type CqHandler = Arc<dyn Fn() + Send + Sync>;
 
 /// A reliable-connected queue pair.
 pub trait QueuePair: Send + Sync + std::fmt::Debug {

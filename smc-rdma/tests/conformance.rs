@@ -52,5 +52,6 @@ mod soft_device {
         a_silent_peer_exhausts_the_retries,
         the_state_machine_refuses_out_of_order_steps,
         solicited_only_notification_skips_unsolicited_receives,
+        an_armed_completion_runs_the_handler_instead_of_the_channel,
     );
 }

@@ -1,20 +1,32 @@
 //! Completion queues (rxe's `rxe_cq.c`): a bounded queue, an armed flag, and an eventfd as the
 //! completion channel.
 
-use super::lock;
-use crate::verbs::{CompletionQueue, VerbsError, Wc, WcStatus};
+use super::{Dev, lock};
+use crate::verbs::{CompletionQueue, CqHandler, VerbsError, Wc, WcStatus};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock, Weak};
 
 /// A completion queue of a [`super::SoftDevice`].
-#[derive(Debug)]
 pub struct SoftCq {
     q: Mutex<State>,
     cap: usize,
     channel: OwnedFd,
     overflowed: AtomicBool,
+    /// Run on the device's thread instead of signalling the channel
+    /// ([`CompletionQueue::set_handler`]).
+    handler: OnceLock<CqHandler>,
+    dev: Weak<Dev>,
+}
+
+impl std::fmt::Debug for SoftCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftCq")
+            .field("cap", &self.cap)
+            .field("handler", &self.handler.get().is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -25,7 +37,7 @@ struct State {
 }
 
 impl SoftCq {
-    pub(super) fn new(cap: usize) -> Result<Self, VerbsError> {
+    pub(super) fn new(cap: usize, dev: Weak<Dev>) -> Result<Self, VerbsError> {
         let channel = rustix::event::eventfd(
             0,
             rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
@@ -36,6 +48,8 @@ impl SoftCq {
             cap,
             channel,
             overflowed: AtomicBool::new(false),
+            handler: OnceLock::new(),
+            dev,
         })
     }
 
@@ -56,7 +70,13 @@ impl SoftCq {
         };
         if wake {
             s.armed = None;
-            let _ = rustix::io::write(&self.channel, &1u64.to_ne_bytes());
+            drop(s);
+            match (self.handler.get(), self.dev.upgrade()) {
+                (Some(h), Some(dev)) => dev.schedule(h),
+                _ => {
+                    let _ = rustix::io::write(&self.channel, &1u64.to_ne_bytes());
+                }
+            }
         }
     }
 
@@ -89,5 +109,9 @@ impl CompletionQueue for SoftCq {
     fn take_event(&self) -> bool {
         let mut b = [0u8; 8];
         matches!(rustix::io::read(&self.channel, &mut b), Ok(8))
+    }
+
+    fn set_handler(&self, handler: CqHandler) -> bool {
+        self.handler.set(handler).is_ok()
     }
 }

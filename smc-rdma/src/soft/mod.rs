@@ -139,6 +139,10 @@ struct Dev {
     gso: AtomicBool,
     /// The receive thread's solver for IPv4 identifications ([`solve_ip_id`]).
     ids: Mutex<IdSolver>,
+    /// Completion handlers to run on the receive thread ([`Dev::schedule`]).
+    tasks: Tasks,
+    /// The receive thread.
+    rx_thread: std::sync::OnceLock<std::thread::ThreadId>,
 }
 
 /// QPN allocation: from 16 up in the whole 24-bit space alone; `slot << 12 | n` with
@@ -336,6 +340,8 @@ impl SoftDevice {
             stats: SoftStats::default(),
             gso: AtomicBool::new(true),
             ids: Mutex::default(),
+            tasks: Tasks::default(),
+            rx_thread: std::sync::OnceLock::new(),
         });
         let d = Arc::clone(&dev);
         let thread = std::thread::Builder::new()
@@ -422,7 +428,10 @@ impl Device for SoftDevice {
         if cqe == 0 || cqe > 1 << 20 {
             return Err(VerbsError::Invalid("completion queue size"));
         }
-        Ok(Arc::new(SoftCq::new(cqe as usize)?))
+        Ok(Arc::new(SoftCq::new(
+            cqe as usize,
+            Arc::downgrade(&self.dev),
+        )?))
     }
 
     fn create_qp(&self, pd: Pd, init: QpInit<SoftCq>) -> Result<SoftQp, VerbsError> {
@@ -445,9 +454,49 @@ impl Device for SoftDevice {
     }
 }
 
+/// Completion handlers waiting for the receive thread.
+#[derive(Default)]
+struct Tasks(Mutex<Vec<crate::verbs::CqHandler>>);
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tasks({})", lock(&self.0).len())
+    }
+}
+
 impl Dev {
     fn ring(&self) {
         let _ = rustix::io::write(&self.bell, &1u64.to_ne_bytes());
+    }
+
+    /// Has the receive thread run `h` (a completion queue's handler) once it holds no lock:
+    /// after the datagrams it is handling, or at once if it sleeps. Scheduled twice before it
+    /// runs, it runs once (it drains its queues).
+    fn schedule(&self, h: &crate::verbs::CqHandler) {
+        {
+            let mut t = lock(&self.tasks.0);
+            if t.iter().any(|x| Arc::ptr_eq(x, h)) {
+                return;
+            }
+            t.push(Arc::clone(h));
+        }
+        if self.rx_thread.get() != Some(&std::thread::current().id()) {
+            self.ring();
+        }
+    }
+
+    /// Runs the scheduled handlers (on the receive thread, no lock held). A handler that
+    /// panics loses its run, not the device.
+    fn run_tasks(&self) {
+        loop {
+            let tasks = std::mem::take(&mut *lock(&self.tasks.0));
+            if tasks.is_empty() {
+                return;
+            }
+            for h in tasks {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h()));
+            }
+        }
     }
 
     fn hdr_to(&self, peer: Ipv4Addr) -> Ipv4Udp {
@@ -515,9 +564,13 @@ impl Dev {
 
     fn run(self: Arc<Self>) {
         use rustix::event::{PollFd, PollFlags, poll};
+        let _ = self.rx_thread.set(std::thread::current().id());
         let mut buf = vec![0u8; 65536];
         while !self.stop.load(Ordering::Acquire) {
             let next = self.timers(Instant::now());
+            // Handlers the timers scheduled (a retry that failed a QP completes its requests
+            // with errors) run before the thread sleeps.
+            self.run_tasks();
             let timeout = next.map(|t| {
                 let d = t.saturating_duration_since(Instant::now());
                 rustix::time::Timespec {
@@ -557,6 +610,7 @@ impl Dev {
                     Err(_) => break,
                 }
             }
+            self.run_tasks();
         }
     }
 

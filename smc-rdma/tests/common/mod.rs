@@ -582,3 +582,69 @@ pub fn solicited_only_notification_skips_unsolicited_receives<D: Device>(a: &D, 
     );
     assert_eq!(eb.rcq.poll(&mut wcs), 1);
 }
+
+/// A completion queue with a handler ([`CompletionQueue::set_handler`]): an armed completion
+/// runs the handler on a thread of the device (not the poster's), once, and leaves the
+/// channel silent; an unarmed one runs nothing. A device without such a thread says so
+/// (`false`) and the check ends there.
+pub fn an_armed_completion_runs_the_handler_instead_of_the_channel<D: Device>(a: &D, b: &D) {
+    use rustix::event::{PollFd, PollFlags, poll};
+    use std::sync::Mutex;
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    recv_all(&eb, 4, 64);
+    let ran: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+    let r = Arc::clone(&ran);
+    let h: CqHandler = Arc::new(move || r.lock().unwrap().push(std::thread::current().id()));
+    if !eb.rcq.set_handler(h) {
+        eprintln!("this device runs no completion handlers (the channel is the way to wait)");
+        return;
+    }
+    let send = |id: u64| {
+        ea.qp
+            .post_send(&SendWr {
+                wr_id: id,
+                op: SendOp::Send,
+                data: Payload::Inline(b"m"),
+                signaled: true,
+                solicited: false,
+            })
+            .unwrap();
+        wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    };
+    let silent = |cq: &D::Cq| {
+        let fd = cq.event_fd();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let ts = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        matches!(poll(&mut fds, Some(&ts)), Ok(0))
+    };
+    // Not armed: the completion waits in the queue, nothing runs.
+    send(1);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(ran.lock().unwrap().is_empty(), "unarmed: no handler");
+    assert!(
+        eb.rcq.req_notify(false),
+        "the waiting completion is reported"
+    );
+    let got = wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
+    assert_eq!(got[0].opcode, WcOpcode::Recv);
+    // Armed: the handler runs once, on the device's thread, and the channel stays silent.
+    assert!(!eb.rcq.req_notify(false));
+    send(2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ran.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the handler never ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    send(3);
+    std::thread::sleep(Duration::from_millis(50));
+    let threads = ran.lock().unwrap().clone();
+    assert_eq!(threads.len(), 1, "one run per arming: {threads:?}");
+    assert_ne!(threads[0], std::thread::current().id());
+    assert!(silent(&eb.rcq), "the channel was not signalled");
+    let got = wait_wcs(&*eb.rcq, 2, Duration::from_secs(5));
+    assert!(got.iter().all(|w| w.opcode == WcOpcode::Recv));
+}

@@ -23,8 +23,8 @@ use crate::device::Dir;
 use smc_core::conn::{HostCdc, RemoteWrite};
 use smc_proto::cdc::SmcrCdcRepr;
 use smc_rdma::verbs::{
-    CompletionQueue, Device, Memory, MemoryRegion, Payload, QpModify, QueuePair, RecvWr, SendOp,
-    SendWr, Sge, Wc, WcOpcode, WcStatus,
+    CompletionQueue, CqHandler, Device, Memory, MemoryRegion, Payload, QpModify, QueuePair, RecvWr,
+    SendOp, SendWr, Sge, Wc, WcOpcode, WcStatus,
 };
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -116,15 +116,18 @@ impl Side {
         how != 0
     }
 
+    /// Something arrived for the connection: wakes its waiters; `false` if nobody waited
+    /// and something is pending (its processing must run elsewhere).
+    fn woken(&self) -> bool {
+        let woke = self.wake(Dir::Rx) | self.wake(Dir::Tx);
+        woke || self.pending.load(Ordering::SeqCst) == 0
+    }
+
     /// Something arrived for the connection: wake its waiters, or, with none, run its
     /// processing here. Returns `false` if that must be tried again (a thread held the
     /// connection and may leave without looking).
     fn arrived(&self) -> bool {
-        let woke = self.wake(Dir::Rx) | self.wake(Dir::Tx);
-        if woke || self.pending.load(Ordering::SeqCst) == 0 {
-            return true;
-        }
-        self.service.get().is_none_or(|f| f())
+        self.woken() || self.service.get().is_none_or(|f| f())
     }
 }
 
@@ -168,6 +171,27 @@ pub struct RoceLink<D: Device> {
     /// Held while receive completions are polled and handed on: whoever takes it next sees
     /// every receive polled before as its connection's (see [`RoceLink::drain_rx`]).
     rx_drain: Mutex<()>,
+    /// The device runs [`RoceLink::on_device`] on its own thread when completions arrive
+    /// ([`CompletionQueue::set_handler`]); the completion thread then only serves what that
+    /// may not do (LLC messages, connections nobody waits in) when poked.
+    on_device: AtomicBool,
+    /// LLC messages received while `on_device`, for the completion thread, in order.
+    llc_queue: Mutex<VecDeque<Vec<u8>>>,
+    /// Wakes the completion thread (an eventfd).
+    poke: Arc<rustix::fd::OwnedFd>,
+}
+
+/// Who hands completions on ([`RoceLink::drain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drainer {
+    /// The completion thread: a connection nobody waits in is processed here.
+    Thread,
+    /// A sender polling for a slot (maybe holding a connection): such a connection is left to
+    /// the completion thread.
+    Poster,
+    /// The device's thread ([`RoceLink::on_device`]): waiters are woken; what must not run
+    /// there is left to the completion thread, which is poked.
+    Device,
 }
 
 impl<D: Device> std::fmt::Debug for RoceLink<D> {
@@ -222,7 +246,22 @@ impl<D: Device> RoceLink<D> {
             dropped: AtomicU64::new(0),
             retry: Mutex::new(Vec::new()),
             rx_drain: Mutex::new(()),
+            on_device: AtomicBool::new(false),
+            llc_queue: Mutex::new(VecDeque::new()),
+            poke: Arc::new(rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )?),
         });
+        // Before the receives are posted: completions for them find the handler.
+        let weak = Arc::downgrade(&link);
+        let h: CqHandler = Arc::new(move || {
+            if let Some(l) = weak.upgrade() {
+                l.on_device();
+            }
+        });
+        let on_device = link.rcq.set_handler(Arc::clone(&h)) && link.scq.set_handler(h);
+        link.on_device.store(on_device, Ordering::Release);
         for i in 0..recv_wrs {
             link.post_recv(u64::from(i)).map_err(io::Error::other)?;
         }
@@ -319,7 +358,7 @@ impl<D: Device> RoceLink<D> {
                 Err(smc_rdma::verbs::VerbsError::Full(_)) if Instant::now() < deadline => {
                     // A device frees send slots as their completions are polled: poll here
                     // rather than wait for the completion thread (which may be the caller).
-                    if self.drain(&*self.scq, false) == 0 {
+                    if self.drain(&*self.scq, Drainer::Poster) == 0 {
                         std::thread::yield_now();
                     }
                 }
@@ -361,18 +400,8 @@ impl<D: Device> RoceLink<D> {
             if link.stop.load(Ordering::Acquire) {
                 return;
             }
-            // Drain both until empty, then arm; if completions slipped in between, drain
-            // again before sleeping.
-            loop {
-                let n = link.drain_rx(true) + link.drain(&*link.scq, true);
-                if n > 0 {
-                    continue;
-                }
-                let missed = link.rcq.req_notify(false) | link.scq.req_notify(false);
-                if !missed {
-                    break;
-                }
-            }
+            link.drain_and_arm(Drainer::Thread);
+            link.run_llc();
             // Connections that could not be served: again now; while some remain, sleep
             // briefly only.
             let again: Vec<_> = std::mem::take(&mut *lock(&link.retry));
@@ -385,11 +414,13 @@ impl<D: Device> RoceLink<D> {
             let busy = !left.is_empty();
             lock(&link.retry).extend(left);
             let (rcq, scq) = (Arc::clone(&link.rcq), Arc::clone(&link.scq));
+            let poke = Arc::clone(&link.poke);
             drop(link);
             let (rfd, sfd) = (rcq.event_fd(), scq.event_fd());
             let mut fds = [
                 PollFd::new(&rfd, PollFlags::IN),
                 PollFd::new(&sfd, PollFlags::IN),
+                PollFd::new(&*poke, PollFlags::IN),
             ];
             // A bounded sleep: the thread notices a dropped link within it.
             let ts = rustix::time::Timespec {
@@ -399,20 +430,84 @@ impl<D: Device> RoceLink<D> {
             let _ = poll(&mut fds, Some(&ts));
             rcq.take_event();
             scq.take_event();
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&*poke, &mut b);
+        }
+    }
+
+    /// Drains both queues until empty, then arms them; if completions slipped in between,
+    /// drains again (the kernel's "don't req_notify until all CQEs drained").
+    fn drain_and_arm(&self, by: Drainer) {
+        loop {
+            let n = self.drain_rx(by) + self.drain(&*self.scq, by);
+            if n > 0 {
+                continue;
+            }
+            let missed = self.rcq.req_notify(false) | self.scq.req_notify(false);
+            if !missed {
+                break;
+            }
+        }
+    }
+
+    /// The completion queues' handler, on the device's thread (the kernel's tasklet after
+    /// `comp_handler`): hands completions on and wakes the connections' waiters, which saves
+    /// the completion thread's wake-up on every CDC. What must not run there (LLC messages,
+    /// whose handler may wait for the link; a connection nobody waits in, whose processing
+    /// may post and wait for a slot) goes to the completion thread, which is poked.
+    fn on_device(&self) {
+        if self.stop.load(Ordering::Acquire) {
+            return;
+        }
+        self.drain_and_arm(Drainer::Device);
+        if !lock(&self.retry).is_empty() {
+            let _ = rustix::io::write(&*self.poke, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// Runs the LLC messages [`RoceLink::on_device`] left, in the order they arrived.
+    fn run_llc(&self) {
+        loop {
+            let Some(m) = lock(&self.llc_queue).pop_front() else {
+                return;
+            };
+            self.llc(&m);
+        }
+    }
+
+    fn llc(&self, m: &[u8]) {
+        match self.llc.get() {
+            Some(h) => h(m),
+            None => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
     /// Polls the receive queue empty under `rx_drain`: a receive the completion thread has
-    /// polled but not yet handed to its connection is handed on before this returns.
-    fn drain_rx(&self, serve: bool) -> usize {
-        let _g = lock(&self.rx_drain);
-        self.drain(&*self.rcq, serve)
+    /// polled but not yet handed to its connection is handed on before this returns. The
+    /// connections are woken or served after the lock is let go: serving one may post and
+    /// wait for a send slot, which the device's thread frees, and that thread may be waiting
+    /// for `rx_drain` in [`RoceLink::on_device`].
+    fn drain_rx(&self, by: Drainer) -> usize {
+        let (n, sides) = {
+            let _g = lock(&self.rx_drain);
+            self.poll_all(&*self.rcq)
+        };
+        self.hand_on(sides, by);
+        n
     }
 
-    /// Polls `cq` empty, handing each completion on; returns how many there were. With
-    /// `serve` (the completion thread) a connection nobody waits in is processed here; without
-    /// (a sender polling for a slot, maybe holding a connection) it is left to that thread.
-    fn drain(&self, cq: &D::Cq, serve: bool) -> usize {
+    /// Polls `cq` empty, handing each completion on; returns how many there were.
+    fn drain(&self, cq: &D::Cq, by: Drainer) -> usize {
+        let (n, sides) = self.poll_all(cq);
+        self.hand_on(sides, by);
+        n
+    }
+
+    /// Polls `cq` empty, handing each completion to its connection; returns how many there
+    /// were and the connections they were for.
+    fn poll_all(&self, cq: &D::Cq) -> (usize, Vec<Arc<Side>>) {
         let mut wcs = [Wc {
             wr_id: 0,
             status: WcStatus::Success,
@@ -422,18 +517,34 @@ impl<D: Device> RoceLink<D> {
             solicited: false,
         }; 16];
         let mut n = 0;
+        let mut sides: Vec<Arc<Side>> = Vec::new();
         loop {
             let k = cq.poll(&mut wcs);
             for w in &wcs[..k] {
                 if let Some(side) = self.completion(w)
-                    && !(serve && side.arrived())
+                    && !sides.iter().any(|x| Arc::ptr_eq(x, &side))
                 {
-                    self.retry_later(&side);
+                    sides.push(side);
                 }
             }
             n += k;
             if k < wcs.len() {
-                return n;
+                return (n, sides);
+            }
+        }
+    }
+
+    /// Tells the connections something arrived: a connection nobody waits in is processed
+    /// here by the completion thread, and left to it by the others ([`Drainer`]).
+    fn hand_on(&self, sides: Vec<Arc<Side>>, by: Drainer) {
+        for side in sides {
+            let done = match by {
+                Drainer::Thread => side.arrived(),
+                Drainer::Poster => false,
+                Drainer::Device => side.woken(),
+            };
+            if !done {
+                self.retry_later(&side);
             }
         }
     }
@@ -492,11 +603,12 @@ impl<D: Device> RoceLink<D> {
             s.pending.fetch_add(1, Ordering::SeqCst);
             return Some(s);
         }
-        match self.llc.get() {
-            Some(h) => h(m),
-            None => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        if self.on_device.load(Ordering::Acquire) {
+            // Whoever drains: in arrival order through the completion thread.
+            lock(&self.llc_queue).push_back(m.to_vec());
+            let _ = rustix::io::write(&*self.poke, &1u64.to_ne_bytes());
+        } else {
+            self.llc(m);
         }
         None
     }
@@ -912,7 +1024,7 @@ impl<D: Device> Transport for SmcrLink<D> {
     }
 
     fn settle(&self) {
-        self.binding().link.drain_rx(false);
+        self.binding().link.drain_rx(Drainer::Poster);
     }
 
     fn events_pending(&self) -> bool {
