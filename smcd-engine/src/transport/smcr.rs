@@ -179,6 +179,10 @@ pub struct RoceLink<D: Device> {
     llc_queue: Mutex<VecDeque<Vec<u8>>>,
     /// Wakes the completion thread (an eventfd).
     poke: Arc<rustix::fd::OwnedFd>,
+    /// Bumped when the device's thread drained send completions while senders wait for a
+    /// slot ([`RoceLink::post`]); the futex word they sleep on.
+    slot_gen: AtomicU32,
+    slot_waiters: AtomicU32,
 }
 
 /// Who hands completions on ([`RoceLink::drain`]).
@@ -247,6 +251,8 @@ impl<D: Device> RoceLink<D> {
             retry: Mutex::new(Vec::new()),
             rx_drain: Mutex::new(()),
             on_device: AtomicBool::new(false),
+            slot_gen: AtomicU32::new(0),
+            slot_waiters: AtomicU32::new(0),
             llc_queue: Mutex::new(VecDeque::new()),
             poke: Arc::new(rustix::event::eventfd(
                 0,
@@ -353,14 +359,33 @@ impl<D: Device> RoceLink<D> {
     fn post(&self, wr: &SendWr<'_>) -> io::Result<()> {
         let deadline = Instant::now() + SLOT_WAIT;
         loop {
+            let gen_before = self.slot_gen.load(Ordering::SeqCst);
             match self.qp.post_send(wr) {
                 Ok(()) => return Ok(()),
                 Err(smc_rdma::verbs::VerbsError::Full(_)) if Instant::now() < deadline => {
                     // A device frees send slots as their completions are polled: poll here
                     // rather than wait for the completion thread (which may be the caller).
-                    if self.drain(&*self.scq, Drainer::Poster) == 0 {
-                        std::thread::yield_now();
+                    if self.drain(&*self.scq, Drainer::Poster) > 0 {
+                        continue;
                     }
+                    if !self.on_device.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    // The device's thread frees slots as the peer acknowledges and says so
+                    // after draining send completions (`smc_wr_tx_get_free_slot` sleeps too).
+                    // At most 1 ms: a slot freed by an unsignaled request is not announced.
+                    self.slot_waiters.fetch_add(1, Ordering::SeqCst);
+                    let _ = rustix::thread::futex::wait(
+                        &self.slot_gen,
+                        rustix::thread::futex::Flags::PRIVATE,
+                        gen_before,
+                        Some(&rustix::time::Timespec {
+                            tv_sec: 0,
+                            tv_nsec: 1_000_000,
+                        }),
+                    );
+                    self.slot_waiters.fetch_sub(1, Ordering::SeqCst);
                 }
                 Err(e) => return Err(io::Error::other(e)),
             }
@@ -400,7 +425,7 @@ impl<D: Device> RoceLink<D> {
             if link.stop.load(Ordering::Acquire) {
                 return;
             }
-            link.drain_and_arm(Drainer::Thread);
+            let _ = link.drain_and_arm(Drainer::Thread);
             link.run_llc();
             // Connections that could not be served: again now; while some remain, sleep
             // briefly only.
@@ -437,15 +462,18 @@ impl<D: Device> RoceLink<D> {
 
     /// Drains both queues until empty, then arms them; if completions slipped in between,
     /// drains again (the kernel's "don't req_notify until all CQEs drained").
-    fn drain_and_arm(&self, by: Drainer) {
+    /// Returns how many send completions there were.
+    fn drain_and_arm(&self, by: Drainer) -> usize {
+        let mut sent = 0;
         loop {
-            let n = self.drain_rx(by) + self.drain(&*self.scq, by);
-            if n > 0 {
+            let s = self.drain(&*self.scq, by);
+            sent += s;
+            if self.drain_rx(by) + s > 0 {
                 continue;
             }
             let missed = self.rcq.req_notify(false) | self.scq.req_notify(false);
             if !missed {
-                break;
+                return sent;
             }
         }
     }
@@ -459,7 +487,15 @@ impl<D: Device> RoceLink<D> {
         if self.stop.load(Ordering::Acquire) {
             return;
         }
-        self.drain_and_arm(Drainer::Device);
+        let sent = self.drain_and_arm(Drainer::Device);
+        if sent > 0 && self.slot_waiters.load(Ordering::SeqCst) > 0 {
+            self.slot_gen.fetch_add(1, Ordering::SeqCst);
+            let _ = rustix::thread::futex::wake(
+                &self.slot_gen,
+                rustix::thread::futex::Flags::PRIVATE,
+                u32::MAX,
+            );
+        }
         if !lock(&self.retry).is_empty() {
             let _ = rustix::io::write(&*self.poke, &1u64.to_ne_bytes());
         }
