@@ -360,8 +360,14 @@ impl LgrTable {
             return;
         }
         for ev in &events {
-            if let Some(g) = self.group(ev.data.u64() as u32) {
-                g.bells.drain();
+            if let Some(g) = self.group(ev.data.u64() as u32)
+                && g.bells.drain()
+                && let Some(fd) = g.bells.fd()
+            {
+                // The peer closed its end: readable (end of file) for good, so the
+                // housekeeping thread would wake for it every BELL_DRAIN_EVERY until the
+                // group is freed. Bells the peer sent before are in the stash.
+                let _ = epoll::delete(ep, fd);
             }
         }
     }

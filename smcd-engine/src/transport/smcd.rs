@@ -260,13 +260,17 @@ impl Bells {
     }
 
     /// Moves every record waiting in the channel into the stash (the housekeeping thread
-    /// calls this when the channel is readable).
-    pub fn drain(&self) {
-        self.drain_into(&mut lock(&self.stash));
+    /// calls this when the channel is readable); returns `true` when the peer's end is closed
+    /// (nothing will come again, and the channel stays readable for good).
+    pub fn drain(&self) -> bool {
+        self.drain_into(&mut lock(&self.stash))
     }
 
-    fn drain_into(&self, st: &mut Stash) {
-        let Some(ch) = self.chan.get() else { return };
+    fn drain_into(&self, st: &mut Stash) -> bool {
+        let Some(ch) = self.chan.get() else {
+            return false;
+        };
+        let mut closed = false;
         let mut buf = [0u8; 8];
         // A bounded number per call: a peer flooding the channel cannot hold us here.
         for _ in 0..4 * STASHED_MAX {
@@ -278,14 +282,20 @@ impl Bells {
                 }
                 // Not a bell (a hostile peer's record): dropped with its descriptors.
                 Ok((n, _)) if n > 0 => {}
-                // Empty, closed or failing.
-                _ => break,
+                // The end of a SOCK_SEQPACKET pair: the peer closed its end.
+                Ok(_) => {
+                    closed = true;
+                    break;
+                }
+                // Empty or failing.
+                Err(_) => break,
             }
         }
         if st.bells.len() > STASHED_MAX {
             let Stash { bells, live } = st;
             bells.retain(|id, _| live.contains(id));
         }
+        closed
     }
 
     /// A link to the peer's connection `id` exists: its bell is kept when it arrives.
