@@ -12,6 +12,7 @@
 //! Needs root, `ip` and (for the capability test) BPF and cgroup v2: otherwise SKIPPED, and
 //! a failure under `CI=true`.
 
+use smc_core::llc::LgrType;
 use smc_tests::{Netns, Rng, skip_unless, skip_unless_root};
 use smcd_engine::bpf::{Maps, loader};
 use smcd_engine::smcr::{Capability, SmcrConfig, SmcrEndpoint, SmcrListener, SmcrMode, SmcrStream};
@@ -421,7 +422,7 @@ fn smcr_capability_by_the_syn_option_between_two_namespaces() {
 }
 
 /// What tshark prints of each packet (one line, `|` between fields).
-const FIELDS: [&str; 24] = [
+const FIELDS: [&str; 25] = [
     "ip.src",
     "udp.dstport",
     "tcp.dstport",
@@ -443,6 +444,7 @@ const FIELDS: [&str; 24] = [
     "smc.rmbe.ctrl.alert.token",
     "smc.add.link.sender.qp.number",
     "smc.add.link.response",
+    "smc.add.link.response.rejected",
     "smc.delete.link.reason.code",
     "smc.rmbe.ctrl.failover.validation",
     "_ws.malformed",
@@ -698,6 +700,25 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
         col(resp[0], "smc.confirm.link.response"),
         "1" | "True"
     ));
+    // Both ends have one port: the server still asks for a second link on its one device
+    // (ADD_LINK, as `smc_llc_srv_add_link` does with no alternate device), and the client,
+    // with no other device either, rejects it (flag 0x40, `smc_llc_cli_add_link`): the group
+    // keeps its one link.
+    let (add_req, add_resp) = (llc(2, 1), llc(2, 2));
+    let truthy = |v: &str| matches!(v, "1" | "True");
+    assert_eq!((add_req.len(), add_resp.len()), (1, 1), "ADD_LINK:\n{text}");
+    assert!(!truthy(col(add_req[0], "smc.add.link.response")), "{text}");
+    assert!(
+        truthy(col(add_resp[0], "smc.add.link.response"))
+            && truthy(col(add_resp[0], "smc.add.link.response.rejected")),
+        "the client did not reject the ADD_LINK:\n{text}"
+    );
+    assert!(
+        [sg, cg]
+            .iter()
+            .all(|g| g.links.len() == 1 && g.lgr_type == LgrType::Single),
+        "{sg:#?} {cg:#?}"
+    );
     // The second connection's RMBs: each side's CONFIRM_RKEY and the other's response.
     let (rk1, rk2) = (llc(6, 1), llc(6, 2));
     assert_eq!((rk1.len(), rk2.len()), (2, 2), "CONFIRM_RKEY:\n{text}");
