@@ -1785,6 +1785,27 @@ fn smcr_asymmetric_group_when_the_client_has_one_port() {
         let side = if role == "CLNT" { "gid" } else { "peer_gid" };
         assert!(mine.iter().all(|l| l[side] == client_gid), "{links}");
     }
+    // `device show --smcr`: the client's one port carries both of its links, each of the
+    // server's ports one.
+    let dev = smcd.ctl("--json device show --smcr").json();
+    let ports = dev["ports"].as_array().expect("ports");
+    let mut counts: Vec<_> = ports
+        .iter()
+        .map(|p| {
+            (
+                p["ib_dev"].as_str().unwrap_or_default().to_string(),
+                p["link_count"].as_u64(),
+            )
+        })
+        .collect();
+    counts.sort();
+    let mut want = vec![
+        (format!("sroce-{}", hosts.addr(1)), Some(1)),
+        (format!("sroce-{}", hosts.addr2(1)), Some(1)),
+        (format!("sroce-{}", hosts.addr(2)), Some(2)),
+    ];
+    want.sort();
+    assert_eq!(counts, want, "{dev}");
     close_all(conns);
     assert_eq!(server.join().unwrap(), vec![8 * 100_000; CONNS as usize]);
 }
