@@ -1002,7 +1002,14 @@ impl Ep {
     fn insert(&self, g: &Arc<Group>) {
         let mut groups = lock(&self.groups);
         groups.retain(|g| lock(&g.sh).dead.is_none());
-        groups.push(Arc::clone(g));
+        if !groups.iter().any(|x| Arc::ptr_eq(x, g)) {
+            groups.push(Arc::clone(g));
+        }
+    }
+
+    /// A group whose first contact failed leaves the table.
+    fn forget(&self, g: &Arc<Group>) {
+        lock(&self.groups).retain(|x| !Arc::ptr_eq(x, g));
     }
 
     /// The group's LLC settings, with the `max_links` the CLC negotiated.
@@ -1055,6 +1062,7 @@ impl Ep {
             Err(why) => {
                 tracing::debug!("SMC-R first contact failed: {why}");
                 group.kill();
+                self.forget(&group);
                 self.decline(sock, ReasonCode::TIMEOUT_CL)
             }
         }
@@ -1156,6 +1164,11 @@ impl Ep {
             llc,
             (bufs.token, bufs.keys()),
         );
+        // In the table at once: the server may answer our next connection with a reuse
+        // Accept as soon as its own first contact is over, which can be before this thread
+        // has seen ours end; that connection waits for it (`client_reuse`), as the kernel's
+        // waits for `smc_client_lgr_pending`, instead of declining with SYNCERR.
+        self.insert(&group);
         let gids: Vec<_> = self.ports.iter().map(|p| p.local.gid).collect();
         let confirm = hs::client_confirm(
             &self.smcr_caps(),
@@ -1190,6 +1203,12 @@ impl Ep {
         let Some((group, named)) = found else {
             return self.decline(sock, ReasonCode::SYNCERR);
         };
+        // The group's first contact may still be ending (see `client_first`); only this
+        // group is waited for.
+        if let Err(why) = group.first_contact(Duration::from_secs(10)) {
+            tracing::debug!("SMC-R group to reuse failed its first contact: {why}");
+            return self.decline(sock, ReasonCode::SYNCERR);
+        }
         let via = group.place();
         let Some(slot) = group.slot(via) else {
             return self.decline(sock, ReasonCode::SYNCERR);
