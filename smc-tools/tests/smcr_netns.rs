@@ -9,8 +9,13 @@
 //! SMC-R endpoints runs CLC: an SMC-R client of a plain server and a plain client of an SMC-R
 //! listener see exactly the TCP bytes the application wrote.
 //!
-//! Needs root, `ip` and (for the capability test) BPF and cgroup v2: otherwise SKIPPED, and
-//! a failure under `CI=true`.
+//! With two veth pairs (two paths): two links per group, symmetric when both endpoints have
+//! two ports, asymmetric when one has one (its second link on the same device), failover,
+//! and what `smcctl` shows of them.
+//!
+//! Needs root, `ip`, for the capability test BPF and cgroup v2, for the loss and
+//! asymmetric-path tests nftables, for the capture tests tshark: otherwise SKIPPED, and a
+//! failure under `CI=true`.
 
 use smc_core::llc::LgrType;
 use smc_tests::{Netns, Rng, skip_unless, skip_unless_root};
