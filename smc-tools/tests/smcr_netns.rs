@@ -9,9 +9,15 @@
 //! SMC-R endpoints runs CLC: an SMC-R client of a plain server and a plain client of an SMC-R
 //! listener see exactly the TCP bytes the application wrote.
 //!
-//! Needs root, `ip` and (for the capability test) BPF and cgroup v2: otherwise SKIPPED, and
-//! a failure under `CI=true`.
+//! With two veth pairs (two paths): two links per group, symmetric when both endpoints have
+//! two ports, asymmetric when one has one (its second link on the same device), failover,
+//! and what `smcctl` shows of them.
+//!
+//! Needs root, `ip`, for the capability test BPF and cgroup v2, for the loss and
+//! asymmetric-path tests nftables, for the capture tests tshark: otherwise SKIPPED, and a
+//! failure under `CI=true`.
 
+use smc_core::llc::LgrType;
 use smc_tests::{Netns, Rng, skip_unless, skip_unless_root};
 use smcd_engine::bpf::{Maps, loader};
 use smcd_engine::smcr::{Capability, SmcrConfig, SmcrEndpoint, SmcrListener, SmcrMode, SmcrStream};
@@ -421,7 +427,7 @@ fn smcr_capability_by_the_syn_option_between_two_namespaces() {
 }
 
 /// What tshark prints of each packet (one line, `|` between fields).
-const FIELDS: [&str; 24] = [
+const FIELDS: [&str; 25] = [
     "ip.src",
     "udp.dstport",
     "tcp.dstport",
@@ -443,6 +449,7 @@ const FIELDS: [&str; 24] = [
     "smc.rmbe.ctrl.alert.token",
     "smc.add.link.sender.qp.number",
     "smc.add.link.response",
+    "smc.add.link.response.rejected",
     "smc.delete.link.reason.code",
     "smc.rmbe.ctrl.failover.validation",
     "_ws.malformed",
@@ -714,6 +721,25 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
         col(resp[0], "smc.confirm.link.response"),
         "1" | "True"
     ));
+    // Both ends have one port: the server still asks for a second link on its one device
+    // (ADD_LINK, as `smc_llc_srv_add_link` does with no alternate device), and the client,
+    // with no other device either, rejects it (flag 0x40, `smc_llc_cli_add_link`): the group
+    // keeps its one link.
+    let (add_req, add_resp) = (llc(2, 1), llc(2, 2));
+    let truthy = |v: &str| matches!(v, "1" | "True");
+    assert_eq!((add_req.len(), add_resp.len()), (1, 1), "ADD_LINK:\n{text}");
+    assert!(!truthy(col(add_req[0], "smc.add.link.response")), "{text}");
+    assert!(
+        truthy(col(add_resp[0], "smc.add.link.response"))
+            && truthy(col(add_resp[0], "smc.add.link.response.rejected")),
+        "the client did not reject the ADD_LINK:\n{text}"
+    );
+    assert!(
+        [sg, cg]
+            .iter()
+            .all(|g| g.links.len() == 1 && g.lgr_type == LgrType::Single),
+        "{sg:#?} {cg:#?}"
+    );
     // The second connection's RMBs: each side's CONFIRM_RKEY and the other's response.
     let (rk1, rk2) = (llc(6, 1), llc(6, 2));
     assert_eq!((rk1.len(), rk2.len()), (2, 2), "CONFIRM_RKEY:\n{text}");
@@ -1588,4 +1614,411 @@ fn smcr_streams_without_inline_sends() {
         .join()
         .unwrap();
     assert_eq!(server.join().unwrap(), 60 * (1 + 40 + 64 + 65) + 200_000);
+}
+
+/// Routing for an asymmetric group over [`Hosts::two_paths`]: host `two` has an endpoint
+/// with two ports (its path-1 and path-2 addresses), the other host one with one port (its
+/// path-1 address only). The first link joins the two path-1 addresses and goes over
+/// path 1 both ways. The second one joins `two`'s path-2 address to the other's path-1
+/// address: by the main table `two` would send it over path 1 (the route to that subnet),
+/// so a rule sends what leaves from its path-2 address over path 2 (on-link: the other host
+/// answers ARP for any of its addresses), and the other host's answers to the path-2
+/// address go over path 2 by its connected route. So each link has a path of its own, both
+/// ways, and cutting path 2 takes only the second link (without this rule, the test below
+/// that cuts path 2 fails: the second link's requests then come over path 1).
+fn route_second_port_over_path2(hosts: &Hosts, two: u8) {
+    let ns = &hosts.ns(two).name;
+    let from = hosts.addr2(two).to_string();
+    let rules = Command::new("ip")
+        .args(["-n", ns, "rule", "show", "from", &from])
+        .output()
+        .expect("ip rule show");
+    if !String::from_utf8_lossy(&rules.stdout).contains("lookup 100") {
+        ip(&["-n", ns, "rule", "add", "from", &from, "lookup", "100"]);
+    }
+    let to = format!("{}/32", hosts.addr(3 - two));
+    ip(&[
+        "-n",
+        ns,
+        "route",
+        "replace",
+        &to,
+        "dev",
+        &hosts.veth(two, 2),
+        "table",
+        "100",
+    ]);
+}
+
+/// Endpoints for an asymmetric group: host `two` with two ports, the other with one; each
+/// side's `smcr_testlink_time` as given (host 1, host 2).
+fn asymmetric_pair(
+    hosts: &Hosts,
+    two: u8,
+    testlink: (Duration, Duration),
+    smcd: Option<&smc_tests::Smcd>,
+) -> (SmcrEndpoint, SmcrEndpoint) {
+    route_second_port_over_path2(hosts, two);
+    let cfg = |host: u8, testlink_time| SmcrConfig {
+        alt: (host == two).then(|| (hosts.addr2(host), None)),
+        testlink_time,
+        smcd: smcd.map(|d| d.socket.clone()),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    (
+        endpoint_with(hosts, 1, cfg(1, testlink.0)),
+        endpoint_with(hosts, 2, cfg(2, testlink.1)),
+    )
+}
+
+/// `conns` connections to the echo server at `at`, each with `rounds` round trips of
+/// 100,000 pattern bytes (four at once: every connection on a thread of its own).
+fn stream_round_trips(
+    hosts: &Hosts,
+    cli: &SmcrEndpoint,
+    at: SocketAddr,
+    conns: u64,
+    rounds: u64,
+) -> Vec<SmcrStream> {
+    let threads: Vec<_> = (0..conns)
+        .map(|k| {
+            let c = cli.clone();
+            hosts.on(2, move || {
+                let mut s = c.connect(at).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                smcr_lgr(&s.mode());
+                for r in 0..rounds {
+                    round_trip(&mut s, 1000 * k + r, 100_000);
+                }
+                s
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Checks an asymmetric group as both ends report it: the server's type `srv_type`, the
+/// client's the other asymmetric one, two active links on each side, the asymmetric one
+/// tagged and carrying no connection, the other carrying all `conns`; the links' GIDs as the
+/// ports say (`two`: the host with two ports). Returns the asymmetric links' QPNs (server,
+/// client).
+fn check_asymmetric(
+    hosts: &Hosts,
+    srv: &SmcrEndpoint,
+    cli: &SmcrEndpoint,
+    two: u8,
+    conns: u32,
+) -> (u32, u32) {
+    let mut asym_qpns = Vec::new();
+    for (host, ep) in [(1u8, srv), (2, cli)] {
+        let groups = ep.link_groups();
+        assert_eq!(groups.len(), 1, "{groups:#?}");
+        let g = &groups[0];
+        let want = if host == two {
+            LgrType::AsymmetricPeer
+        } else {
+            LgrType::AsymmetricLocal
+        };
+        assert_eq!(g.lgr_type, want, "host {host}: {g:#?}");
+        assert_eq!((g.max_links, g.conns), (2, conns), "{g:#?}");
+        assert_eq!(active_links(g), 2, "{g:#?}");
+        let (asym, other): (Vec<_>, Vec<_>) = g.links.iter().partition(|l| l.asym);
+        assert_eq!(
+            (asym.len(), other.len()),
+            (1, 1),
+            "one asymmetric link: {g:#?}"
+        );
+        let (asym, other) = (asym[0], other[0]);
+        assert_eq!(asym.conns, 0, "a connection on the asymmetric link: {g:#?}");
+        assert_eq!(other.conns, conns, "{g:#?}");
+        let gid = |a: Ipv4Addr| smc_rdma::verbs::Gid::from_ipv4(a);
+        let peer = 3 - host;
+        // The first link joins the path-1 addresses; the asymmetric one starts (or ends) on
+        // the two-port host's path-2 address and ends (or starts) on the other's only one.
+        assert_eq!(
+            (other.gid, other.peer_gid),
+            (gid(hosts.addr(host)), gid(hosts.addr(peer)))
+        );
+        let (own, theirs) = if host == two {
+            (hosts.addr2(host), hosts.addr(peer))
+        } else {
+            (hosts.addr(host), hosts.addr2(peer))
+        };
+        assert_eq!((asym.gid, asym.peer_gid), (gid(own), gid(theirs)), "{g:#?}");
+        asym_qpns.push(asym.qpn);
+    }
+    (asym_qpns[0], asym_qpns[1])
+}
+
+/// smc-tools' notation of the RoCEv2 GID of `a`.
+fn gid_text(a: Ipv4Addr) -> String {
+    let o = a.octets();
+    format!(
+        "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
+        o[0], o[1], o[2], o[3]
+    )
+}
+
+/// The server has two ports, the client one (one soft device): `max_links` 2 is negotiated
+/// all the same, the server's ADD_LINK offers its second port, the client makes its end on
+/// its one device (a second QP there) and the group is ASYMMETRIC_PEER on the server,
+/// ASYMMETRIC_LOCAL on the client. Four connections stream round trips byte-exact at once,
+/// all on the first link: none goes on the asymmetric one. `smcctl linkgroup show --smcr`
+/// shows the types (ASYMP, ASYML) and `linkgroup links` both links of each side, the
+/// client's two on its one GID.
+#[test]
+fn smcr_asymmetric_group_when_the_client_has_one_port() {
+    let test = "smcr_asymmetric_group_when_the_client_has_one_port";
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    let smcd = smc_tests::Smcd::start(smc_tests::bins!());
+    let t = smc_core::llc::SMC_LLC_TESTLINK_DEFAULT_TIME;
+    let (srv, cli) = asymmetric_pair(&hosts, 1, (t, t), Some(&smcd));
+    let at = SocketAddr::from((hosts.addr(1), 7012));
+    let l = hosts.listen(&srv, at);
+    const CONNS: u64 = 4;
+    let server = echo_server(&hosts, l, CONNS as usize);
+    let conns = stream_round_trips(&hosts, &cli, at, CONNS, 8);
+    check_asymmetric(&hosts, &srv, &cli, 1, CONNS as u32);
+    // smcd files both endpoints under this process's namespace (see the smcctl test).
+    let lg = smcd.ctl("--json linkgroup show --smcr").json();
+    let groups = lg["linkgroups"].as_array().expect("linkgroups");
+    assert_eq!(groups.len(), 2, "{lg}");
+    let links = smcd.ctl("--json linkgroup links").json();
+    let ls = links["links"].as_array().expect("links");
+    assert_eq!(ls.len(), 4, "{links}");
+    for (role, ty) in [("SERV", "ASYMP"), ("CLNT", "ASYML")] {
+        let g = groups
+            .iter()
+            .find(|g| g["role"] == role)
+            .unwrap_or_else(|| panic!("no {role} group: {lg}"));
+        assert_eq!(g["lgr_type"], ty, "{lg}");
+        assert_eq!(g["conns"], CONNS, "{lg}");
+        let mine: Vec<_> = ls.iter().filter(|l| l["role"] == role).collect();
+        assert_eq!(mine.len(), 2, "{links}");
+        assert!(mine.iter().all(|l| l["state"] == "LINK_ACTIVE"), "{links}");
+        let mut conns: Vec<_> = mine.iter().map(|l| l["conns"].as_u64()).collect();
+        conns.sort_unstable();
+        assert_eq!(conns, vec![Some(0), Some(CONNS)], "{links}");
+        // The client's one device is both links' local end, the server's peer end.
+        let client_gid = gid_text(hosts.addr(2));
+        let side = if role == "CLNT" { "gid" } else { "peer_gid" };
+        assert!(mine.iter().all(|l| l[side] == client_gid), "{links}");
+    }
+    // `device show --smcr`: the client's one port carries both of its links, each of the
+    // server's ports one.
+    let dev = smcd.ctl("--json device show --smcr").json();
+    let ports = dev["ports"].as_array().expect("ports");
+    let mut counts: Vec<_> = ports
+        .iter()
+        .map(|p| {
+            (
+                p["ib_dev"].as_str().unwrap_or_default().to_string(),
+                p["link_count"].as_u64(),
+            )
+        })
+        .collect();
+    counts.sort();
+    let mut want = vec![
+        (format!("sroce-{}", hosts.addr(1)), Some(1)),
+        (format!("sroce-{}", hosts.addr2(1)), Some(1)),
+        (format!("sroce-{}", hosts.addr(2)), Some(2)),
+    ];
+    want.sort();
+    assert_eq!(counts, want, "{dev}");
+    close_all(conns);
+    assert_eq!(server.join().unwrap(), vec![8 * 100_000; CONNS as usize]);
+}
+
+/// The mirror: the server has one port, the client two. The server's ADD_LINK names its one
+/// device again, the client answers from its second port: ASYMMETRIC_LOCAL on the server,
+/// ASYMMETRIC_PEER on the client, and the connections all on the first link.
+#[test]
+fn smcr_asymmetric_group_when_the_server_has_one_port() {
+    let test = "smcr_asymmetric_group_when_the_server_has_one_port";
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    let t = smc_core::llc::SMC_LLC_TESTLINK_DEFAULT_TIME;
+    let (srv, cli) = asymmetric_pair(&hosts, 2, (t, t), None);
+    let at = SocketAddr::from((hosts.addr(1), 7013));
+    let l = hosts.listen(&srv, at);
+    const CONNS: u64 = 4;
+    let server = echo_server(&hosts, l, CONNS as usize);
+    let conns = stream_round_trips(&hosts, &cli, at, CONNS, 8);
+    check_asymmetric(&hosts, &srv, &cli, 2, CONNS as u32);
+    close_all(conns);
+    assert_eq!(server.join().unwrap(), vec![8 * 100_000; CONNS as usize]);
+    for ep in [&srv, &cli] {
+        let st = ep.stats();
+        assert_eq!(st.first_contacts.load(Ordering::Relaxed), 1);
+        assert_eq!(st.fallbacks.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// Cuts (or restores) path 2, the asymmetric link's (see [`route_second_port_over_path2`]):
+/// nftables at the one-port host `one` drops the RoCEv2 requests that arrive on its path-2
+/// veth, and lets the ACKs through. (By interface, not address: a link whose packets came
+/// over path 1 would not notice.)
+///
+/// Why not the veth: the side with one port has both links on its one device, and a link
+/// failing there ends the whole group, as in the kernel (`smcr_link_down` calls
+/// `smc_switch_conns` as for a device error, which skips links on the same device port).
+/// A cut that lost the ACK of a message that side had just sent on the asymmetric link (its
+/// echo of the peer's TEST_LINK) would fail its QP and race with the other side's
+/// DELETE_LINK. This cut leaves that side nothing outstanding: it gets no request to answer
+/// and every ACK of what it sent before. The other side's TEST_LINK goes unanswered, its QP
+/// fails, and it deletes the link.
+fn cut_asymmetric_path(hosts: &Hosts, one: u8, cut: bool) {
+    let cmds = if cut {
+        vec![
+            "add table inet smcrasym".to_string(),
+            "add chain inet smcrasym input { type filter hook input priority 0; }".to_string(),
+            // Byte 0 of the UDP payload is the BTH opcode; 0x11 is ACKNOWLEDGE.
+            format!(
+                "add rule inet smcrasym input iifname {} udp dport 4791 \
+                 @th,64,8 != 0x11 counter drop",
+                hosts.veth(one, 2)
+            ),
+        ]
+    } else {
+        vec!["delete table inet smcrasym".to_string()]
+    };
+    for cmd in cmds {
+        let ok = Command::new("ip")
+            .args(["netns", "exec", &hosts.ns(one).name, "nft", &cmd])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "nft {cmd}");
+    }
+}
+
+/// An asymmetric group (`two`: the host with two ports) loses the asymmetric link's path
+/// ([`cut_asymmetric_path`]) while its connections stream round trips over the first link:
+/// the side with two ports notices (its TEST_LINK fails), deletes the link (DELETE_LINK,
+/// LOST_PATH), both sides report a SINGLE group with one active link carrying every
+/// connection, and round trips go on byte-exact. Once the path is back the server adds the
+/// asymmetric link again (a new QP on each side) and the connections stay where they are.
+///
+/// The side with one port keeps `smcr_testlink_time` at its default (30 s): it learns of the
+/// loss from the other side's DELETE_LINK (a few seconds), not by a TEST_LINK of its own,
+/// which would fail its link and so end the group (see [`cut_asymmetric_path`]).
+fn asymmetric_link_lost_and_added_again(test: &str, two: u8, port: u16) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    if !nft_available(test) {
+        return;
+    }
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    let (short, long) = (
+        Duration::from_secs(2),
+        smc_core::llc::SMC_LLC_TESTLINK_DEFAULT_TIME,
+    );
+    let testlink = if two == 1 {
+        (short, long)
+    } else {
+        (long, short)
+    };
+    let (srv, cli) = asymmetric_pair(&hosts, two, testlink, None);
+    let at = SocketAddr::from((hosts.addr(1), port));
+    let l = hosts.listen(&srv, at);
+    const CONNS: u64 = 2;
+    let server = echo_server(&hosts, l, CONNS as usize);
+    let conns = stream_round_trips(&hosts, &cli, at, CONNS, 2);
+    let before = check_asymmetric(&hosts, &srv, &cli, two, CONNS as u32);
+    // Round trips on every connection until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let streams: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut s)| {
+            let (stop, rounds) = (Arc::clone(&stop), Arc::clone(&rounds));
+            hosts.on(2, move || {
+                let mut r = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    round_trip(&mut s, 500_000 + 1000 * k as u64 + r, 100_000);
+                    r += 1;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                }
+                s
+            })
+        })
+        .collect();
+    let one = 3 - two;
+    cut_asymmetric_path(&hosts, one, true);
+    wait_groups(
+        [&srv, &cli],
+        Duration::from_secs(60),
+        "the asymmetric link deleted",
+        |g| {
+            g.up && g.lgr_type == LgrType::Single
+                && active_links(g) == 1
+                && g.links
+                    .iter()
+                    .any(|l| l.active && !l.asym && l.conns == CONNS as u32)
+        },
+    );
+    // The connections go on over the first link while the path stays down, longer than
+    // the server's attempts to add the link again take to fail (CONFIRM_LINK on the new
+    // link unanswered: 5 s, then DELETE_LINK) and to come again (every 5 s).
+    let seen = rounds.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(12));
+    assert!(
+        smc_tests::eventually(Duration::from_secs(60), || {
+            rounds.load(Ordering::Relaxed) >= seen + 2 * CONNS
+        }),
+        "the round trips stopped with the asymmetric link"
+    );
+    for ep in [&srv, &cli] {
+        let g = &ep.link_groups()[0];
+        assert!(g.up && active_links(g) >= 1, "{g:#?}");
+    }
+    cut_asymmetric_path(&hosts, one, false);
+    wait_groups(
+        [&srv, &cli],
+        Duration::from_secs(90),
+        "the asymmetric link again",
+        |g| g.lgr_type.is_asymmetric() && active_links(g) == 2,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let conns: Vec<_> = streams.into_iter().map(|t| t.join().unwrap()).collect();
+    let after = check_asymmetric(&hosts, &srv, &cli, two, CONNS as u32);
+    assert!(
+        after.0 != before.0 && after.1 != before.1,
+        "the asymmetric link is not a new one: QPNs {before:?} then {after:?}"
+    );
+    close_all(conns);
+    let echoed = server.join().unwrap();
+    assert!(echoed.iter().all(|&n| n >= 2 * 100_000), "{echoed:?}");
+    for ep in [&srv, &cli] {
+        let st = ep.stats();
+        assert_eq!(st.first_contacts.load(Ordering::Relaxed), 1);
+        assert_eq!(st.fallbacks.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// [`asymmetric_link_lost_and_added_again`] with two ports on the server: it notices.
+#[test]
+fn smcr_asymmetric_link_lost_and_added_again_when_the_client_has_one_port() {
+    asymmetric_link_lost_and_added_again(
+        "smcr_asymmetric_link_lost_and_added_again_when_the_client_has_one_port",
+        1,
+        7014,
+    );
+}
+
+/// [`asymmetric_link_lost_and_added_again`] with two ports on the client: it notices and
+/// asks the server to delete the link; the server (one port) adds it again because the
+/// client's first Confirm listed two GIDs.
+#[test]
+fn smcr_asymmetric_link_lost_and_added_again_when_the_server_has_one_port() {
+    asymmetric_link_lost_and_added_again(
+        "smcr_asymmetric_link_lost_and_added_again_when_the_server_has_one_port",
+        2,
+        7015,
+    );
 }

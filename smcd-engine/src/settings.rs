@@ -40,8 +40,8 @@ pub struct Settings {
     /// `net.smc.smcr_testlink_time`: TEST_LINK after this long without a received work
     /// request (zero: never).
     pub smcr_testlink_time: Duration,
-    /// `net.smc.smcr_max_links_per_lgr`: `max_links` an SMC-R endpoint offers (1 or 2; no
-    /// more than its ports).
+    /// `net.smc.smcr_max_links_per_lgr`: `max_links` an SMC-R endpoint offers (1 or 2,
+    /// whatever its ports: with one, the second link is an asymmetric one on the same port).
     pub max_links_per_lgr: u8,
     /// `net.smc.smcr_max_send_wr`: send slots of a new SMC-R link (its QP takes three work
     /// requests a slot: a CDC and up to two RDMA WRITEs).

@@ -26,11 +26,19 @@
 //!   other connection is plain TCP and no CLC byte is sent or read. [`Capability::Assume`]
 //!   is for peers configured to be SMC-R endpoints.
 //!
-//! Each group has one link (`max_links` 1 in the v2.1 negotiation: the device has one port
-//! and a second link on it would not survive what the first does not), its LLC runs on the
-//! link's completion thread (received messages) and on a timer thread of the group (the
-//! flow machine's deadlines: CONFIRM_LINK waits, TEST_LINK). Handshakes on one group never
-//! wait for another's: the table of groups is locked only to look up and insert.
+//! - **Links.** `max_links` comes from `smcr_max_links_per_lgr` (2 by default), not from
+//!   the ports, as the kernel offers it. After the first contact the server's flow machine
+//!   tries a second link (ADD_LINK): on its other port if it has one, else on the same one
+//!   (a second QP on the device). Two ports on both sides make the group SYMMETRIC; one port
+//!   on one side makes it asymmetric (ASYMMETRIC_LOCAL on the side with one port,
+//!   ASYMMETRIC_PEER on the other), and no connection is placed on the asymmetric link
+//!   (`smcr_lgr_conn_assign_link`); one port on both sides: the client rejects the ADD_LINK
+//!   (`NO_ALT_PATH`) and the group keeps one link, as between two kernels.
+//!
+//! A group's LLC runs on its links' completion threads (received messages) and on a timer
+//! thread of the group (the flow machine's deadlines: CONFIRM_LINK waits, TEST_LINK).
+//! Handshakes on one group never wait for another's: the table of groups is locked only to
+//! look up and insert.
 
 use crate::driver::conn::{ConnParams, SmcConn, SmcdInfo};
 use crate::driver::handshake::Fallback;
@@ -86,9 +94,10 @@ pub struct SmcrConfig {
     pub addr: Ipv4Addr,
     /// The netdev holding `addr` (found with `ip` when `None`).
     pub netdev: Option<String>,
-    /// A second RoCE port: its address and netdev (found with `ip` when `None`). Each link
-    /// group then gets a second link over it (ADD_LINK), `max_links` 2 is offered, and the
-    /// connections of a link that fails move to the other one.
+    /// A second RoCE port: its address and netdev (found with `ip` when `None`). A link
+    /// group's second link (ADD_LINK) then goes over it, which makes the group symmetric
+    /// with a two-port peer (without one, the second link is the asymmetric one, on the
+    /// same port as the first), and the connections of a link that fails move to the other.
     pub alt: Option<(Ipv4Addr, Option<String>)>,
     /// The user EID both sides must share (SMC-Rv2 has no system EID).
     pub ueid: String,
@@ -478,7 +487,6 @@ impl SmcrEndpoint {
         let max_conns = cfg
             .max_conns
             .clamp(hs::MIN_CONNS_PER_LGR, MAX_CONNS_PER_LGR);
-        let max_links = ports.len().min(usize::from(hs::MAX_LINKS_PER_LGR)) as u8;
         let option = match cfg.capability {
             Capability::Option(m) => Some(m),
             Capability::Assume => None,
@@ -497,8 +505,8 @@ impl SmcrEndpoint {
                 gid,
                 mac,
                 max_conns,
-                // A second link needs a second port: see the module docs.
-                max_links,
+                // The most `smcr_max_links_per_lgr` may be; `smcr_caps` applies the sysctl.
+                max_links: hs::MAX_LINKS_PER_LGR,
             },
             // A size the CLC's size code names exactly: a power of two, 16 KiB to 512 KiB.
             ring: uncompress_bufsize(compress_bufsize(cfg.ring, SMCR_MAX_BUFSIZE_CODE)),
@@ -554,6 +562,7 @@ impl SmcrEndpoint {
                             idx: i.index() as u8,
                             link_id: l.link_id,
                             active: l.state == smc_core::llc::LinkState::Active,
+                            asym: l.asym,
                             failed: s.link.failed(),
                             qpn: s.link.qp_num(),
                             peer_qpn: s.peer_qpn,
@@ -669,6 +678,10 @@ pub struct LinkInfo {
     pub link_id: u8,
     /// It carries connections (`SMC_LNK_ACTIVE`).
     pub active: bool,
+    /// The asymmetric link of an asymmetric group (`link_is_asym`): no connection is placed
+    /// on it. The kernel's netlink has no attribute for it; `linkgroup links` shows it by
+    /// its GIDs (both links of the group share the GID of the side with one port).
+    pub asym: bool,
     /// Its QP failed or was taken down.
     pub failed: bool,
     /// Our QP.
@@ -824,8 +837,10 @@ impl Ep {
             .map_or_else(|| self.settings.clone(), |(v, _)| Settings::from_values(&v))
     }
 
-    /// What CLC offers now: `max_conns` and `max_links` from the settings (`max_links` no
-    /// more than the ports).
+    /// What CLC offers now: `max_conns` and `max_links` from the settings. The kernel offers
+    /// `smcr_max_links_per_lgr` whatever devices it has (`smc_clc_send_proposal`,
+    /// `smc_clc_srv_v2x_features_validate`): a group with one port on a side gets its
+    /// second link on that port (asymmetric).
     fn smcr_caps(&self) -> SmcrCaps {
         let s = self.settings();
         SmcrCaps {
@@ -987,7 +1002,14 @@ impl Ep {
     fn insert(&self, g: &Arc<Group>) {
         let mut groups = lock(&self.groups);
         groups.retain(|g| lock(&g.sh).dead.is_none());
-        groups.push(Arc::clone(g));
+        if !groups.iter().any(|x| Arc::ptr_eq(x, g)) {
+            groups.push(Arc::clone(g));
+        }
+    }
+
+    /// A group whose first contact failed leaves the table.
+    fn forget(&self, g: &Arc<Group>) {
+        lock(&self.groups).retain(|x| !Arc::ptr_eq(x, g));
     }
 
     /// The group's LLC settings, with the `max_links` the CLC negotiated.
@@ -1040,6 +1062,7 @@ impl Ep {
             Err(why) => {
                 tracing::debug!("SMC-R first contact failed: {why}");
                 group.kill();
+                self.forget(&group);
                 self.decline(sock, ReasonCode::TIMEOUT_CL)
             }
         }
@@ -1141,6 +1164,11 @@ impl Ep {
             llc,
             (bufs.token, bufs.keys()),
         );
+        // In the table at once: the server may answer our next connection with a reuse
+        // Accept as soon as its own first contact is over, which can be before this thread
+        // has seen ours end; that connection waits for it (`client_reuse`), as the kernel's
+        // waits for `smc_client_lgr_pending`, instead of declining with SYNCERR.
+        self.insert(&group);
         let gids: Vec<_> = self.ports.iter().map(|p| p.local.gid).collect();
         let confirm = hs::client_confirm(
             &self.smcr_caps(),
@@ -1175,6 +1203,12 @@ impl Ep {
         let Some((group, named)) = found else {
             return self.decline(sock, ReasonCode::SYNCERR);
         };
+        // The group's first contact may still be ending (see `client_first`); only this
+        // group is waited for.
+        if let Err(why) = group.first_contact(Duration::from_secs(10)) {
+            tracing::debug!("SMC-R group to reuse failed its first contact: {why}");
+            return self.decline(sock, ReasonCode::SYNCERR);
+        }
         let via = group.place();
         let Some(slot) = group.slot(via) else {
             return self.decline(sock, ReasonCode::SYNCERR);
@@ -1368,6 +1402,9 @@ struct Group {
     record: LgrSlot,
     /// What the record shows of the peer and the negotiation.
     peer_v2: (u8, u8, String, String),
+    /// The peer's RoCE ports as far as we know: the GIDs a client lists in its first-contact
+    /// Confirm (a server's Accept lists none: 1).
+    peer_ports: usize,
     max_conns: u8,
     /// `smcr_buf_type` when it was made.
     buf_type: u8,
@@ -1489,6 +1526,12 @@ impl Group {
             client,
             peer_id: peer.peer_id,
             peer_gid: peer.gid,
+            peer_ports: {
+                let mut gids = peer.gid_list.clone();
+                gids.sort_unstable();
+                gids.dedup();
+                gids.len().max(1)
+            },
             me: me.clone(),
             ep: Arc::downgrade(ep),
             record: ep.status.lgr_slot(),
@@ -1881,10 +1924,17 @@ impl Group {
 
     /// A server whose group has fewer links than it may have (the second path failed, or
     /// its ADD_LINK did) tries ADD_LINK again now and then: once the path is back, the
-    /// link is.
+    /// link is. A second link needs a second port on one side at least (symmetric, or
+    /// asymmetric on the side with one); between two one-port ends the client would only
+    /// reject it again, so the server does not ask.
     fn retry_add_link(&self, sh: &mut Shared, now: smc_core::Instant) {
         let cfg = sh.llc.config();
-        let want = usize::from(cfg.max_links).min(cfg.ports.len());
+        let paths = cfg.ports.len().max(self.peer_ports);
+        let want = if paths > 1 {
+            usize::from(cfg.max_links)
+        } else {
+            1
+        };
         if self.client
             || sh.first != Some(Ok(()))
             || sh.llc.active_links() >= want

@@ -665,6 +665,33 @@ fn lost_confirm_link_response_leaves_the_clients_type_stale() {
     assert_eq!(p.cli.active(), [li(0), li(2)]);
 }
 
+#[test]
+fn link_down_calls_the_remaining_asymmetric_pair_single() {
+    // Kernel parity, quirk included: as above, but the server's DELETE_LINK for the new link
+    // is lost too, so the client keeps it (three links) until its TEST_LINK goes unanswered.
+    // smcr_link_down then sets SINGLE whatever is left: the client calls the asymmetric
+    // pair SINGLE (and its asymmetric tag goes with smcr_lgr_set_type), the server keeps
+    // ASYMMETRIC_LOCAL.
+    let mut p = Pair::new(vec![sp(1)], vec![cp(1), cp(2)]);
+    p.run(MS);
+    p.srv.llc.set_ports(vec![sp(1), sp(2)]);
+    p.cli.drop = |l, m| matches!(m, LlcMessage::ConfirmLink(_)) && l == li(1);
+    p.srv.drop = |_, m| matches!(m, LlcMessage::DeleteLink(_));
+    let now = p.now;
+    p.srv.llc.add_link(now);
+    p.run(10 * S);
+    assert_eq!(p.cli.llc.lgr_type(), LgrType::Symmetric);
+    assert_eq!(p.cli.active(), [li(0), li(1), li(2)]);
+    assert_eq!(p.srv.active(), [li(0), li(2)]);
+    p.run(60 * S);
+    assert!(p.cli.saw(|a| *a == LlcAction::LinkDown { link: li(1) }));
+    assert_eq!(p.cli.llc.lgr_type(), LgrType::Single);
+    assert_eq!(p.srv.llc.lgr_type(), LgrType::AsymmetricLocal);
+    assert_eq!(p.cli.active(), [li(0), li(2)]);
+    assert_eq!(p.srv.active(), [li(0), li(2)]);
+    assert!(!p.cli.llc.link(li(2)).unwrap().asym);
+}
+
 // ---------------------------------------------------------------- RKEY
 
 #[test]
@@ -1851,17 +1878,20 @@ proptest! {
             };
             prop_assert_eq!(ids(&p.srv), ids(&p.cli));
             prop_assert!(!ids(&p.srv).is_empty());
-            // A side may keep SYMMETRIC over an asymmetric pair: the kernel's stale type
-            // (see lost_confirm_link_response_leaves_the_clients_type_stale).
+            // A side may keep SYMMETRIC over an asymmetric pair, or call it SINGLE after a
+            // third link went down: the kernel's stale types (see
+            // lost_confirm_link_response_leaves_the_clients_type_stale and
+            // link_down_calls_the_remaining_asymmetric_pair_single).
+            let asym = |t| matches!(t, LgrType::AsymmetricPeer | LgrType::AsymmetricLocal);
+            let (st, ct) = (p.srv.llc.lgr_type(), p.cli.llc.lgr_type());
             let fits = matches!(
-                (p.srv.llc.lgr_type(), p.cli.llc.lgr_type()),
+                (st, ct),
                 (LgrType::Single, LgrType::Single)
                     | (LgrType::Symmetric, LgrType::Symmetric)
                     | (LgrType::AsymmetricPeer, LgrType::AsymmetricLocal)
                     | (LgrType::AsymmetricLocal, LgrType::AsymmetricPeer)
-                    | (LgrType::Symmetric, LgrType::AsymmetricPeer | LgrType::AsymmetricLocal)
-                    | (LgrType::AsymmetricPeer | LgrType::AsymmetricLocal, LgrType::Symmetric)
-            );
+            ) || (asym(st) && matches!(ct, LgrType::Symmetric | LgrType::Single))
+                || (asym(ct) && matches!(st, LgrType::Symmetric | LgrType::Single));
             prop_assert!(fits, "{:?} / {:?}", p.srv.llc.lgr_type(), p.cli.llc.lgr_type());
             prop_assert_eq!(p.srv.llc.flow(), None);
             prop_assert_eq!(p.cli.llc.flow(), None);
