@@ -4,7 +4,7 @@
 //! as SMC-D). Installs the packages it needs (root); writes `apps.json` next to the other
 //! suites' results.
 
-use super::procs;
+use super::{procs, svg};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -678,5 +678,25 @@ pub fn run(
         serde_json::to_string_pretty(&json!({ "reps": reps, "seconds": secs, "points": rows }))?,
     )?;
     println!("bench: wrote {}", path.display());
+    let bars: Vec<svg::Bar> = rows
+        .iter()
+        .filter_map(|r| {
+            let (t, s) = (r["tcp_median"].as_f64()?, r["smc_median"].as_f64()?);
+            let lower = r["lower_is_better"].as_bool().unwrap_or(false);
+            Some(svg::Bar {
+                table: r["table"].as_str()?.to_string(),
+                point: r["point"].as_str()?.to_string(),
+                advantage: if lower { t / s } else { s / t },
+            })
+        })
+        .collect();
+    let subtitle = format!(
+        "smc-run beside plain TCP in one run, medians of {reps}; latencies as TCP/SMC, rates as SMC/TCP"
+    );
+    if let Some(chart) = svg::advantage(&bars, "cargo xtask bench --apps", &subtitle) {
+        let path = out_dir.join("apps.svg");
+        std::fs::write(&path, chart)?;
+        println!("bench: wrote {}", path.display());
+    }
     Ok(ok)
 }

@@ -173,3 +173,166 @@ pub fn plot(t: &TableResult, subtitle: &str) -> Option<String> {
     s.push_str("</svg>\n");
     Some(s)
 }
+
+/// One bar of [`advantage`]: a point of a table and SMC's advantage over TCP there.
+pub struct Bar {
+    pub table: String,
+    pub point: String,
+    /// TCP / SMC for a figure where lower is better (latency), SMC / TCP otherwise: above 1
+    /// SMC is better.
+    pub advantage: f64,
+}
+
+/// The apps suite as one chart: a horizontal bar per point, SMC's advantage over TCP on a
+/// log scale (1 = the same; right of it SMC is better), points grouped under their table's
+/// title. `None` without bars.
+pub fn advantage(bars: &[Bar], title: &str, subtitle: &str) -> Option<String> {
+    let bars: Vec<&Bar> = bars
+        .iter()
+        .filter(|b| b.advantage.is_finite() && b.advantage > 0.0)
+        .collect();
+    if bars.is_empty() {
+        return None;
+    }
+    const ROW: f64 = 18.0;
+    const LABEL: f64 = 150.0;
+    let mut tables: Vec<&str> = Vec::new();
+    for b in &bars {
+        if tables.last() != Some(&b.table.as_str()) {
+            tables.push(&b.table);
+        }
+    }
+    let rows = bars.len() + tables.len();
+    let ph = ROW * rows as f64;
+    let h = TOP + ph + BOTTOM;
+    let left = LEFT + LABEL;
+    let pw = W - left - RIGHT;
+    let (lo, hi) = bars.iter().fold((0.0f64, 0.0f64), |(a, b), x| {
+        let l = x.advantage.log10();
+        (a.min(l), b.max(l))
+    });
+    let (lo, hi) = (lo.floor().min(-1.0), hi.ceil().max(1.0));
+    let sx = |v: f64| left + (v.log10() - lo) / (hi - lo) * pw;
+
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{LEFT}" y="18" font-size="14" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="32" fill="#555">{}</text>"##,
+        esc(subtitle)
+    );
+    // 1, 2 and 5 of each decade while they fit; only the decades past three of them.
+    let marks: &[f64] = if hi - lo > 3.0 {
+        &[1.0]
+    } else {
+        &[1.0, 2.0, 5.0]
+    };
+    for e in lo as i64..=hi as i64 {
+        for &m in marks {
+            let v = m * 10f64.powi(e as i32);
+            if v.log10() > hi + 1e-9 {
+                continue;
+            }
+            let x = sx(v);
+            let colour = if (v - 1.0).abs() < 1e-9 {
+                "#000"
+            } else {
+                "#ddd"
+            };
+            let _ = writeln!(
+                s,
+                r#"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="{colour}"/>"#,
+                TOP + ph
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{v}×</text>"#,
+                TOP + ph + 16.0
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">SMC's advantage over TCP, log scale (right of 1×: SMC better)</text>"#,
+        left + pw / 2.0,
+        h - 12.0
+    );
+    let mut y = TOP;
+    let mut last = "";
+    let one = sx(1.0);
+    for b in &bars {
+        if b.table != last {
+            let _ = writeln!(
+                s,
+                r#"<text x="8" y="{:.1}" font-weight="bold">{}</text>"#,
+                y + ROW - 5.0,
+                esc(&b.table)
+            );
+            y += ROW;
+            last = &b.table;
+        }
+        let x = sx(b.advantage);
+        let (x0, x1) = if x >= one { (one, x) } else { (x, one) };
+        let c = if b.advantage >= 1.0 {
+            COLOURS[1]
+        } else {
+            COLOURS[0]
+        };
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            left - 6.0,
+            y + ROW - 5.0,
+            esc(&b.point)
+        );
+        let _ = writeln!(
+            s,
+            r#"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{c}"><title>{}: {:.2}×</title></rect>"#,
+            y + 3.0,
+            (x1 - x0).max(1.0),
+            ROW - 6.0,
+            esc(&b.point),
+            b.advantage
+        );
+        y += ROW;
+    }
+    s.push_str("</svg>\n");
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_advantage_chart_has_a_bar_per_point_and_a_title_per_table() {
+        let bar = |table: &str, point: &str, advantage: f64| Bar {
+            table: table.into(),
+            point: point.into(),
+            advantage,
+        };
+        let bars = [
+            bar("qperf tcp_lat", "64 B", 20.0),
+            bar("qperf tcp_lat", "64 KiB", 0.5),
+            bar("redis <GET>", "get", 1.02),
+            bar("nginx", "c=8", f64::NAN),
+        ];
+        let svg = advantage(&bars, "apps & more", "sub").expect("a chart");
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert_eq!(svg.matches("<rect x=").count(), 3, "NaN has no bar");
+        assert!(svg.contains("<title>64 B: 20.00×</title>"));
+        assert!(svg.contains("redis &lt;GET&gt;") && svg.contains("apps &amp; more"));
+        // 20× reaches past the 10× line: the scale goes to 100×.
+        assert!(svg.contains(">100×<"));
+        assert!(advantage(&[], "t", "s").is_none());
+    }
+}
