@@ -116,15 +116,19 @@ impl Side {
         how != 0
     }
 
-    /// Something arrived for the connection: wakes its waiters; `false` if nobody waited
-    /// and something is pending (its processing must run elsewhere).
+    /// Something arrived for the connection: wakes its waiters; `true` when nothing is left
+    /// to process. A woken waiter is not trusted to process it: an announcement can outlive
+    /// its waiter (a thread that found what it waited for before it slept goes on with its
+    /// bit set, and may close the connection), and then nobody would.
     fn woken(&self) -> bool {
-        let woke = self.wake(Dir::Rx) | self.wake(Dir::Tx);
-        woke || self.pending.load(Ordering::SeqCst) == 0
+        self.wake(Dir::Rx);
+        self.wake(Dir::Tx);
+        self.pending.load(Ordering::SeqCst) == 0
     }
 
-    /// Something arrived for the connection: wake its waiters, or, with none, run its
-    /// processing here. Returns `false` if that must be tried again (a thread held the
+    /// Something arrived for the connection: wake its waiters, and run its processing here
+    /// unless it is done already (whoever takes the connection's lock first processes what
+    /// came; the other finds nothing left). Returns `false` if that must be tried again (a thread held the
     /// connection and may leave without looking).
     fn arrived(&self) -> bool {
         self.woken() || self.service.get().is_none_or(|f| f())
