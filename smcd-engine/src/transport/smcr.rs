@@ -484,9 +484,10 @@ impl<D: Device> RoceLink<D> {
 
     /// The completion queues' handler, on the device's thread (the kernel's tasklet after
     /// `comp_handler`): hands completions on and wakes the connections' waiters, which saves
-    /// the completion thread's wake-up on every CDC. What must not run there (LLC messages,
-    /// whose handler may wait for the link; a connection nobody waits in, whose processing
-    /// may post and wait for a slot) goes to the completion thread, which is poked.
+    /// the waiter the completion thread's wake-up on every CDC. What must not run there
+    /// (LLC messages, whose handler may wait for the link; the processing of a connection
+    /// that still has something pending after its waiters were woken, which may post and
+    /// wait for a slot) goes to the completion thread, which is poked.
     fn on_device(&self) {
         if self.stop.load(Ordering::Acquire) {
             return;
@@ -499,9 +500,6 @@ impl<D: Device> RoceLink<D> {
                 rustix::thread::futex::Flags::PRIVATE,
                 u32::MAX,
             );
-        }
-        if !lock(&self.retry).is_empty() {
-            let _ = rustix::io::write(&*self.poke, &1u64.to_ne_bytes());
         }
     }
 
@@ -657,6 +655,13 @@ impl<D: Device> RoceLink<D> {
     fn retry_later(&self, side: &Arc<Side>) {
         let mut r = lock(&self.retry);
         if !r.iter().any(|x| Arc::ptr_eq(x, side)) {
+            // The first entry pokes the thread: a sender that polled completions itself, or
+            // the device's thread, leaves connections here, and the completion thread,
+            // asleep on channels those completions never rang, would see them only at its
+            // next timeout.
+            if r.is_empty() {
+                let _ = rustix::io::write(&*self.poke, &1u64.to_ne_bytes());
+            }
             r.push(Arc::clone(side));
         }
     }
