@@ -647,6 +647,9 @@ pub(super) fn run_fan_client(
     } else {
         cmd.arg("--tcp");
     }
+    if v.setup_lock {
+        cmd.arg("--setup-lock");
+    }
     if let Some(c) = env.client_cpu {
         cmd.args(["--pin", &c.to_string()]);
     }

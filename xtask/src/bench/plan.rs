@@ -120,6 +120,10 @@ pub struct Variant {
     /// [`Scenario`] says which servers the client drives.
     #[serde(default)]
     pub fan: bool,
+    /// The client holds one lock across every connect (`smc-perf --setup-lock`): the
+    /// kernel's lgr-pending serialisation, as a control for the lgr-pending suite.
+    #[serde(default)]
+    pub setup_lock: bool,
 }
 
 impl Variant {
@@ -141,6 +145,7 @@ fn tcp() -> Variant {
         veth: false,
         smcr: false,
         fan: false,
+        setup_lock: false,
     }
 }
 
@@ -190,6 +195,7 @@ fn smc(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Varian
         veth: false,
         smcr: false,
         fan: false,
+        setup_lock: false,
     }
 }
 
@@ -619,7 +625,8 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
         ],
         "smcr-lgr" => vec![TablePlan {
             id: "smcr-lgr/crr".into(),
-            title: "smcr-lgr: crr to peer A, alone and while peer B is driven from the same process, conn/s to A"
+            title: "smcr-lgr: crr to peer A, alone and while peer B is driven from the same process, conn/s \
+                    (SMC-R+lock: one lock held across every connect, the kernel's serialisation, as a control)"
                 .into(),
             mirrors: "the lgr-pending lock series (smc_client_lgr_pending / smc_server_lgr_pending)"
                 .into(),
@@ -627,7 +634,14 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
             primary: "conns_per_s_a",
             shown: vec!["conns_per_s_a", "conns_per_s_b", "setup_ms_a", "lgrs_a"],
             higher_is_better: true,
-            variants: vec![tcp_fan(), smcr_fan("smcr-fan", "SMC-R", "SMC-R", &[])],
+            variants: vec![
+                tcp_fan(),
+                smcr_fan("smcr-fan", "SMC-R", "SMC-R", &[]),
+                Variant {
+                    setup_lock: true,
+                    ..smcr_fan("smcr-fan-lock", "SMC-R+lock", "lock", &[])
+                },
+            ],
             points: fan_points(8),
             max_time: None,
         }],
@@ -728,6 +742,12 @@ mod tests {
                 assert!(
                     t.variants.iter().any(|v| v.smcr),
                     "{}: SMC-R beside TCP",
+                    t.id
+                );
+                // The control: what the table shows with a lock across setup.
+                assert!(
+                    t.variants.iter().any(|v| v.smcr && v.setup_lock),
+                    "{}: a locked control",
                     t.id
                 );
                 let sc: Vec<Scenario> = t.points.iter().filter_map(|p| p.scenario).collect();

@@ -159,6 +159,11 @@ enum Cmd {
         /// report gives each target's rate (`targets`).
         #[arg(long, value_name = "HOST:PORT")]
         also: Vec<String>,
+        /// crr: hold one process-wide lock across every connect (TCP handshake, CLC, link
+        /// setup), as the kernel's smc_client_lgr_pending serialises SMC-R setup. A control
+        /// for the bench's lgr-pending suite: with it, a slow peer must hold up the others.
+        #[arg(long)]
+        setup_lock: bool,
     },
     /// Drip-feed CLC Proposals at an SMC listener (an attacker for soak tests; needs smcd).
     Drip {
@@ -1130,6 +1135,9 @@ fn client_crr(
     Ok(r)
 }
 
+/// With `--setup-lock`: the lock every crr connect holds (see [`Cmd::Client`]).
+static SETUP_LOCK: OnceLock<std::sync::Mutex<()>> = OnceLock::new();
+
 /// One crr exchange: connect, request, response, the server's close. Returns the connection
 /// (closed by the peer) and how long the connect took.
 fn crr_once(
@@ -1139,7 +1147,11 @@ fn crr_once(
     buf: &mut [u8],
 ) -> io::Result<(Conn, Duration)> {
     let t0 = Instant::now();
+    let serial = SETUP_LOCK
+        .get()
+        .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
     let mut c = Conn::connect(addr, tcp, true)?;
+    drop(serial);
     let took = t0.elapsed();
     write_header(&mut c, Test::Crr, msg)?;
     c.write_all(expected(0, msg))?;
@@ -1490,7 +1502,11 @@ fn main() -> anyhow::Result<()> {
             smcr,
             smcr_set,
             also,
+            setup_lock,
         } => {
+            if setup_lock {
+                let _ = SETUP_LOCK.set(std::sync::Mutex::new(()));
+            }
             smcd_engine::layout::status::set_counting(!no_stats);
             if let Some(a) = smcr {
                 if events {
