@@ -473,14 +473,20 @@ pub fn fan_table(t: &TableResult, reps: usize) -> String {
     }
     let mut rows = vec![header];
     let mut any_noisy = false;
+    let mut any_kept = false;
     for p in &t.points {
         let mut row = vec![p.label.clone()];
         for (v, r) in t.variants.iter().zip(&p.results) {
+            let kept = r.reps.iter().any(|x| x.ok && x.errors > 0);
             for m in ["conns_per_s_a", "conns_per_s_b"] {
                 let mut cell = r.median.get(m).map_or("–".into(), |&x| num(m, x));
                 if noisy(r, m) {
                     cell.push('~');
                     any_noisy = true;
+                }
+                if kept {
+                    cell.push('!');
+                    any_kept = true;
                 }
                 row.push(cell);
             }
@@ -545,6 +551,26 @@ pub fn fan_table(t: &TableResult, reps: usize) -> String {
             out,
             "  ~ the repetitions' largest and smallest value differ by more than 1.5x: a noisy \
              point (all repetitions are in the JSON)"
+        );
+    }
+    if any_kept {
+        let reps: Vec<&RepResult> = t
+            .points
+            .iter()
+            .flat_map(|p| &p.results)
+            .flat_map(|r| &r.reps)
+            .collect();
+        let kept = reps.iter().filter(|x| x.ok && x.errors > 0).count();
+        let errors: u64 = reps
+            .iter()
+            .filter(|x| x.ok && x.errors > 0)
+            .map(|x| x.errors)
+            .sum();
+        let _ = writeln!(
+            out,
+            "  ! among the medians' runs, {kept} had failed connections ({errors} in all) that \
+             cost every peer less than 1 % of its loops' time in the window; they count as \
+             data errors (see error in the JSON)"
         );
     }
     let _ = writeln!(

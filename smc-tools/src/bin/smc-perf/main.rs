@@ -993,6 +993,9 @@ struct TargetReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     first_connect_ms_max: Option<f64>,
     errors: u64,
+    /// Loop-seconds inside the measured window spent in exchanges that failed (what the
+    /// errors cost the rate: an exchange stuck when the run stopped costs almost nothing).
+    error_s_in_window: f64,
 }
 
 /// The counters of one crr target, shared by its loops.
@@ -1026,8 +1029,10 @@ fn client_crr(
                 let mut buf = vec![0u8; msg];
                 let mut groups = std::collections::HashSet::new();
                 let mut first = None;
+                let mut failed = Vec::new();
                 let c = &counts[t];
                 while !stop.load(Ordering::Relaxed) {
+                    let began = Instant::now();
                     match crr_once(addr, tcp, msg, &mut buf) {
                         Ok((conn, took)) => {
                             first.get_or_insert(took);
@@ -1042,6 +1047,7 @@ fn client_crr(
                             c.done.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => {
+                            failed.push((began, Instant::now()));
                             let n = c.errors.fetch_add(1, Ordering::Relaxed) + 1;
                             if n <= 3 {
                                 eprintln!("smc-perf: crr {addr}: {e}");
@@ -1049,7 +1055,7 @@ fn client_crr(
                         }
                     }
                 }
-                (t, groups, first)
+                (t, groups, first, failed)
             })
         })
         .collect();
@@ -1073,14 +1079,21 @@ fn client_crr(
     // Each target's rate counts what finished inside the window, so a target whose loops
     // take long to stop (a slow peer) does not lengthen another's window.
     let at_stop = snapshot();
-    let window = start.elapsed().as_secs_f64();
+    let stopped = Instant::now();
+    let window = stopped.duration_since(start).as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let mut groups = vec![std::collections::HashSet::new(); targets.len()];
     let mut first: Vec<Option<Duration>> = vec![None; targets.len()];
+    // Per target: seconds its loops spent inside the window in exchanges that failed.
+    let mut lost = vec![0.0f64; targets.len()];
     for th in threads {
-        if let Ok((t, g, f)) = th.join() {
+        if let Ok((t, g, f, failed)) = th.join() {
             groups[t].extend(g);
             first[t] = first[t].max(f);
+            for (b, e) in failed {
+                let (b, e) = (b.max(start), e.min(stopped));
+                lost[t] += e.saturating_duration_since(b).as_secs_f64();
+            }
         }
     }
     // The totals count after every loop has stopped, so the connections that finished while
@@ -1122,6 +1135,7 @@ fn client_crr(
                     smc_connections: at_stop[t].1 - at_start[t].1,
                     link_groups: SMCR.get().map(|_| groups[t].len()),
                     first_connect_ms_max: first[t].map(|d| d.as_secs_f64() * 1e3),
+                    error_s_in_window: lost[t],
                     errors: counts[t].errors.load(Ordering::Relaxed),
                 }
             })
