@@ -116,12 +116,18 @@ impl Side {
         how != 0
     }
 
-    /// Something arrived for the connection: wake its waiters, or, with none, run its
-    /// processing here. Returns `false` if that must be tried again (a thread held the
-    /// connection and may leave without looking).
+    /// Something arrived for the connection: wake its waiters, and run its processing here
+    /// unless it is done already. Returns `false` if that must be tried again (a thread held
+    /// the connection and may leave without looking).
+    ///
+    /// A waiter that was woken is not trusted to do it: an announcement can outlive its
+    /// waiter (a thread that found what it waited for before it slept goes on with its bit
+    /// still set, and may close the connection), and then nobody would. Whoever takes the
+    /// connection's lock first processes what came; the other finds nothing left.
     fn arrived(&self) -> bool {
-        let woke = self.wake(Dir::Rx) | self.wake(Dir::Tx);
-        if woke || self.pending.load(Ordering::SeqCst) == 0 {
+        self.wake(Dir::Rx);
+        self.wake(Dir::Tx);
+        if self.pending.load(Ordering::SeqCst) == 0 {
             return true;
         }
         self.service.get().is_none_or(|f| f())
