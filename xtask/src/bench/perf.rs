@@ -237,12 +237,14 @@ impl Drop for Veth {
 }
 
 /// One client namespace and two server namespaces, each server joined to the client by a
-/// link of its own (MTU 9000) on a subnet of its own: the SMC-R lgr-pending suite's hosts.
-/// A's link is a veth pair; B's is a [`Wire`] (two TAP devices joined by the bench), whose
-/// delay makes B slow: the kernels this runs on have no netem. The client's SMC-R endpoint
-/// is on its address towards A (`client`); B reaches it through the client (B's default
-/// route), so one RoCE device and one table of link groups serve both peers. Deleted when
-/// dropped, and by [`procs::cleanup`] on a signal.
+/// veth pair of its own (MTU 9000) on a subnet of its own: the SMC-R lgr-pending suite's
+/// hosts. B has a second path to the client, a [`Wire`] (two TAP devices the bench joins in
+/// user space, on a third subnet) whose delay makes B slow, since the kernels this runs on
+/// have no netem; while B is slow, both ends route B's traffic over it (the client a /32 to
+/// B's address, B its default route), otherwise over the veth, so a fast B costs no
+/// forwarding. The client's SMC-R endpoint is on its address towards A (`client`); B reaches
+/// it through its default route, so one RoCE device and one table of link groups serve both
+/// peers. Deleted when dropped, and by [`procs::cleanup`] on a signal.
 #[derive(Debug)]
 pub(super) struct Fan {
     pub(super) client_ns: String,
@@ -250,8 +252,17 @@ pub(super) struct Fan {
     pub(super) servers: [(String, std::net::Ipv4Addr); 2],
     /// The client's address towards A (its SMC-R device's).
     pub(super) client: std::net::Ipv4Addr,
-    /// B's link.
-    wire: Wire,
+    /// B's slow path (held for its devices and threads), and whether B's traffic takes it
+    /// now.
+    _wire: Wire,
+    wire_devs: (String, String),
+    slow: std::cell::Cell<bool>,
+}
+
+/// The client's end of each server's veth (`10.78.1.1`, `10.78.2.1`), and of B's wire
+/// (`10.78.3.1`; B's end is `10.78.3.2`).
+fn fan_near(i: u8) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(10, 78, i + 1, 1)
 }
 
 impl Fan {
@@ -263,29 +274,20 @@ impl Fan {
             (format!("smclgr-a-{pid}"), Ipv4Addr::new(10, 78, 1, 2)),
             (format!("smclgr-b-{pid}"), Ipv4Addr::new(10, 78, 2, 2)),
         ];
-        let near = |i: u8| Ipv4Addr::new(10, 78, i + 1, 1);
         for ns in [&client_ns, &servers[0].0, &servers[1].0] {
             netns_add(ns)?;
         }
-        veth_pair(
-            (&client_ns, &ifname(format!("vlgr{pid}ca")), near(0)),
-            (&servers[0].0, &ifname(format!("vlgr{pid}sa")), servers[0].1),
-        )?;
-        let (cb, sb) = (
-            ifname(format!("vlgr{pid}cb")),
-            ifname(format!("vlgr{pid}sb")),
-        );
-        let wire = Wire::create(&cb, &sb)?;
-        for (ns, dev, addr) in [
-            (&client_ns, &cb, near(1)),
-            (&servers[1].0, &sb, servers[1].1),
-        ] {
-            ip(&["link", "set", dev, "netns", ns])?;
-            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
-            ip(&["-n", ns, "link", "set", dev, "mtu", "9000", "up"])?;
-        }
-        // Replies to the client's device address (on A's subnet) go back the way they came.
-        for (i, (ns, _)) in servers.iter().enumerate() {
+        for (i, side) in ["a", "b"].iter().enumerate() {
+            let (ns, addr) = &servers[i];
+            veth_pair(
+                (
+                    &client_ns,
+                    &ifname(format!("vlgr{pid}c{side}")),
+                    fan_near(i as u8),
+                ),
+                (ns, &ifname(format!("vlgr{pid}s{side}")), *addr),
+            )?;
+            // Replies to the client's device address (on A's subnet) go back the way they came.
             ip(&[
                 "-n",
                 ns,
@@ -293,22 +295,80 @@ impl Fan {
                 "add",
                 "default",
                 "via",
-                &near(i as u8).to_string(),
+                &fan_near(i as u8).to_string(),
             ])?;
         }
+        let (cw, sw) = (
+            ifname(format!("vlgr{pid}cw")),
+            ifname(format!("vlgr{pid}sw")),
+        );
+        let wire = Wire::create(&cw, &sw)?;
+        for (ns, dev, addr) in [
+            (&client_ns, &cw, fan_near(2)),
+            (&servers[1].0, &sw, Ipv4Addr::new(10, 78, 3, 2)),
+        ] {
+            ip(&["link", "set", dev, "netns", ns])?;
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "mtu", "9000", "up"])?;
+        }
+        wire.set_delay(SLOW_B_DELAY);
         Ok(Fan {
             client_ns,
             servers,
-            client: near(0),
-            wire,
+            client: fan_near(0),
+            _wire: wire,
+            wire_devs: (cw, sw),
+            slow: std::cell::Cell::new(false),
         })
     }
 
-    /// Makes B slow (every frame from the client towards B waits [`SLOW_B_DELAY`], so every
-    /// round trip with B takes that much longer) or fast again.
-    pub(super) fn set_slow_b(&self, slow: bool) {
-        self.wire
-            .set_delay(if slow { SLOW_B_DELAY } else { Duration::ZERO });
+    /// Makes B slow (its traffic both ways over the wire, every frame from the client towards
+    /// B delayed [`SLOW_B_DELAY`], so every round trip with B takes that much longer) or fast
+    /// again (over its veth).
+    pub(super) fn set_slow_b(&self, slow: bool) -> anyhow::Result<()> {
+        if slow == self.slow.get() {
+            return Ok(());
+        }
+        let (b_ns, b_addr) = &self.servers[1];
+        let b_host = format!("{b_addr}/32");
+        let (cw, sw) = &self.wire_devs;
+        if slow {
+            ip(&[
+                "-n",
+                &self.client_ns,
+                "route",
+                "replace",
+                &b_host,
+                "via",
+                "10.78.3.2",
+                "dev",
+                cw,
+            ])?;
+            ip(&[
+                "-n",
+                b_ns,
+                "route",
+                "replace",
+                "default",
+                "via",
+                &fan_near(2).to_string(),
+                "dev",
+                sw,
+            ])?;
+        } else {
+            ip(&["-n", &self.client_ns, "route", "del", &b_host])?;
+            ip(&[
+                "-n",
+                b_ns,
+                "route",
+                "replace",
+                "default",
+                "via",
+                &fan_near(1).to_string(),
+            ])?;
+        }
+        self.slow.set(slow);
+        Ok(())
     }
 }
 

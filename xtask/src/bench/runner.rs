@@ -217,7 +217,7 @@ impl<'a> Bench<'a> {
         if self.fan.is_none() {
             self.fan = Some(perf::Fan::create()?);
         }
-        self.fan.as_ref().expect("made").set_slow_b(sc.slow_b);
+        self.fan.as_ref().expect("made").set_slow_b(sc.slow_b)?;
         let mut results: Vec<VariantResult> = tp.variants.iter().map(new_variant_result).collect();
         let time = self.cfg.run_time(tp);
         for rep in 0..self.cfg.reps {

@@ -159,7 +159,8 @@ impl Wire {
         })
     }
 
-    /// Every frame from the first device to the second read from now on waits `d`.
+    /// Every frame from the first device to the second read from now on waits `d`
+    /// (none at first).
     pub(super) fn set_delay(&self, d: Duration) {
         self.delay_us.store(d.as_micros() as u64, Ordering::Relaxed);
     }
