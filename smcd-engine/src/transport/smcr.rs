@@ -171,6 +171,10 @@ pub struct RoceLink<D: Device> {
     /// Connections whose processing could not run when their CDC or completion arrived: the
     /// completion thread tries again (soon) until it ran or nothing is pending.
     retry: Mutex<Vec<Arc<Side>>>,
+    /// Rung when `retry` gains its first entry: a sender that polled completions itself
+    /// (waiting for a send slot) leaves their connections there, and the completion thread,
+    /// asleep on its queues' channels, would otherwise see them only at its next timeout.
+    kick: Arc<rustix::fd::OwnedFd>,
     /// Held while receive completions are polled and handed on: whoever takes it next sees
     /// every receive polled before as its connection's (see [`RoceLink::drain_rx`]).
     rx_drain: Mutex<()>,
@@ -227,6 +231,10 @@ impl<D: Device> RoceLink<D> {
             failed: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             retry: Mutex::new(Vec::new()),
+            kick: Arc::new(rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )?),
             rx_drain: Mutex::new(()),
         });
         for i in 0..recv_wrs {
@@ -391,11 +399,13 @@ impl<D: Device> RoceLink<D> {
             let busy = !left.is_empty();
             lock(&link.retry).extend(left);
             let (rcq, scq) = (Arc::clone(&link.rcq), Arc::clone(&link.scq));
+            let kick = Arc::clone(&link.kick);
             drop(link);
             let (rfd, sfd) = (rcq.event_fd(), scq.event_fd());
             let mut fds = [
                 PollFd::new(&rfd, PollFlags::IN),
                 PollFd::new(&sfd, PollFlags::IN),
+                PollFd::new(&*kick, PollFlags::IN),
             ];
             // A bounded sleep: the thread notices a dropped link within it.
             let ts = rustix::time::Timespec {
@@ -405,6 +415,8 @@ impl<D: Device> RoceLink<D> {
             let _ = poll(&mut fds, Some(&ts));
             rcq.take_event();
             scq.take_event();
+            let mut n = [0u8; 8];
+            let _ = rustix::io::read(&*kick, &mut n);
         }
     }
 
@@ -512,6 +524,9 @@ impl<D: Device> RoceLink<D> {
         let mut r = lock(&self.retry);
         if !r.iter().any(|x| Arc::ptr_eq(x, side)) {
             r.push(Arc::clone(side));
+            if r.len() == 1 {
+                let _ = rustix::io::write(&*self.kick, &1u64.to_ne_bytes());
+            }
         }
     }
 
