@@ -6,7 +6,7 @@
 //! smc-perf client HOST:PORT --test bw|lat|crr|idle --msg-size N --time SECONDS [--tcp]
 //!                 [--concurrency C] [--count N] [--pin CPU] [--warmup SECONDS] [--no-stats]
 //!                 [--events [--threads N]] [--smcr ADDR [--smcr-set NAME=VALUE]...]
-//!                 [--also HOST:PORT]...
+//!                 [--also HOST:PORT]... [--setup-lock]
 //! smc-perf drip HOST:PORT [--attackers N] [--time SECONDS]
 //! ```
 //!
