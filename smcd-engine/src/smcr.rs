@@ -610,7 +610,27 @@ impl SmcrEndpoint {
             Some(ipproto::TCP),
         )?;
         // From the device's address: the GID the CLC names is the TCP connection's source,
-        // as the kernel's device is the one of the route's netdev.
+        // as the kernel's device is the one of the route's netdev. The port is left to
+        // connect (IP_BIND_ADDRESS_NO_PORT), which picks it for the four-tuple as a plain
+        // connect does: bind would need a port free towards every peer, and a client that
+        // closes many short connections first holds its ports in TIME_WAIT for a minute
+        // (crr at 2,000 connections a second from one address ran out of them and slowed
+        // to a tenth).
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt reads an int of the size given from a live local; fd is an open
+        // socket we own.
+        let r = unsafe {
+            libc::setsockopt(
+                rustix::fd::AsRawFd::as_raw_fd(&fd),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&raw const on).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            tracing::debug!("IP_BIND_ADDRESS_NO_PORT: {}", io::Error::last_os_error());
+        }
         rustix::net::bind(&fd, &SocketAddr::from((ep.ports[0].addr, 0)))?;
         if let Some(maps) = &ep.option {
             maps.mark_client(&fd)?;

@@ -16,6 +16,7 @@ mod report;
 mod runner;
 pub mod soak;
 mod svg;
+mod wire;
 
 use anyhow::{Context, bail};
 use machine::Machine;
@@ -30,7 +31,8 @@ pub use procs::{Guard, install_signal_handler, interrupted};
 /// `cargo xtask bench` options.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Suites to run, comma separated: bw, lat, pp, ablation, smcr, crr (default: all).
+    /// Suites to run, comma separated: bw, lat, pp, ablation, smcr, smcr-lgr, crr (default:
+    /// all).
     #[arg(long, value_delimiter = ',')]
     suite: Vec<String>,
     /// The SMC-R suite (two network namespaces, the soft RoCEv2 device; needs root): alone,
@@ -104,12 +106,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
         (true, false) => SUITES
             .iter()
             .filter(|&&s| {
-                // Two network namespaces and a veth: root only.
+                // Network namespaces and veths: root only.
                 let root = euid() == 0;
-                if s == "smcr" && !root {
-                    eprintln!("bench: skipping suite smcr (needs root for its network namespaces)");
+                if plan::needs_root(s) && !root {
+                    eprintln!("bench: skipping suite {s} (needs root for its network namespaces)");
                 }
-                s != "smcr" || root
+                !plan::needs_root(s) || root
             })
             .map(|s| s.to_string())
             .collect(),

@@ -6,6 +6,7 @@ use super::Cfg;
 use super::plan::{PointPlan, Test, Variant};
 use super::procs;
 use super::report::RepResult;
+use super::wire::Wire;
 use anyhow::bail;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -146,7 +147,8 @@ impl PerfServer {
 /// other programs' TIME_WAIT sockets can fill the ephemeral range, and then bind(0) fails.
 /// A port that is taken is skipped.
 /// Two network namespaces joined by a veth pair (MTU 9000, as RoCE fabrics run jumbo
-/// frames): the two hosts of the SMC-R suite. Deleted when dropped.
+/// frames): the two hosts of the SMC-R suite. Deleted when dropped, and by [`procs::cleanup`]
+/// on a signal.
 #[derive(Debug)]
 pub(super) struct Veth {
     pub(super) a: String,
@@ -170,6 +172,42 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A new network namespace `ns` with its loopback up (one left over from a killed run is
+/// replaced), deleted at cleanup.
+fn netns_add(ns: &str) -> anyhow::Result<()> {
+    let _ = ip(&["netns", "del", ns]);
+    procs::delete_netns_at_exit(ns);
+    ip(&["netns", "add", ns])?;
+    ip(&["-n", ns, "link", "set", "lo", "up"])
+}
+
+/// A veth pair between namespaces `(ns, dev, address)` on a /24, MTU 9000.
+fn veth_pair(
+    (ns_a, dev_a, addr_a): (&str, &str, std::net::Ipv4Addr),
+    (ns_b, dev_b, addr_b): (&str, &str, std::net::Ipv4Addr),
+) -> anyhow::Result<()> {
+    ip(&[
+        "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b,
+    ])?;
+    for (ns, dev, addr) in [(ns_a, dev_a, addr_a), (ns_b, dev_b, addr_b)] {
+        ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+        ip(&["-n", ns, "link", "set", dev, "mtu", "9000", "up"])?;
+    }
+    Ok(())
+}
+
+/// An interface name of at most 15 bytes.
+fn ifname(s: String) -> String {
+    s[..s.len().min(15)].to_string()
+}
+
+/// `ip netns exec NS PROGRAM`: the program runs in `ns` under the same pid.
+fn netns_exec(ns: &str, program: &Path) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(program);
+    c
+}
+
 impl Veth {
     pub(super) fn create() -> anyhow::Result<Veth> {
         let pid = std::process::id();
@@ -180,34 +218,170 @@ impl Veth {
             addr_b: std::net::Ipv4Addr::new(10, 77, 0, 2),
         };
         for ns in [&v.a, &v.b] {
-            let _ = ip(&["netns", "del", ns]);
-            ip(&["netns", "add", ns])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            netns_add(ns)?;
         }
-        let (da, db) = (format!("vbench{pid}a"), format!("vbench{pid}b"));
-        let (da, db) = (&da[..da.len().min(15)], &db[..db.len().min(15)]);
-        ip(&[
-            "link", "add", da, "netns", &v.a, "type", "veth", "peer", "name", db, "netns", &v.b,
-        ])?;
-        for (ns, dev, addr) in [(&v.a, da, v.addr_a), (&v.b, db, v.addr_b)] {
-            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
-            ip(&["-n", ns, "link", "set", dev, "mtu", "9000", "up"])?;
-        }
+        let (da, db) = (
+            ifname(format!("vbench{pid}a")),
+            ifname(format!("vbench{pid}b")),
+        );
+        veth_pair((&v.a, &da, v.addr_a), (&v.b, &db, v.addr_b))?;
         Ok(v)
-    }
-
-    /// `ip netns exec NS PROGRAM`: the program runs in `ns` under the same pid.
-    fn exec(&self, ns: &str, program: &Path) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]).arg(program);
-        c
     }
 }
 
 impl Drop for Veth {
     fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.a]);
-        let _ = ip(&["netns", "del", &self.b]);
+        procs::delete_netns(&self.a);
+        procs::delete_netns(&self.b);
+    }
+}
+
+/// One client namespace and two server namespaces, each server joined to the client by a
+/// veth pair of its own (MTU 9000) on a subnet of its own: the SMC-R lgr-pending suite's
+/// hosts. B has a second path to the client, a [`Wire`] (two TAP devices the bench joins in
+/// user space, on a third subnet) whose delay makes B slow, since the kernels this runs on
+/// have no netem; while B is slow, both ends route B's traffic over it (the client a /32 to
+/// B's address, B its default route), otherwise over the veth, so a fast B costs no
+/// forwarding. The client's SMC-R endpoint is on its address towards A (`client`); B reaches
+/// it through its default route, so one RoCE device and one table of link groups serve both
+/// peers. Deleted when dropped, and by [`procs::cleanup`] on a signal.
+#[derive(Debug)]
+pub(super) struct Fan {
+    pub(super) client_ns: String,
+    /// The two servers: namespace and address.
+    pub(super) servers: [(String, std::net::Ipv4Addr); 2],
+    /// The client's address towards A (its SMC-R device's).
+    pub(super) client: std::net::Ipv4Addr,
+    /// B's slow path (held for its devices and threads), and whether B's traffic takes it
+    /// now.
+    _wire: Wire,
+    wire_devs: (String, String),
+    slow: std::cell::Cell<bool>,
+}
+
+/// The client's end of each server's veth (`10.78.1.1`, `10.78.2.1`), and of B's wire
+/// (`10.78.3.1`; B's end is `10.78.3.2`).
+fn fan_near(i: u8) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(10, 78, i + 1, 1)
+}
+
+impl Fan {
+    pub(super) fn create() -> anyhow::Result<Fan> {
+        use std::net::Ipv4Addr;
+        let pid = std::process::id();
+        let client_ns = format!("smclgr-c-{pid}");
+        let servers = [
+            (format!("smclgr-a-{pid}"), Ipv4Addr::new(10, 78, 1, 2)),
+            (format!("smclgr-b-{pid}"), Ipv4Addr::new(10, 78, 2, 2)),
+        ];
+        for ns in [&client_ns, &servers[0].0, &servers[1].0] {
+            netns_add(ns)?;
+        }
+        for (i, side) in ["a", "b"].iter().enumerate() {
+            let (ns, addr) = &servers[i];
+            veth_pair(
+                (
+                    &client_ns,
+                    &ifname(format!("vlgr{pid}c{side}")),
+                    fan_near(i as u8),
+                ),
+                (ns, &ifname(format!("vlgr{pid}s{side}")), *addr),
+            )?;
+            // Replies to the client's device address (on A's subnet) go back the way they came.
+            ip(&[
+                "-n",
+                ns,
+                "route",
+                "add",
+                "default",
+                "via",
+                &fan_near(i as u8).to_string(),
+            ])?;
+        }
+        let (cw, sw) = (
+            ifname(format!("vlgr{pid}cw")),
+            ifname(format!("vlgr{pid}sw")),
+        );
+        let wire = Wire::create(&cw, &sw)?;
+        for (ns, dev, addr) in [
+            (&client_ns, &cw, fan_near(2)),
+            (&servers[1].0, &sw, Ipv4Addr::new(10, 78, 3, 2)),
+        ] {
+            ip(&["link", "set", dev, "netns", ns])?;
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "mtu", "9000", "up"])?;
+        }
+        wire.set_delay(SLOW_B_DELAY);
+        Ok(Fan {
+            client_ns,
+            servers,
+            client: fan_near(0),
+            _wire: wire,
+            wire_devs: (cw, sw),
+            slow: std::cell::Cell::new(false),
+        })
+    }
+
+    /// Makes B slow (its traffic both ways over the wire, every frame from the client towards
+    /// B delayed [`SLOW_B_DELAY`], so every round trip with B takes that much longer) or fast
+    /// again (over its veth).
+    pub(super) fn set_slow_b(&self, slow: bool) -> anyhow::Result<()> {
+        if slow == self.slow.get() {
+            return Ok(());
+        }
+        let (b_ns, b_addr) = &self.servers[1];
+        let b_host = format!("{b_addr}/32");
+        let (cw, sw) = &self.wire_devs;
+        if slow {
+            ip(&[
+                "-n",
+                &self.client_ns,
+                "route",
+                "replace",
+                &b_host,
+                "via",
+                "10.78.3.2",
+                "dev",
+                cw,
+            ])?;
+            ip(&[
+                "-n",
+                b_ns,
+                "route",
+                "replace",
+                "default",
+                "via",
+                &fan_near(2).to_string(),
+                "dev",
+                sw,
+            ])?;
+        } else {
+            ip(&["-n", &self.client_ns, "route", "del", &b_host])?;
+            ip(&[
+                "-n",
+                b_ns,
+                "route",
+                "replace",
+                "default",
+                "via",
+                &fan_near(1).to_string(),
+            ])?;
+        }
+        self.slow.set(slow);
+        Ok(())
+    }
+}
+
+/// The delay that makes peer B slow in the lgr-pending suite: on what the client sends
+/// towards B, so every round trip with B takes this much longer.
+pub(super) const SLOW_B_DELAY: Duration = Duration::from_millis(20);
+
+impl Drop for Fan {
+    fn drop(&mut self) {
+        procs::delete_netns(&self.client_ns);
+        for (ns, _) in &self.servers {
+            procs::delete_netns(ns);
+        }
     }
 }
 
@@ -221,25 +395,37 @@ fn smcr_args(cmd: &mut Command, v: &Variant, local: std::net::Ipv4Addr) {
 
 /// The server of a variant between the namespaces (TCP or SMC-R) in namespace `a`.
 pub(super) fn start_veth_server(env: &Env, veth: &Veth, v: &Variant) -> anyhow::Result<PerfServer> {
+    let log = if v.smcr {
+        "server-smcr.log"
+    } else {
+        "server-tcp-veth.log"
+    };
+    start_ns_server(env, &veth.a, veth.addr_a, v, log)
+}
+
+/// The server of a variant (TCP or SMC-R) in namespace `ns`, on `addr` (its SMC-R device's
+/// too); its stderr goes to `log`.
+pub(super) fn start_ns_server(
+    env: &Env,
+    ns: &str,
+    addr: std::net::Ipv4Addr,
+    v: &Variant,
+    log: &str,
+) -> anyhow::Result<PerfServer> {
     let mut last = String::new();
     for _ in 0..64 {
         let port = env.ports.next();
-        let mut cmd = veth.exec(&veth.a, &env.bin.join("smc-perf"));
+        let mut cmd = netns_exec(ns, &env.bin.join("smc-perf"));
         cmd.args(["server", "--port", &port.to_string(), "--bind"])
-            .arg(veth.addr_a.to_string());
+            .arg(addr.to_string());
         if v.smcr {
-            smcr_args(&mut cmd, v, veth.addr_a);
+            smcr_args(&mut cmd, v, addr);
         } else {
             cmd.arg("--tcp");
         }
         if let Some(c) = env.server_cpu {
             cmd.args(["--pin", &c.to_string()]);
         }
-        let log = if v.smcr {
-            "server-smcr.log"
-        } else {
-            "server-tcp-veth.log"
-        };
         match spawn_server(env, cmd, log, false)? {
             Ok(s) => return Ok(s),
             Err(why) if why.contains("Address already in use") => last = why,
@@ -454,7 +640,7 @@ pub(super) fn run_client(
 ) -> RepResult {
     let (mut cmd, host) = match veth.filter(|_| v.veth) {
         Some(n) => (
-            n.exec(&n.b, &env.bin.join("smc-perf")),
+            netns_exec(&n.b, &env.bin.join("smc-perf")),
             n.addr_a.to_string(),
         ),
         None => (Command::new(env.bin.join("smc-perf")), "127.0.0.1".into()),
@@ -480,6 +666,114 @@ pub(super) fn run_client(
     if let Some(c) = env.client_cpu {
         cmd.args(["--pin", &c.to_string()]);
     }
+    run_and_read(cmd, cfg, time, test, p, v, rep)
+}
+
+/// One `smc-perf client` run against the two servers of the lgr-pending suite, from the
+/// client namespace: A alone (`ports[1]` is `None`) or A and B at once (`--also`), with
+/// `concurrency` loops per target. Its metrics add each target's rate, how long its loops'
+/// first connections took (link group setup), the link groups each target's connections
+/// used, and the link groups the client made.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_fan_client(
+    env: &Env,
+    cfg: &Cfg,
+    time: f64,
+    p: &PointPlan,
+    v: &Variant,
+    fan: &Fan,
+    ports: [Option<u16>; 2],
+    rep: usize,
+) -> RepResult {
+    let mut cmd = netns_exec(&fan.client_ns, &env.bin.join("smc-perf"));
+    let targets: Vec<String> = fan
+        .servers
+        .iter()
+        .zip(ports)
+        .filter_map(|((_, addr), port)| Some(format!("{addr}:{}", port?)))
+        .collect();
+    let per_target = p.concurrency.unwrap_or(1);
+    cmd.arg("client").arg(&targets[0]);
+    for t in &targets[1..] {
+        cmd.args(["--also", t]);
+    }
+    cmd.args(["--test", "crr"])
+        .args(["--msg-size", &p.msg_size.to_string()])
+        .args(["--time", &time.to_string()])
+        .args(["--warmup", &cfg.warmup.to_string()])
+        .args(["--concurrency", &(per_target * targets.len()).to_string()]);
+    if v.smcr {
+        smcr_args(&mut cmd, v, fan.client);
+    } else {
+        cmd.arg("--tcp");
+    }
+    if v.setup_lock {
+        cmd.arg("--setup-lock");
+    }
+    if let Some(c) = env.client_cpu {
+        cmd.args(["--pin", &c.to_string()]);
+    }
+    let mut r = run_and_read(cmd, cfg, time, Test::Crr, p, v, rep);
+    if let Some(json) = &r.report {
+        for (i, side) in ["a", "b"].iter().enumerate() {
+            let t = &json["targets"][i];
+            if let Some(x) = t["conns_per_s"].as_f64() {
+                r.metrics.insert(format!("conns_per_s_{side}"), x);
+            }
+            if let Some(x) = t["link_groups"].as_f64() {
+                r.metrics.insert(format!("lgrs_{side}"), x);
+            }
+            if let Some(x) = t["first_connect_ms_max"].as_f64() {
+                r.metrics.insert(format!("setup_ms_{side}"), x);
+            }
+        }
+        if let Some(x) = json["smcr_first_contacts"].as_f64() {
+            r.metrics.insert("first_contacts".into(), x);
+        }
+        // Connections that fail cost the rate only the time they held a loop inside the
+        // window: a run whose errors cost every target less than 1 % of its loops' time there
+        // still measured its rates. It is kept, its errors stay counted (the bench fails on
+        // them) and the table marks it.
+        if !r.ok && r.errors > 0 && !r.fallback && r.metrics.contains_key("conns_per_s_a") {
+            let targets = json["targets"].as_array().cloned().unwrap_or_default();
+            let cost: Vec<f64> = targets
+                .iter()
+                .map(|t| {
+                    let loops = t["concurrency"].as_f64().unwrap_or(1.0).max(1.0);
+                    t["error_s_in_window"].as_f64().unwrap_or(f64::INFINITY) / (loops * time)
+                })
+                .collect();
+            if !cost.is_empty() && cost.iter().all(|&c| c < 0.01) {
+                r.ok = true;
+                r.metrics.insert("kept_errors".into(), r.errors as f64);
+                r.error = Some(format!(
+                    "kept: {} failed connections cost at most {:.2} % of a target's loop time \
+                     in the window; {}",
+                    r.errors,
+                    cost.iter().fold(0.0f64, |a, &b| a.max(b)) * 100.0,
+                    r.error.take().unwrap_or_default()
+                ));
+            }
+        }
+        // A run that says nothing of A measured nothing.
+        if r.ok && !r.metrics.contains_key("conns_per_s_a") {
+            r.ok = false;
+            r.error = Some("no per-target rate in the report (smc-perf too old?)".into());
+        }
+    }
+    r
+}
+
+/// Runs a client command and reads its JSON report into a repetition's result.
+fn run_and_read(
+    mut cmd: Command,
+    cfg: &Cfg,
+    time: f64,
+    test: Test,
+    p: &PointPlan,
+    v: &Variant,
+    rep: usize,
+) -> RepResult {
     let t0 = Instant::now();
     let timeout = Duration::from_secs_f64(cfg.warmup + time + 60.0);
     let mut r = RepResult {

@@ -81,6 +81,12 @@ pub fn unit(metric: &str) -> &'static str {
         "conns_per_s" => "conn/s",
         "smc_share" => "fraction of connections over SMC-D",
         m if m.starts_with("wakeups") => "wake-ups per connection",
+        "conns_per_s_a" | "conns_per_s_b" => "conn/s",
+        "first_contacts" => "link groups the client made (first contacts), warm-up included",
+        "lgrs_a" | "lgrs_b" => "link groups the target's connections used, warm-up included",
+        "setup_ms_a" | "setup_ms_b" => {
+            "ms until every loop of the target had its first connection (link group setup)"
+        }
         m if m.starts_with("lat_us") => "µs",
         _ => "",
     }
@@ -110,6 +116,14 @@ pub struct Variant {
     /// as `--smcr-set`, not to smcd.
     #[serde(default)]
     pub smcr: bool,
+    /// One client namespace and two server namespaces (the lgr-pending suite): the point's
+    /// [`Scenario`] says which servers the client drives.
+    #[serde(default)]
+    pub fan: bool,
+    /// The client holds one lock across every connect (`smc-perf --setup-lock`): the
+    /// kernel's lgr-pending serialisation, as a control for the lgr-pending suite.
+    #[serde(default)]
+    pub setup_lock: bool,
 }
 
 impl Variant {
@@ -130,6 +144,8 @@ fn tcp() -> Variant {
         events: false,
         veth: false,
         smcr: false,
+        fan: false,
+        setup_lock: false,
     }
 }
 
@@ -150,6 +166,24 @@ fn smcr(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Varia
     }
 }
 
+/// TCP from the client namespace to the two server namespaces.
+fn tcp_fan() -> Variant {
+    Variant {
+        name: "tcp-fan".into(),
+        fan: true,
+        ..tcp()
+    }
+}
+
+/// SMC-R from the client namespace's one endpoint to the two server namespaces.
+fn smcr_fan(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Variant {
+    Variant {
+        fan: true,
+        smcr: true,
+        ..smc(name, label, short, settings)
+    }
+}
+
 fn smc(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Variant {
     Variant {
         name: name.into(),
@@ -160,6 +194,8 @@ fn smc(name: &str, label: &str, short: &str, settings: &[(&str, u64)]) -> Varian
         events: false,
         veth: false,
         smcr: false,
+        fan: false,
+        setup_lock: false,
     }
 }
 
@@ -190,8 +226,45 @@ pub struct TablePlan {
 #[derive(Debug, Clone, Copy)]
 pub struct PointPlan {
     pub msg_size: usize,
-    /// crr only.
+    /// crr only (in the lgr-pending suite: per target).
     pub concurrency: Option<usize>,
+    /// The lgr-pending suite: which peers are driven, and whether B is slow.
+    pub scenario: Option<Scenario>,
+}
+
+/// A point of the lgr-pending suite: crr to peer A alone or to A and B at once, from one
+/// process (one SMC-R endpoint), with B at full speed or slowed by a delay on its link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scenario {
+    /// B is driven too (`smc-perf --also`).
+    pub with_b: bool,
+    /// Every packet towards B waits [`super::perf::SLOW_B_DELAY`].
+    pub slow_b: bool,
+}
+
+impl Scenario {
+    /// `(id, label)` of the point.
+    pub fn names(self) -> (&'static str, &'static str) {
+        match (self.with_b, self.slow_b) {
+            (false, false) => ("a", "A alone"),
+            (true, false) => ("a+b", "A + B"),
+            (false, true) => ("a/slow-b", "A alone, B slow"),
+            (true, true) => ("a+slow-b", "A + slow B"),
+        }
+    }
+}
+
+/// The lgr-pending suite's four points at `concurrency` loops per target: A alone and with
+/// B, then the same with B slow (A alone is measured again there, beside its pair).
+fn fan_points(concurrency: usize) -> Vec<PointPlan> {
+    [(false, false), (true, false), (false, true), (true, true)]
+        .into_iter()
+        .map(|(with_b, slow_b)| PointPlan {
+            msg_size: 64,
+            concurrency: Some(concurrency),
+            scenario: Some(Scenario { with_b, slow_b }),
+        })
+        .collect()
 }
 
 /// A suite: the unit of `--suite` and of the counters snapshot.
@@ -204,8 +277,27 @@ pub struct SuitePlan {
 /// Suite names in run order.
 /// crr runs last: its connection churn leaves tens of thousands of sockets in TIME_WAIT for a
 /// minute, which should not be around while the other suites measure.
-/// smcr runs in two network namespaces of its own (needs root and `ip`).
-pub const SUITES: [&str; 6] = ["bw", "lat", "pp", "ablation", "smcr", "crr"];
+/// smcr runs in two network namespaces of its own, smcr-lgr in three (both need root, `ip`,
+/// and for smcr-lgr `/dev/net/tun`).
+pub const SUITES: [&str; 7] = ["bw", "lat", "pp", "ablation", "smcr", "smcr-lgr", "crr"];
+
+/// Suites that make network namespaces: skipped in the default run without root.
+pub fn needs_root(suite: &str) -> bool {
+    matches!(suite, "smcr" | "smcr-lgr")
+}
+
+/// The metrics of a point of the lgr-pending suite (medians are taken of each).
+pub const FAN_METRICS: [&str; 9] = [
+    "conns_per_s_a",
+    "conns_per_s_b",
+    "conns_per_s",
+    "smc_share",
+    "first_contacts",
+    "lgrs_a",
+    "lgrs_b",
+    "setup_ms_a",
+    "setup_ms_b",
+];
 
 const KIB: usize = 1024;
 
@@ -219,6 +311,7 @@ fn crr_points(concurrency: Vec<usize>) -> Vec<PointPlan> {
         .map(|c| PointPlan {
             msg_size: 64,
             concurrency: Some(c),
+            scenario: None,
         })
         .collect()
 }
@@ -228,6 +321,7 @@ fn sizes(v: Vec<usize>) -> Vec<PointPlan> {
         .map(|msg_size| PointPlan {
             msg_size,
             concurrency: None,
+            scenario: None,
         })
         .collect()
 }
@@ -529,6 +623,28 @@ pub fn suite(name: &str, depth: Depth) -> Option<SuitePlan> {
                 max_time: None,
             },
         ],
+        "smcr-lgr" => vec![TablePlan {
+            id: "smcr-lgr/crr".into(),
+            title: "smcr-lgr: crr to peer A, alone and while peer B is driven from the same process, conn/s \
+                    (SMC-R+lock: one lock held across every connect, the kernel's serialisation, as a control)"
+                .into(),
+            mirrors: "the lgr-pending lock series (smc_client_lgr_pending / smc_server_lgr_pending)"
+                .into(),
+            test: Test::Crr,
+            primary: "conns_per_s_a",
+            shown: vec!["conns_per_s_a", "conns_per_s_b", "setup_ms_a", "lgrs_a"],
+            higher_is_better: true,
+            variants: vec![
+                tcp_fan(),
+                smcr_fan("smcr-fan", "SMC-R", "SMC-R", &[]),
+                Variant {
+                    setup_lock: true,
+                    ..smcr_fan("smcr-fan-lock", "SMC-R+lock", "lock", &[])
+                },
+            ],
+            points: fan_points(8),
+            max_time: None,
+        }],
         _ => return None,
     };
     Some(SuitePlan {
@@ -567,12 +683,13 @@ mod tests {
 
     /// The settings an SMC-R variant may name: what `smc-perf --smcr-set` takes (they go to
     /// the two endpoints, not to smcd).
-    const SMCR_SETTINGS: [&str; 5] = [
+    const SMCR_SETTINGS: [&str; 6] = [
         "autocorking_size",
         "autosplit_size",
         "tx_chunk",
         "rmem",
         "inline",
+        "smcr_max_conns_per_lgr",
     ];
 
     #[test]
@@ -584,8 +701,16 @@ mod tests {
                     let base = &t.variants[0];
                     assert!(base.name.starts_with("tcp") && !base.smc, "{}", t.id);
                     assert!(t.variants[1..].iter().all(|v| v.smc), "{}", t.id);
-                    // TCP runs where the SMC variants do: on the veth beside SMC-R.
+                    // TCP runs where the SMC variants do: on the veth beside SMC-R, between
+                    // the three namespaces beside SMC-R there.
                     assert!(t.variants.iter().all(|v| v.veth == base.veth), "{}", t.id);
+                    assert!(t.variants.iter().all(|v| v.fan == base.fan), "{}", t.id);
+                    assert_eq!(
+                        base.fan,
+                        t.points.iter().all(|p| p.scenario.is_some()),
+                        "{}: scenarios where the variants are fan variants",
+                        t.id
+                    );
                     assert!(!t.points.is_empty(), "{}", t.id);
                     for v in &t.variants {
                         for (k, _) in &v.settings {
@@ -600,6 +725,40 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_lgr_pending_suite_pairs_a_alone_with_a_beside_b() {
+        assert!(SUITES.contains(&"smcr-lgr"));
+        assert!(needs_root("smcr-lgr") && needs_root("smcr") && !needs_root("crr"));
+        for depth in [Depth::Full, Depth::Quick, Depth::Smoke] {
+            let s = suite("smcr-lgr", depth).expect("smcr-lgr");
+            for t in &s.tables {
+                assert_eq!(t.test, Test::Crr, "{}", t.id);
+                assert!(FAN_METRICS.contains(&t.primary), "{}", t.id);
+                assert!(t.shown.iter().all(|m| FAN_METRICS.contains(m)), "{}", t.id);
+                assert!(
+                    t.variants.iter().any(|v| v.smcr),
+                    "{}: SMC-R beside TCP",
+                    t.id
+                );
+                // The control: what the table shows with a lock across setup.
+                assert!(
+                    t.variants.iter().any(|v| v.smcr && v.setup_lock),
+                    "{}: a locked control",
+                    t.id
+                );
+                let sc: Vec<Scenario> = t.points.iter().filter_map(|p| p.scenario).collect();
+                // Every ratio the table prints has both of its points, B slow or not.
+                for slow_b in [false, true] {
+                    for with_b in [false, true] {
+                        assert!(sc.contains(&Scenario { with_b, slow_b }), "{}", t.id);
+                    }
+                }
+                let ids: std::collections::BTreeSet<_> = sc.iter().map(|s| s.names().0).collect();
+                assert_eq!(ids.len(), sc.len(), "{}: point ids unique", t.id);
             }
         }
     }

@@ -10,6 +10,9 @@
 //! Children run in their own process group, so a Ctrl-C at the terminal reaches only the
 //! bench, which then stops clients, servers and `smcd` in that order.
 //!
+//! The network namespaces of the SMC-R suites are registered too ([`delete_netns_at_exit`])
+//! and deleted on each of those paths, after the processes in them have stopped.
+//!
 //! A pid is unregistered before it is reaped (the exit is observed with `waitid(WNOWAIT)`
 //! first), so the cleanup path can never signal a pid the kernel has given to someone else.
 
@@ -27,6 +30,8 @@ struct Registry {
     pids: Vec<i32>,
     /// Directories to remove at cleanup.
     dirs: Vec<PathBuf>,
+    /// Network namespaces to delete at cleanup (after the processes in them are stopped).
+    netns: Vec<String>,
     /// Cleanup has begun: no new child may start.
     closing: bool,
 }
@@ -34,6 +39,7 @@ struct Registry {
 static REG: Mutex<Registry> = Mutex::new(Registry {
     pids: Vec::new(),
     dirs: Vec::new(),
+    netns: Vec::new(),
     closing: false,
 });
 
@@ -154,6 +160,27 @@ pub fn remove_at_exit(dir: PathBuf) {
     registry().dirs.push(dir);
 }
 
+/// Registers a network namespace (`ip netns add` name) to delete at cleanup: a signal ends
+/// the bench without running destructors.
+pub fn delete_netns_at_exit(name: &str) {
+    registry().netns.push(name.to_string());
+}
+
+/// Deletes a registered network namespace now (`ip netns del`) and forgets it.
+pub fn delete_netns(name: &str) {
+    registry().netns.retain(|n| n != name);
+    netns_del(name);
+}
+
+fn netns_del(name: &str) {
+    let _ = Command::new("ip")
+        .args(["netns", "del", name])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
 /// Has `pid` exited? Leaves it a zombie (`WNOWAIT`), so the pid stays ours.
 fn exited(pid: i32) -> bool {
     // SAFETY: siginfo_t is plain data that waitid fills in; si_pid reads the field waitid set
@@ -203,13 +230,18 @@ pub fn stop(child: &mut Child, grace: Duration) -> io::Result<ExitStatus> {
     Ok(wait_until(child, None)?.expect("no deadline"))
 }
 
-/// Stops every registered child (newest first: clients, then servers, then `smcd`) and
-/// removes the registered directories. Safe to call more than once and from any thread.
+/// Stops every registered child (newest first: clients, then servers, then `smcd`),
+/// removes the registered directories and deletes the registered network namespaces. Safe to
+/// call more than once and from any thread.
 pub fn cleanup() {
-    let (pids, dirs) = {
+    let (pids, dirs, netns) = {
         let mut reg = registry();
         reg.closing = true;
-        (reg.pids.clone(), std::mem::take(&mut reg.dirs))
+        (
+            reg.pids.clone(),
+            std::mem::take(&mut reg.dirs),
+            std::mem::take(&mut reg.netns),
+        )
     };
     for &pid in pids.iter().rev() {
         // SAFETY: registered pids are unreaped children (see the module doc), so the pid
@@ -228,6 +260,9 @@ pub fn cleanup() {
     }
     for d in dirs {
         let _ = std::fs::remove_dir_all(d);
+    }
+    for n in netns {
+        netns_del(&n);
     }
 }
 

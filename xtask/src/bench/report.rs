@@ -2,7 +2,7 @@
 //! shows, and `--compare` against an earlier run.
 
 use super::machine::Machine;
-use super::plan::{Depth, Test, human_size, unit};
+use super::plan::{Depth, Scenario, Test, human_size, unit};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -124,6 +124,9 @@ pub struct PointResult {
     pub label: String,
     pub msg_size: usize,
     pub concurrency: Option<usize>,
+    /// The lgr-pending suite: which peers were driven, and whether B was slow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<Scenario>,
     pub results: Vec<VariantResult>,
 }
 
@@ -428,9 +431,185 @@ fn ratio_stats(t: &TableResult, a: usize, b: usize) -> Option<(f64, At, At)> {
     Some((geo, lo, hi))
 }
 
+/// The point of `t` measured in scenario `sc`.
+fn at(t: &TableResult, sc: Scenario) -> Option<&PointResult> {
+    t.points.iter().find(|p| p.scenario == Some(sc))
+}
+
+/// Metric `m` of A beside B over the same alone, for variant `vi`, B fast or slow.
+fn fan_ratio(t: &TableResult, vi: usize, slow_b: bool, m: &str) -> Option<f64> {
+    let get = |with_b| {
+        let p = at(t, Scenario { with_b, slow_b })?;
+        p.results.get(vi)?.median.get(m).copied()
+    };
+    let (alone, beside) = (get(false)?, get(true)?);
+    (alone > 0.0 && beside > 0.0).then(|| beside / alone)
+}
+
+/// Is this a table of the lgr-pending suite (its points are scenarios)?
+pub fn is_fan(t: &TableResult) -> bool {
+    !t.points.is_empty() && t.points.iter().all(|p| p.scenario.is_some())
+}
+
+/// The lgr-pending suite's table: per scenario, each variant's rate to A and to B, how long
+/// the first connections to A and to B took (every loop starts at once: over SMC-R that is
+/// the link groups' setup) and, for SMC-R, the link groups the connections to A and to B used
+/// (warm-up included); then, B fast and B slow, A beside B over A alone.
+pub fn fan_table(t: &TableResult, reps: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{}  [median of {reps}; mirrors {}]",
+        t.title, t.mirrors
+    );
+    let mut header = vec!["scenario".to_string()];
+    for v in &t.variants {
+        header.push(format!("{} A", v.label));
+        header.push(format!("{} B", v.label));
+        header.push(format!("{} setup ms A/B", v.label));
+        if v.smc {
+            header.push(format!("{} groups A/B", v.label));
+        }
+    }
+    let mut rows = vec![header];
+    let mut any_noisy = false;
+    let mut any_kept = false;
+    for p in &t.points {
+        let mut row = vec![p.label.clone()];
+        for (v, r) in t.variants.iter().zip(&p.results) {
+            let kept = r.reps.iter().any(|x| x.ok && x.errors > 0);
+            for m in ["conns_per_s_a", "conns_per_s_b"] {
+                let mut cell = r.median.get(m).map_or("–".into(), |&x| num(m, x));
+                if noisy(r, m) {
+                    cell.push('~');
+                    any_noisy = true;
+                }
+                if kept {
+                    cell.push('!');
+                    any_kept = true;
+                }
+                row.push(cell);
+            }
+            let g = |m: &str| r.median.get(m).map_or("–".into(), |&x| num(m, x));
+            row.push(format!("{}/{}", g("setup_ms_a"), g("setup_ms_b")));
+            if v.smc {
+                let g = |m: &str| r.median.get(m).map_or("–".into(), |x| format!("{x:.0}"));
+                row.push(format!("{}/{}", g("lgrs_a"), g("lgrs_b")));
+            }
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for (i, r) in rows.iter().enumerate() {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (x, &w))| {
+                if c == 0 {
+                    format!("{x:<w$}")
+                } else {
+                    format!("{x:>w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "  {}", line.join("  "));
+        if i == 0 {
+            let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+            let _ = writeln!(out, "  {}", rule.join("  "));
+        }
+    }
+    for (slow_b, what) in [
+        (false, "A beside B / A alone"),
+        (true, "A beside slow B / A alone"),
+    ] {
+        let cells = |m: &str| {
+            t.variants
+                .iter()
+                .enumerate()
+                .map(|(vi, v)| {
+                    format!(
+                        "{} {}",
+                        v.label,
+                        fan_ratio(t, vi, slow_b, m).map_or("–".into(), pct)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "  {what:<26} conn/s: {}; setup: {}",
+            cells(&t.primary),
+            cells("setup_ms_a")
+        );
+    }
+    if any_noisy {
+        let _ = writeln!(
+            out,
+            "  ~ the repetitions' largest and smallest value differ by more than 1.5x: a noisy \
+             point (all repetitions are in the JSON)"
+        );
+    }
+    if any_kept {
+        let reps: Vec<&RepResult> = t
+            .points
+            .iter()
+            .flat_map(|p| &p.results)
+            .flat_map(|r| &r.reps)
+            .collect();
+        let kept = reps.iter().filter(|x| x.ok && x.errors > 0).count();
+        let errors: u64 = reps
+            .iter()
+            .filter(|x| x.ok && x.errors > 0)
+            .map(|x| x.errors)
+            .sum();
+        let _ = writeln!(
+            out,
+            "  ! among the medians' runs, {kept} had failed connections ({errors} in all) that \
+             cost every peer less than 1 % of its loops' time in the window; they count as \
+             data errors (see error in the JSON)"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  (conn/s to each peer in the same window; setup = until every loop of a peer had its \
+         first connection. A lock held across setup would bring A's rate down towards B's and \
+         A's setup up to B's when B is slow: conn/s near 100 % and setup near 100 % say A's \
+         setups do not wait for B's)"
+    );
+    out
+}
+
 /// One summary line per table: geometric mean of the SMC/TCP ratio (and, with three
-/// variants, of feature-on/feature-off) with its range.
+/// variants, of feature-on/feature-off) with its range; for the lgr-pending suite, A's rate
+/// beside B over A's rate alone per variant.
 pub fn summary(t: &TableResult) -> Vec<String> {
+    if is_fan(t) {
+        let part = |slow_b| {
+            t.variants
+                .iter()
+                .enumerate()
+                .map(|(vi, v)| {
+                    format!(
+                        "{} {}",
+                        v.label,
+                        fan_ratio(t, vi, slow_b, &t.primary).map_or("–".into(), pct)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return vec![format!(
+            "{} [conn/s to A, higher is better]: A beside slow B / A alone: {}; A beside B / A \
+             alone: {}",
+            t.id,
+            part(true),
+            part(false)
+        )];
+    }
     let n = t.variants.len();
     let mut pairs = vec![(n - 1, 0)];
     if n > 2 {
@@ -716,6 +895,7 @@ mod tests {
                     label: human_size(s),
                     msg_size: s,
                     concurrency: None,
+                    scenario: None,
                     results: vec![vr("tcp", t), vr("smc", m)],
                 })
                 .collect(),

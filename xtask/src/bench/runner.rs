@@ -4,7 +4,7 @@
 
 use super::control::{Applied, Control};
 use super::perf::{self, Env, PerfServer, Smcd};
-use super::plan::{self, PointPlan, SuitePlan, TablePlan, Test, Variant};
+use super::plan::{self, PointPlan, Scenario, SuitePlan, TablePlan, Test, Variant};
 use super::report::{
     self, PointResult, RepResult, SuiteResult, TableResult, VariantInfo, VariantResult,
 };
@@ -32,6 +32,10 @@ pub(super) struct Bench<'a> {
     veth: Option<perf::Veth>,
     /// Servers in the first of them, by variant (each SMC-R variant has its settings).
     veth_servers: BTreeMap<String, PerfServer>,
+    /// The three namespaces of the lgr-pending suite, made when its first point runs.
+    fan: Option<perf::Fan>,
+    /// Its servers (in A's and B's namespace), by variant.
+    fan_servers: BTreeMap<String, [PerfServer; 2]>,
 }
 
 impl<'a> Bench<'a> {
@@ -53,6 +57,8 @@ impl<'a> Bench<'a> {
             runs: 0,
             veth: None,
             veth_servers: BTreeMap::new(),
+            fan: None,
+            fan_servers: BTreeMap::new(),
         })
     }
 
@@ -76,7 +82,11 @@ impl<'a> Bench<'a> {
         let mut tables = Vec::new();
         for tp in &sp.tables {
             let t = self.table(tp)?;
-            print!("{}", report::table(&t, &tp.shown, self.cfg.reps));
+            if report::is_fan(&t) {
+                print!("{}", report::fan_table(&t, self.cfg.reps));
+            } else {
+                print!("{}", report::table(&t, &tp.shown, self.cfg.reps));
+            }
             tables.push(t);
         }
         let (counters, counters_snapshot, counters_note) = self.counters();
@@ -144,6 +154,9 @@ impl<'a> Bench<'a> {
                 perf::tail(&self.env.logs.join("smcd.log"), 20)
             );
         }
+        if let Some(sc) = pp.scenario {
+            return self.fan_point(tp, pp, sc);
+        }
         let mut results: Vec<VariantResult> = tp.variants.iter().map(new_variant_result).collect();
         let time = self.cfg.run_time(tp);
         for rep in 0..self.cfg.reps {
@@ -188,8 +201,106 @@ impl<'a> Bench<'a> {
             label,
             msg_size: pp.msg_size,
             concurrency: pp.concurrency,
+            scenario: None,
             results,
         })
+    }
+
+    /// A point of the lgr-pending suite: B made slow or fast, then every repetition of every
+    /// variant, each client driving A alone or A and B.
+    fn fan_point(
+        &mut self,
+        tp: &TablePlan,
+        pp: &PointPlan,
+        sc: Scenario,
+    ) -> anyhow::Result<PointResult> {
+        if self.fan.is_none() {
+            self.fan = Some(perf::Fan::create()?);
+        }
+        self.fan.as_ref().expect("made").set_slow_b(sc.slow_b)?;
+        let mut results: Vec<VariantResult> = tp.variants.iter().map(new_variant_result).collect();
+        let time = self.cfg.run_time(tp);
+        for rep in 0..self.cfg.reps {
+            for (v, res) in tp.variants.iter().zip(&mut results) {
+                if v.smcr {
+                    // Fresh SMC-R servers for every run: each client is a new process whose
+                    // first connections find no link group, and so do the servers' (a server
+                    // kept from the previous run would still have groups with the client
+                    // process that ended, their QPs retrying towards its address).
+                    for mut s in self.fan_servers.remove(&v.name).into_iter().flatten() {
+                        s.stop();
+                    }
+                }
+                let [a, b] = self.fan_servers_for(v)?;
+                let fan = self.fan.as_ref().expect("made");
+                let r = perf::run_fan_client(
+                    self.env,
+                    self.cfg,
+                    time,
+                    pp,
+                    v,
+                    fan,
+                    [Some(a), sc.with_b.then_some(b)],
+                    rep,
+                );
+                self.progress.ran(r.wall_s, time + self.cfg.warmup);
+                self.runs += 1;
+                res.effective_settings = v.settings.iter().cloned().collect();
+                res.reps.push(r);
+            }
+        }
+        for r in &mut results {
+            r.finish(&plan::FAN_METRICS);
+        }
+        let (id, label) = sc.names();
+        Ok(PointResult {
+            id: id.into(),
+            label: label.into(),
+            msg_size: pp.msg_size,
+            concurrency: pp.concurrency,
+            scenario: Some(sc),
+            results,
+        })
+    }
+
+    /// The ports of variant `v`'s servers in A's and B's namespace, started (again) if they
+    /// are not running. An SMC-R variant's servers replace another SMC-R variant's: one soft
+    /// RoCE device per address.
+    fn fan_servers_for(&mut self, v: &Variant) -> anyhow::Result<[u16; 2]> {
+        let running = self
+            .fan_servers
+            .get_mut(&v.name)
+            .is_some_and(|s| s.iter_mut().all(|s| !procs::has_exited(&mut s.child)));
+        if !running {
+            let mut stale: Vec<String> = Vec::new();
+            if v.smcr {
+                stale.extend(
+                    self.fan_servers
+                        .keys()
+                        .filter(|k| **k != v.name && k.starts_with("smcr"))
+                        .cloned(),
+                );
+            }
+            if self.fan_servers.contains_key(&v.name) {
+                eprintln!("bench: a {} server exited; restarting both", v.name);
+                stale.push(v.name.clone());
+            }
+            for k in stale {
+                for mut s in self.fan_servers.remove(&k).into_iter().flatten() {
+                    s.stop();
+                }
+            }
+            let fan = self.fan.as_ref().expect("made");
+            let start = |i: usize| {
+                let (ns, addr) = &fan.servers[i];
+                let log = format!("server-{}-{}.log", v.name, ["a", "b"][i]);
+                perf::start_ns_server(self.env, ns, *addr, v, &log)
+            };
+            let servers = [start(0)?, start(1)?];
+            self.fan_servers.insert(v.name.clone(), servers);
+        }
+        let s = &self.fan_servers[&v.name];
+        Ok([s[0].port, s[1].port])
     }
 
     /// Voluntary context switches so far of the server variant `v` runs against and of
@@ -292,6 +403,13 @@ impl<'a> Bench<'a> {
             s.stop();
         }
         self.veth = None;
+        for mut s in std::mem::take(&mut self.fan_servers)
+            .into_values()
+            .flatten()
+        {
+            s.stop();
+        }
+        self.fan = None;
         if let Some(mut s) = self.smc.take() {
             s.stop();
         }

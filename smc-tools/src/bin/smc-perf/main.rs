@@ -5,7 +5,8 @@
 //!                 [--events]
 //! smc-perf client HOST:PORT --test bw|lat|crr|idle --msg-size N --time SECONDS [--tcp]
 //!                 [--concurrency C] [--count N] [--pin CPU] [--warmup SECONDS] [--no-stats]
-//!                 [--events [--threads N]]
+//!                 [--events [--threads N]] [--smcr ADDR [--smcr-set NAME=VALUE]...]
+//!                 [--also HOST:PORT]... [--setup-lock]
 //! smc-perf drip HOST:PORT [--attackers N] [--time SECONDS]
 //! ```
 //!
@@ -25,7 +26,12 @@
 //!   time (`connect_us`) and what each became: the short-lived client process of a soak.
 //!   With `--events` the client keeps the connections in `--threads` epoll loops (one by
 //!   default) instead of a thread each, as wrk does, and `server --events` accepts and serves
-//!   crr from one epoll loop, as nginx does (see `events.rs`).
+//!   crr from one epoll loop, as nginx does (see `events.rs`). With `--also HOST:PORT` the
+//!   loops are shared out among several servers (loop i drives target i mod n), all from
+//!   this process and so through one SMC-R endpoint and its table of link groups; `targets`
+//!   in the report gives each one's rate in the measured window (and, over SMC-R, the link
+//!   groups its connections used). This is how the bench measures that a slow peer does not
+//!   hold up connection setup to another (the kernel's lgr-pending lock).
 //! * `idle`: opens `--count` connections, checks each with one echo, holds them open and
 //!   silent for `--time` seconds, checks each with a second echo and closes them. The server
 //!   keeps idle connections in one epoll loop, not a thread each.
@@ -95,7 +101,8 @@ enum Cmd {
         #[arg(long)]
         smcr: Option<std::net::Ipv4Addr>,
         /// With --smcr: an engine setting of the SMC-R endpoint, `NAME=VALUE` (autocorking_size,
-        /// autosplit_size, tx_chunk, rmem: the RMB size, inline: 0 or 1); repeatable.
+        /// autosplit_size, tx_chunk, rmem: the RMB size, inline: 0 or 1,
+        /// smcr_max_conns_per_lgr: 16 to 255); repeatable.
         #[arg(long = "smcr-set", value_name = "NAME=VALUE")]
         smcr_set: Vec<String>,
     },
@@ -143,9 +150,20 @@ enum Cmd {
         #[arg(long)]
         smcr: Option<std::net::Ipv4Addr>,
         /// With --smcr: an engine setting of the SMC-R endpoint, `NAME=VALUE` (autocorking_size,
-        /// autosplit_size, tx_chunk, rmem: the RMB size, inline: 0 or 1); repeatable.
+        /// autosplit_size, tx_chunk, rmem: the RMB size, inline: 0 or 1,
+        /// smcr_max_conns_per_lgr: 16 to 255); repeatable.
         #[arg(long = "smcr-set", value_name = "NAME=VALUE")]
         smcr_set: Vec<String>,
+        /// crr: another server to drive at the same time, from this process and its SMC-R
+        /// endpoint (repeatable). Loop i of `--concurrency` drives target i mod n, and the
+        /// report gives each target's rate (`targets`).
+        #[arg(long, value_name = "HOST:PORT")]
+        also: Vec<String>,
+        /// crr: hold one process-wide lock across every connect (TCP handshake, CLC, link
+        /// setup), as the kernel's smc_client_lgr_pending serialises SMC-R setup. A control
+        /// for the bench's lgr-pending suite: with it, a slow peer must hold up the others.
+        #[arg(long)]
+        setup_lock: bool,
     },
     /// Drip-feed CLC Proposals at an SMC listener (an attacker for soak tests; needs smcd).
     Drip {
@@ -250,6 +268,14 @@ fn open_smcr(addr: std::net::Ipv4Addr, set: &[String]) -> anyhow::Result<()> {
             "tx_chunk" => cfg.settings.tx_chunk = v,
             "rmem" => cfg.ring = v as usize,
             "inline" => cfg.inline = v != 0,
+            // 16 is SMC-Rv2.1's least (SMC_CONN_PER_LGR_MIN): the endpoint would raise a
+            // smaller value to it, so it is refused here rather than changed silently.
+            "smcr_max_conns_per_lgr" => {
+                cfg.max_conns = u8::try_from(v)
+                    .ok()
+                    .filter(|&n| n >= 16)
+                    .with_context(|| format!("--smcr-set {kv}: 16 to 255"))?;
+            }
             _ => bail!("--smcr-set: unknown setting {k}"),
         }
     }
@@ -727,6 +753,16 @@ struct Report {
     csw_voluntary: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     csw_involuntary: Option<u64>,
+    /// crr with `--time`: each target's share of the loops and its rate in the measured
+    /// window (one entry, or one per `--also`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    targets: Option<Vec<TargetReport>>,
+    /// SMC-R: connections of this process that made a link group (first contacts) and that
+    /// joined one, over the whole run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    smcr_first_contacts: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    smcr_reused: Option<u64>,
     errors: u64,
 }
 
@@ -753,6 +789,9 @@ impl Report {
             total_connections: None,
             csw_voluntary: None,
             csw_involuntary: None,
+            targets: None,
+            smcr_first_contacts: None,
+            smcr_reused: None,
             errors: 0,
         }
     }
@@ -827,6 +866,9 @@ impl Tally {
             total_connections: None,
             csw_voluntary: None,
             csw_involuntary: None,
+            targets: None,
+            smcr_first_contacts: None,
+            smcr_reused: None,
             errors: self.errors,
         };
         if tcp {
@@ -931,8 +973,41 @@ fn client_lat(
     Ok(rep)
 }
 
+/// One target of a crr run, as the report gives it.
+#[derive(Debug, Serialize)]
+struct TargetReport {
+    target: String,
+    /// Connection loops driving it.
+    concurrency: usize,
+    /// Connections finished in the measured window.
+    connections: u64,
+    conns_per_s: f64,
+    /// Of those, over SMC (SMC-D or SMC-R).
+    smc_connections: u64,
+    /// SMC-R: the link groups its connections used over the whole run (warm-up included);
+    /// each group is with one peer, so these are the groups made with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link_groups: Option<usize>,
+    /// How long the slowest of its loops took to connect the first time (handshake and, over
+    /// SMC-R, the link group's setup: every loop starts at once and finds no group), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_connect_ms_max: Option<f64>,
+    errors: u64,
+    /// Loop-seconds inside the measured window spent in exchanges that failed (what the
+    /// errors cost the rate: an exchange stuck when the run stopped costs almost nothing).
+    error_s_in_window: f64,
+}
+
+/// The counters of one crr target, shared by its loops.
+#[derive(Default)]
+struct TargetCounts {
+    done: AtomicU64,
+    smc: AtomicU64,
+    errors: AtomicU64,
+}
+
 fn client_crr(
-    addr: SocketAddr,
+    targets: &[SocketAddr],
     tcp: bool,
     msg: usize,
     time: Duration,
@@ -940,62 +1015,142 @@ fn client_crr(
     concurrency: usize,
     cpu: Option<usize>,
 ) -> anyhow::Result<Report> {
-    let done = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let smc = Arc::new(AtomicU64::new(0));
+    let counts: Arc<Vec<TargetCounts>> =
+        Arc::new(targets.iter().map(|_| TargetCounts::default()).collect());
     let stop = Arc::new(AtomicBool::new(false));
-    let threads: Vec<_> = (0..concurrency.max(1))
-        .map(|_| {
-            let (done, errors, smc, stop) =
-                (done.clone(), errors.clone(), smc.clone(), stop.clone());
+    // Loop i drives target i mod n: each target gets its share of the loops, at least one.
+    let loops = concurrency.max(targets.len()).max(1);
+    let threads: Vec<_> = (0..loops)
+        .map(|i| {
+            let (counts, stop) = (counts.clone(), stop.clone());
+            let (t, addr) = (i % targets.len(), targets[i % targets.len()]);
             std::thread::spawn(move || {
                 pin(cpu);
                 let mut buf = vec![0u8; msg];
+                let mut groups = std::collections::HashSet::new();
+                let mut first = None;
+                let mut failed = Vec::new();
+                let c = &counts[t];
                 while !stop.load(Ordering::Relaxed) {
+                    let began = Instant::now();
                     match crr_once(addr, tcp, msg, &mut buf) {
-                        Ok((c, _)) => {
-                            done.fetch_add(1, Ordering::Relaxed);
-                            if c.transport() == "smcd" {
-                                smc.fetch_add(1, Ordering::Relaxed);
+                        Ok((conn, took)) => {
+                            first.get_or_insert(took);
+                            if let Conn::Smcr(s) = &conn
+                                && let SmcrMode::SmcR { lgr_id, .. } = s.mode()
+                            {
+                                groups.insert(lgr_id);
                             }
+                            if conn.transport() != "tcp" {
+                                c.smc.fetch_add(1, Ordering::Relaxed);
+                            }
+                            c.done.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                            if errors.load(Ordering::Relaxed) <= 3 {
-                                eprintln!("smc-perf: crr: {e}");
+                            failed.push((began, Instant::now()));
+                            let n = c.errors.fetch_add(1, Ordering::Relaxed) + 1;
+                            if n <= 3 {
+                                eprintln!("smc-perf: crr {addr}: {e}");
                             }
                         }
                     }
                 }
+                (t, groups, first, failed)
             })
         })
         .collect();
+    let snapshot = || -> Vec<(u64, u64)> {
+        counts
+            .iter()
+            .map(|c| {
+                (
+                    c.done.load(Ordering::Relaxed),
+                    c.smc.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    };
     // The warm-up takes the first connections' one-time costs (link group, buffers) out of
     // the rate; errors count from the start.
     std::thread::sleep(warmup);
     let start = Instant::now();
-    let (n0, smc0) = (done.load(Ordering::Relaxed), smc.load(Ordering::Relaxed));
+    let at_start = snapshot();
     std::thread::sleep(time);
+    // Each target's rate counts what finished inside the window, so a target whose loops
+    // take long to stop (a slow peer) does not lengthen another's window.
+    let at_stop = snapshot();
+    let stopped = Instant::now();
+    let window = stopped.duration_since(start).as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
+    let mut groups = vec![std::collections::HashSet::new(); targets.len()];
+    let mut first: Vec<Option<Duration>> = vec![None; targets.len()];
+    // Per target: seconds its loops spent inside the window in exchanges that failed.
+    let mut lost = vec![0.0f64; targets.len()];
+    for th in threads {
+        if let Ok((t, g, f, failed)) = th.join() {
+            groups[t].extend(g);
+            first[t] = first[t].max(f);
+            for (b, e) in failed {
+                let (b, e) = (b.max(start), e.min(stopped));
+                lost[t] += e.saturating_duration_since(b).as_secs_f64();
+            }
+        }
     }
-    // Read the counters after every loop has stopped, so the connections that finished while
+    // The totals count after every loop has stopped, so the connections that finished while
     // stopping are in both counts, and time until then.
     let secs = start.elapsed().as_secs_f64();
-    let n = done.load(Ordering::Relaxed) - n0;
-    let n_smc = smc.load(Ordering::Relaxed) - smc0;
+    let at_end = snapshot();
+    let (n, n_smc) = at_end
+        .iter()
+        .zip(&at_start)
+        .fold((0, 0), |(n, s), (e, b)| (n + e.0 - b.0, s + e.1 - b.1));
     let mut r = Tally::default().into_report(Test::Crr, tcp, msg, secs);
-    r.mode = format!("{n_smc} of {n} connections SMC-D");
+    let kind = if SMCR.get().is_some() {
+        "SMC-R"
+    } else {
+        "SMC-D"
+    };
+    r.mode = format!("{n_smc} of {n} connections {kind}");
     r.conns_per_s = Some(n as f64 / secs);
     r.concurrency = Some(concurrency);
-    r.errors = errors.load(Ordering::Relaxed);
+    r.errors = counts
+        .iter()
+        .map(|c| c.errors.load(Ordering::Relaxed))
+        .sum();
     (r.connections, r.smc_connections, r.fallbacks, r.connect_us) = (None, None, None, None);
     let (v, i) = smcd_engine::sys::context_switches();
-    r.total_connections = Some(done.load(Ordering::Relaxed));
+    r.total_connections = Some(at_end.iter().map(|x| x.0).sum());
     (r.csw_voluntary, r.csw_involuntary) = (Some(v), Some(i));
+    r.targets = Some(
+        targets
+            .iter()
+            .enumerate()
+            .map(|(t, a)| {
+                let done = at_stop[t].0 - at_start[t].0;
+                TargetReport {
+                    target: a.to_string(),
+                    concurrency: (0..loops).filter(|i| i % targets.len() == t).count(),
+                    connections: done,
+                    conns_per_s: done as f64 / window,
+                    smc_connections: at_stop[t].1 - at_start[t].1,
+                    link_groups: SMCR.get().map(|_| groups[t].len()),
+                    first_connect_ms_max: first[t].map(|d| d.as_secs_f64() * 1e3),
+                    error_s_in_window: lost[t],
+                    errors: counts[t].errors.load(Ordering::Relaxed),
+                }
+            })
+            .collect(),
+    );
+    if let Some(ep) = SMCR.get() {
+        let s = ep.stats();
+        r.smcr_first_contacts = Some(s.first_contacts.load(Ordering::Relaxed));
+        r.smcr_reused = Some(s.reused.load(Ordering::Relaxed));
+    }
     Ok(r)
 }
+
+/// With `--setup-lock`: the lock every crr connect holds (see [`Cmd::Client`]).
+static SETUP_LOCK: OnceLock<std::sync::Mutex<()>> = OnceLock::new();
 
 /// One crr exchange: connect, request, response, the server's close. Returns the connection
 /// (closed by the peer) and how long the connect took.
@@ -1006,7 +1161,11 @@ fn crr_once(
     buf: &mut [u8],
 ) -> io::Result<(Conn, Duration)> {
     let t0 = Instant::now();
+    let serial = SETUP_LOCK
+        .get()
+        .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
     let mut c = Conn::connect(addr, tcp, true)?;
+    drop(serial);
     let took = t0.elapsed();
     write_header(&mut c, Test::Crr, msg)?;
     c.write_all(expected(0, msg))?;
@@ -1356,7 +1515,12 @@ fn main() -> anyhow::Result<()> {
             threads,
             smcr,
             smcr_set,
+            also,
+            setup_lock,
         } => {
+            if setup_lock {
+                let _ = SETUP_LOCK.set(std::sync::Mutex::new(()));
+            }
             smcd_engine::layout::status::set_counting(!no_stats);
             if let Some(a) = smcr {
                 if events {
@@ -1367,10 +1531,19 @@ fn main() -> anyhow::Result<()> {
             if msg_size == 0 || msg_size > MAX_MSG {
                 bail!("--msg-size must be 1..={MAX_MSG}");
             }
-            let addr = target
-                .to_socket_addrs()?
-                .next()
-                .with_context(|| format!("cannot resolve {target}"))?;
+            let resolve = |t: &String| -> anyhow::Result<SocketAddr> {
+                t.to_socket_addrs()?
+                    .next()
+                    .with_context(|| format!("cannot resolve {t}"))
+            };
+            let addr = resolve(&target)?;
+            let mut targets = vec![addr];
+            for t in &also {
+                targets.push(resolve(t)?);
+            }
+            if !also.is_empty() && (test != Test::Crr || count.is_some() || events) {
+                bail!("--also: crr with threads and --time only");
+            }
             pin(cpu);
             let time = Duration::from_secs_f64(time);
             let warmup = Duration::from_secs_f64(warmup);
@@ -1389,7 +1562,7 @@ fn main() -> anyhow::Result<()> {
                         cpu,
                     )?,
                     Some(n) => client_crr_count(addr, tcp, msg_size, n, concurrency, cpu)?,
-                    None => client_crr(addr, tcp, msg_size, time, warmup, concurrency, cpu)?,
+                    None => client_crr(&targets, tcp, msg_size, time, warmup, concurrency, cpu)?,
                 },
                 Test::Idle => {
                     client_idle(addr, tcp, msg_size, time, count.unwrap_or(1), concurrency)?
