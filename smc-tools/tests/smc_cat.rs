@@ -13,34 +13,8 @@ use std::time::Duration;
 #[test]
 fn keep_open_listener_survives_a_killed_client() {
     let smcd = Smcd::start(BINS);
-    let mut server = Command::new(BINS.smc_cat)
-        .args(["-k", "-l", "-v", "127.0.0.1:0"])
-        .env("SMCD_SOCKET", &smcd.socket)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(server.stderr.take().unwrap());
-    let mut line = String::new();
-    log.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("smc-cat: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .to_string();
-    let client = |stdin: Stdio| {
-        Command::new(BINS.smc_cat)
-            .args(["-v", &addr])
-            .env("SMCD_SOCKET", &smcd.socket)
-            .env("RUST_LOG", "error")
-            .stdin(stdin)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let (mut server, mut log, addr) = listener(&smcd, &["-k"], Stdio::null(), Stdio::piped());
+    let client = |stdin: Stdio| smc_cat(&smcd, &["-v", &addr], stdin);
     // The first client sends a little, then dies without closing; it holds back nothing
     // unread on the server (so the server sees a reset, not an orderly close).
     let mut first = client(Stdio::piped());
@@ -86,6 +60,52 @@ fn keep_open_listener_survives_a_killed_client() {
     let _ = out.read_to_string(&mut rest);
 }
 
+/// `smc-cat ARGS` against `smcd`, its output thrown away, its log piped.
+fn smc_cat(smcd: &Smcd, args: &[&str], stdin: Stdio) -> std::process::Child {
+    Command::new(BINS.smc_cat)
+        .args(args)
+        .env("SMCD_SOCKET", &smcd.socket)
+        .env("RUST_LOG", "error")
+        .stdin(stdin)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `smc-cat -l -v 127.0.0.1:0` with `extra` options: the process, its log past the first
+/// line, and the address that line names.
+fn listener(
+    smcd: &Smcd,
+    extra: &[&str],
+    stdin: Stdio,
+    stdout: Stdio,
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStderr>,
+    String,
+) {
+    let mut server = Command::new(BINS.smc_cat)
+        .args(extra)
+        .args(["-l", "-v", "127.0.0.1:0"])
+        .env("SMCD_SOCKET", &smcd.socket)
+        .env("RUST_LOG", "error")
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    log.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("smc-cat: listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    (server, log, addr)
+}
+
 /// Voluntary context switches of the thread named `name` in process `pid`.
 fn wakeups(pid: u32, name: &str) -> u64 {
     let mut n = 0;
@@ -115,33 +135,8 @@ fn wakeups(pid: u32, name: &str) -> u64 {
 #[test]
 fn a_closed_bell_channel_does_not_wake_the_housekeeping_thread() {
     let smcd = Smcd::start(BINS);
-    let mut server = Command::new(BINS.smc_cat)
-        .args(["-l", "-v", "127.0.0.1:0"])
-        .env("SMCD_SOCKET", &smcd.socket)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(server.stderr.take().unwrap());
-    let mut line = String::new();
-    log.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("smc-cat: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .to_string();
-    let client = Command::new(BINS.smc_cat)
-        .args(["-v", &addr])
-        .env("SMCD_SOCKET", &smcd.socket)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut client = client;
+    let (mut server, _log, addr) = listener(&smcd, &[], Stdio::piped(), Stdio::null());
+    let mut client = smc_cat(&smcd, &["-v", &addr], Stdio::piped());
     let mut clog = BufReader::new(client.stderr.take().unwrap());
     let mut l = String::new();
     clog.read_line(&mut l).unwrap();

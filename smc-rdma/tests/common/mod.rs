@@ -156,6 +156,18 @@ fn recv_all<D: Device>(e: &End<D>, slots: u64, slot_len: u32) {
     }
 }
 
+/// Whether `cq`'s completion channel becomes readable within `ms` milliseconds.
+fn channel_readable<C: CompletionQueue>(cq: &C, ms: i64) -> bool {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let ts = rustix::time::Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: (ms % 1000) * 1_000_000,
+    };
+    let fd = cq.event_fd();
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    matches!(poll(&mut fds, Some(&ts)), Ok(1))
+}
+
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
@@ -522,19 +534,10 @@ pub fn the_state_machine_refuses_out_of_order_steps<D: Device>(a: &D, _b: &D) {
 }
 
 pub fn solicited_only_notification_skips_unsolicited_receives<D: Device>(a: &D, b: &D) {
-    use rustix::event::{PollFd, PollFlags, poll};
     let l = Link::default();
     let (ea, eb) = connect(a, b, &l);
     recv_all(&eb, 3, 64);
-    let readable = |cq: &D::Cq, ms: i64| {
-        let ts = rustix::time::Timespec {
-            tv_sec: ms / 1000,
-            tv_nsec: (ms % 1000) * 1_000_000,
-        };
-        let fd = cq.event_fd();
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        matches!(poll(&mut fds, Some(&ts)), Ok(1))
-    };
+    let readable = channel_readable::<D::Cq>;
     assert!(!eb.rcq.req_notify(true), "nothing is waiting yet");
     for (id, sol) in [(1, false), (2, true)] {
         ea.qp
@@ -588,7 +591,6 @@ pub fn solicited_only_notification_skips_unsolicited_receives<D: Device>(a: &D, 
 /// channel silent; an unarmed one runs nothing. A device without such a thread says so
 /// (`false`) and the check ends there.
 pub fn an_armed_completion_runs_the_handler_instead_of_the_channel<D: Device>(a: &D, b: &D) {
-    use rustix::event::{PollFd, PollFlags, poll};
     use std::sync::Mutex;
     let l = Link::default();
     let (ea, eb) = connect(a, b, &l);
@@ -612,15 +614,7 @@ pub fn an_armed_completion_runs_the_handler_instead_of_the_channel<D: Device>(a:
             .unwrap();
         wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
     };
-    let silent = |cq: &D::Cq| {
-        let fd = cq.event_fd();
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        let ts = rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: 50_000_000,
-        };
-        matches!(poll(&mut fds, Some(&ts)), Ok(0))
-    };
+    let silent = |cq: &D::Cq| !channel_readable(cq, 50);
     // Not armed: the completion waits in the queue, nothing runs.
     send(1);
     std::thread::sleep(Duration::from_millis(50));

@@ -19,6 +19,27 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// An SVG document `h` high with a white background, a title and a subtitle.
+fn header(h: f64, title: &str, subtitle: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{LEFT}" y="18" font-size="14" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="32" fill="#555">{}</text>"##,
+        esc(subtitle)
+    );
+    s
+}
+
 /// The y axis label: `MB/s`, `one-way p50 µs`.
 fn axis_label(metric: &str, unit: &str) -> String {
     match metric {
@@ -64,22 +85,7 @@ pub fn plot(t: &TableResult, subtitle: &str) -> Option<String> {
     let sx = |x: f64| LEFT + (x.log2() - xmin) / (xmax - xmin) * pw;
     let sy = |y: f64| TOP + ph - (y.log10() - ymin) / (ymax - ymin) * ph;
 
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{LEFT}" y="18" font-size="14" font-weight="bold">{}</text>"#,
-        esc(&t.title)
-    );
-    let _ = writeln!(
-        s,
-        r##"<text x="{LEFT}" y="32" fill="#555">{}</text>"##,
-        esc(subtitle)
-    );
+    let mut s = header(H, &t.title, subtitle);
     // Grid and x labels at every power of two that is a whole step (every other one when
     // crowded).
     let span = (xmax - xmin) as i64;
@@ -214,22 +220,7 @@ pub fn advantage(bars: &[Bar], title: &str, subtitle: &str) -> Option<String> {
     let (lo, hi) = (lo.floor().min(-1.0), hi.ceil().max(1.0));
     let sx = |v: f64| left + (v.log10() - lo) / (hi - lo) * pw;
 
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{LEFT}" y="18" font-size="14" font-weight="bold">{}</text>"#,
-        esc(title)
-    );
-    let _ = writeln!(
-        s,
-        r##"<text x="{LEFT}" y="32" fill="#555">{}</text>"##,
-        esc(subtitle)
-    );
+    let mut s = header(h, title, subtitle);
     // 1, 2 and 5 of each decade while they fit; only the decades past three of them.
     let marks: &[f64] = if hi - lo > 3.0 {
         &[1.0]
