@@ -534,7 +534,16 @@ impl Dev {
                     .fetch_add(count as u64, Ordering::Relaxed);
                 SoftStats::inc(&self.stats.tx_sends);
             }
-            Err(e) if count > 1 && e.raw_os_error() != Some(libc::EAGAIN) => {
+            // What udp_send_skb answers when it cannot segment here (EINVAL: the segment
+            // size against the path, EIO: no checksum offload); a full buffer (EAGAIN,
+            // ENOBUFS) is a loss like any other.
+            Err(e)
+                if count > 1
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP)
+                    ) =>
+            {
                 self.gso.store(false, Ordering::Relaxed);
                 let hdr = self.hdr_to(peer);
                 for pkt in buf.chunks_mut(seg) {
