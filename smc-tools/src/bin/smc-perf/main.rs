@@ -1469,6 +1469,10 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    // The byte pattern (16 MiB) is made now, before a server says it serves and before a
+    // client's clock starts: made by the first exchange, it took a debug build beside two
+    // busy loops 0.5-0.7 s, inside the warm-up and the window of a short crr run.
+    let _ = pattern();
     // crr at high concurrency needs many descriptors.
     if let Ok(lim) = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .maximum
