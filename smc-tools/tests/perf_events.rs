@@ -10,44 +10,11 @@
 mod common;
 
 use common::{BINS, Smcd};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 /// An `smc-perf server --events` on a free port; its port.
 fn server(smcd: &Smcd, tcp: bool) -> (Child, u16) {
-    let mut cmd = Command::new(BINS.smc_perf);
-    cmd.args(["server", "--events", "--port", "0", "--bind", "127.0.0.1"]);
-    if tcp {
-        cmd.arg("--tcp");
-    }
-    let mut child = cmd
-        .env("SMCD_SOCKET", &smcd.socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("smc-perf server");
-    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
-    let port = loop {
-        let line = lines
-            .next()
-            .expect("the server ended before it listened")
-            .expect("its stderr");
-        if let Some(rest) = line.strip_prefix("smc-perf: serving ") {
-            break rest
-                .rsplit(':')
-                .next()
-                .and_then(|p| p.trim().parse().ok())
-                .expect("a port");
-        }
-    };
-    // The rest of its stderr (errors it reports) goes to ours.
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            eprintln!("server: {l}");
-        }
-    });
-    (child, port)
+    common::perf_server(smcd, tcp, &["--events"])
 }
 
 /// Runs an `smc-perf client` with `args` against `port`; its JSON report.
