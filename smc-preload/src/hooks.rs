@@ -55,8 +55,10 @@ pub(crate) fn spawn_quiet(name: &str, f: impl FnOnce() + Send + 'static) {
 /// Runs `f` as library code (its socket calls pass through), catching panics as `EIO`.
 fn lib<R>(f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
     let was = IN_LIB.try_with(|c| c.replace(true)).unwrap_or(true);
-    let r = std::panic::catch_unwind(AssertUnwindSafe(f))
-        .unwrap_or_else(|_| Err(io::Error::from_raw_os_error(libc::EIO)));
+    let r = std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        debug(format_args!("a panic in the library, reported as EIO"));
+        Err(io::Error::from_raw_os_error(libc::EIO))
+    });
     let _ = IN_LIB.try_with(|c| c.set(was));
     r
 }
@@ -769,6 +771,13 @@ fn raise_sigpipe() {
 /// Receives into `buf` with `recv(2)` flags.
 fn do_recv(st: &Arc<table::Stream>, buf: &mut [u8], flags: c_int) -> io::Result<usize> {
     let r = do_recv_inner(st, buf, flags);
+    if debug_on() {
+        match &r {
+            Ok(0) if !buf.is_empty() => debug(format_args!("recv: end of stream")),
+            Err(e) if errno_of(e) != libc::EAGAIN => debug(format_args!("recv: {e}")),
+            _ => {}
+        }
+    }
     if r.is_ok() && st.s.readiness_dirty() {
         table::dirty(st);
     }
