@@ -349,11 +349,19 @@ fn need(test: &str, tools: &[&str]) -> bool {
 
 /// The SMC connections smcd counted since `before` are at least `min`, and none fell back.
 fn assert_smc_since(smcd: &Smcd, before: (u64, u64), min: u64) {
-    let after = common::wait_for("smcd's counts", || {
+    // Counters reach smcd asynchronously: poll for up to 10 s, then say what was counted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let after = loop {
         let c = counts(smcd);
-        (c.0 >= before.0 + min).then_some(c)
-    });
-    assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
+        if c.0 >= before.0 + min || std::time::Instant::now() > deadline {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        after.0 >= before.0 + min && after.1 == before.1,
+        "(SMC, fallback) connections {before:?} -> {after:?}: expected {min} more SMC and no fallback"
+    );
 }
 
 /// redis-server with redis-cli and redis-benchmark (epoll, level-triggered, writev, 50
@@ -553,6 +561,7 @@ fn nginx_and_wrk_over_smc_d() {
             .filter(|l| !l.contains("connect fd"))
             .map(|l| format!("{l}\n"))
             .collect();
+        println!("wrk {args:?}:\n{out}");
         assert!(!out.contains("Socket errors"), "wrk saw errors: {out}");
         assert!(!out.contains("Non-2xx"), "{out}");
         assert!(out.contains("Requests/sec"), "{out}");
