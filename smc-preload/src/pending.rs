@@ -207,6 +207,11 @@ pub(crate) fn start(
 }
 
 impl Pending {
+    /// The number of the TCP socket under the connect (see the field).
+    pub(crate) fn tcp_fd(&self) -> c_int {
+        self.tcp
+    }
+
     /// Writes the outcome for the processes that share the connect (the starting one, under
     /// the state's lock, when the connect ends).
     fn publish(&self, out: u32) {

@@ -89,6 +89,16 @@ pub(crate) fn settle_dirty() {
     list.clear();
 }
 
+/// Empties the list of streams to settle (a keeper process, `crate::exec`, never settles).
+pub(crate) fn take_dirty() -> Vec<Arc<Stream>> {
+    let mut list = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    DIRTY_N.fetch_sub(list.len(), Ordering::AcqRel);
+    for st in list.iter() {
+        st.listed.store(false, Ordering::Release);
+    }
+    std::mem::take(&mut *list)
+}
+
 /// An SMC listener.
 #[derive(Debug)]
 pub(crate) struct Listener {
@@ -430,6 +440,34 @@ pub(crate) fn insert(fd: i32, obj: Obj) -> Option<Obj> {
 pub(crate) fn remove(fd: i32) -> Option<Obj> {
     set_kind(fd, NONE);
     OBJS.write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
+}
+
+/// Every descriptor of ours with its object.
+pub(crate) fn all() -> Vec<(i32, Obj)> {
+    OBJS.read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(k, o)| (*k, o.clone()))
+        .collect()
+}
+
+/// This process stops holding `obj` without ending it (an `exec` is about to replace it, or
+/// a helper process holds only some objects): its process count drops. Whether it was the
+/// last.
+pub(crate) fn let_go(obj: &Obj) -> bool {
+    obj.hold().slot.is_none_or(holders::drop_one)
+}
+
+/// Undoes [`let_go`] (the `exec` failed).
+pub(crate) fn hold_again(obj: &Obj) {
+    if let Some(slot) = obj.hold().slot {
+        holders::add(slot);
+    }
+}
+
+/// The identity of an object (the same for every descriptor of it).
+pub(crate) fn id(obj: &Obj) -> usize {
+    obj.ptr()
 }
 
 /// Forgets every descriptor in `first..=last` (`close_range`).

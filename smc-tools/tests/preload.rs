@@ -887,3 +887,93 @@ fn nonblocking_connect_in_flight_across_fork() {
         );
     }
 }
+
+/// `exec` with an SMC connection that is not close-on-exec, as inetd runs a service: a Python
+/// server under smc-run accepts two SMC-D connections, fails to exec a program that does not
+/// exist (the connection still works there after it), makes the first its stdin and stdout
+/// and `os.execv`s a Python program that echoes stdin to stdout. The connection is handed to a
+/// keeper process across the exec: 1 MiB goes there and back byte for byte, the end of stream
+/// goes both ways (the program sees it after our shutdown, we see it when it exits). The
+/// second connection and the listener were close-on-exec: they are gone in the new program,
+/// and the second connection ends for us.
+#[test]
+fn exec_hands_an_inherited_connection_to_the_new_program() {
+    use smcd_engine::SmcStream;
+    use std::io::{Read, Write};
+    let test = "exec_hands_an_inherited_connection_to_the_new_program";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload");
+    let mut server = smc_run(
+        &smcd,
+        python(),
+        &[
+            dir.join("exec_server.py").to_str().unwrap(),
+            dir.join("exec_echo.py").to_str().unwrap(),
+        ],
+    )
+    .env("SMC_DEBUG", "1")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let port: u16 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("port: {line:?}"));
+    let e = smcd.engine();
+    let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    let mut d = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    assert!(c.is_smc() && d.is_smc(), "both SMC-D");
+    // The close-on-exec one ends for us (its TCP connection closed with the exec).
+    d.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    match d.read(&mut [0u8; 16]) {
+        Ok(0) => {}
+        Err(e)
+            if !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) => {}
+        r => panic!("the close-on-exec connection: {r:?}"),
+    }
+    let mut hello = [0u8; 11];
+    (&c).read_exact(&mut hello).unwrap();
+    assert_eq!(&hello, b"still here\n", "after the failed exec");
+    const LEN: usize = 1 << 20;
+    let mut rng = common::Rng::new(13);
+    let data: Vec<u8> = (0..LEN).map(|_| rng.next() as u8).collect();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let got = std::thread::scope(|sc| {
+        let w = sc.spawn(|| {
+            (&c).write_all(&data).unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut got = Vec::new();
+        (&c).read_to_end(&mut got).unwrap();
+        w.join().unwrap();
+        got
+    });
+    assert!(
+        got == data,
+        "echo of {} bytes differs ({} back)",
+        LEN,
+        got.len()
+    );
+    let (status, err) = common::within(Duration::from_secs(60), move || {
+        let mut err = String::new();
+        let _ = server.stderr.take().unwrap().read_to_string(&mut err);
+        (server.wait().unwrap(), err)
+    })
+    .expect("the exec'd program did not finish");
+    assert!(status.success(), "{err}");
+    assert!(err.contains(&format!("ECHOED {LEN}")), "{err}");
+    assert!(err.contains("handed to a keeper"), "{err}");
+}

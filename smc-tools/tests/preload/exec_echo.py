@@ -1,0 +1,30 @@
+"""The program exec_server.py execs, as inetd runs a service (used by tests/preload.rs).
+
+Usage: exec_echo.py FD...
+The descriptors named (close-on-exec in the old program) must be gone; stdin must be a socket
+(the connection the old program accepted). Echoes stdin to stdout until end of stream, then
+prints "ECHOED <bytes>" on stderr.
+"""
+import os
+import stat
+import sys
+
+for a in sys.argv[1:]:
+    n = int(a)
+    try:
+        st = os.fstat(n)
+    except OSError:
+        continue
+    target = os.readlink(f"/proc/self/fd/{n}")
+    raise SystemExit(f"descriptor {n} survived exec: {target} mode {st.st_mode:o}")
+assert stat.S_ISSOCK(os.fstat(0).st_mode), "stdin is not a socket"
+total = 0
+while True:
+    b = os.read(0, 65536)
+    if not b:
+        break
+    v = memoryview(b)
+    while v:
+        v = v[os.write(1, v):]
+    total += len(b)
+sys.stderr.write(f"ECHOED {total}\n")
