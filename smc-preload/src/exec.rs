@@ -159,14 +159,21 @@ fn spawn_keeper(handed: &[Handed]) -> io::Result<(OwnedFd, Vec<OwnedFd>)> {
         if k == 0 {
             drop(wr);
             drop(near);
-            keeper(rd, far, handed);
+            // A panic must not unwind into the hook that forked this process (it would go
+            // on to the program's exec).
+            let _ =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keeper(rd, far, handed)));
+            // SAFETY: leaves the keeper.
+            unsafe { libc::_exit(1) };
         }
-        let mut seen = BTreeSet::new();
-        for (_, o) in table::all() {
-            if seen.insert(table::id(&o)) {
-                table::let_go(&o);
+        let _ = std::panic::catch_unwind(|| {
+            let mut seen = BTreeSet::new();
+            for (_, o) in table::all() {
+                if seen.insert(table::id(&o)) {
+                    table::let_go(&o);
+                }
             }
-        }
+        });
         // SAFETY: leaves the intermediate without running the program's exit handlers.
         unsafe { libc::_exit(i32::from(k < 0)) };
     }
