@@ -422,6 +422,8 @@ pub(crate) fn settle(fd: c_int) {
         if matches!(*lock(&p.state), State::Failed(_) | State::Closed) {
             return;
         }
+        // The outcome is read again after the starter was found gone: it may have written it
+        // just before it ended.
         if p.pid != std::process::id() && p.outcome() == 0 && !alive(p.pid) && p.outcome() == 0 {
             let mut st = lock(&p.state);
             if let State::Running(r) =
