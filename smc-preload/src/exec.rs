@@ -86,6 +86,9 @@ pub(crate) fn before() -> Option<Handover> {
             Ok((go, near)) => {
                 h.go = Some(go);
                 for (x, a) in handed.iter().zip(near) {
+                    // O_NONBLOCK belongs to the open file, which exec keeps: so does this one.
+                    let nb = x.st.nonblocking.load(std::sync::atomic::Ordering::Relaxed);
+                    let _ = rustix::io::ioctl_fionbio(&a, nb);
                     for &fd in &x.fds {
                         let Ok(saved) = rustix::io::fcntl_dupfd_cloexec(
                             // SAFETY: the program's descriptor, ours (a stream).
