@@ -895,24 +895,35 @@ fn nonblocking_connect_in_flight_across_fork() {
 /// keeper process across the exec: 1 MiB goes there and back byte for byte, the end of stream
 /// goes both ways (the program sees it after our shutdown, we see it when it exits). The
 /// second connection and the listener were close-on-exec: they are gone in the new program,
-/// and the second connection ends for us.
+/// and the second connection ends for us. Once with the new program preloaded as well, once
+/// with `LD_PRELOAD` dropped from its environment (`execve`).
 #[test]
 fn exec_hands_an_inherited_connection_to_the_new_program() {
-    use smcd_engine::SmcStream;
-    use std::io::{Read, Write};
     let test = "exec_hands_an_inherited_connection_to_the_new_program";
     if !need(test, &["python3"]) {
         return;
     }
     let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
+    for how in ["preloaded", "plain"] {
+        exec_inetd_style(&smcd, how);
+    }
+}
+
+/// One run of [`exec_hands_an_inherited_connection_to_the_new_program`]: the new program
+/// loads the library too (`preloaded`) or not (`plain`: `LD_PRELOAD` dropped from its
+/// environment; the keeper needs nothing of it).
+fn exec_inetd_style(smcd: &Smcd, how: &str) {
+    use smcd_engine::SmcStream;
+    use std::io::{Read, Write};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload");
     let mut server = smc_run(
-        &smcd,
+        smcd,
         python(),
         &[
             dir.join("exec_server.py").to_str().unwrap(),
             dir.join("exec_echo.py").to_str().unwrap(),
+            how,
         ],
     )
     .env("SMC_DEBUG", "1")
@@ -931,7 +942,7 @@ fn exec_hands_an_inherited_connection_to_the_new_program() {
     let e = smcd.engine();
     let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
     let mut d = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
-    assert!(c.is_smc() && d.is_smc(), "both SMC-D");
+    assert!(c.is_smc() && d.is_smc(), "{how}: both SMC-D");
     // The close-on-exec one ends for us (its TCP connection closed with the exec).
     d.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
@@ -973,7 +984,9 @@ fn exec_hands_an_inherited_connection_to_the_new_program() {
         (server.wait().unwrap(), err)
     })
     .expect("the exec'd program did not finish");
-    assert!(status.success(), "{err}");
-    assert!(err.contains(&format!("ECHOED {LEN}")), "{err}");
-    assert!(err.contains("handed to a keeper"), "{err}");
+    assert!(status.success(), "{how}: {err}");
+    assert!(err.contains(&format!("ECHOED {LEN}")), "{how}: {err}");
+    assert!(err.contains("handed to a keeper"), "{how}: {err}");
+    let loaded = if how == "plain" { "no" } else { "yes" };
+    assert!(err.contains(&format!("PRELOADED {loaded}")), "{how}: {err}");
 }

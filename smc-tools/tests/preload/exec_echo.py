@@ -1,6 +1,7 @@
 """The program exec_server.py execs, as inetd runs a service (used by tests/preload.rs).
 
 Usage: exec_echo.py FD...
+Prints "PRELOADED yes|no" on stderr first (whether the library is loaded here).
 The descriptors named (close-on-exec in the old program) must be gone; stdin must be a socket
 (the connection the old program accepted). Echoes stdin to stdout until end of stream, then
 prints "ECHOED <bytes>" on stderr.
@@ -9,6 +10,9 @@ import os
 import stat
 import sys
 
+with open("/proc/self/maps") as m:
+    loaded = "libsmc_preload" in m.read()
+sys.stderr.write(f"PRELOADED {'yes' if loaded else 'no'}\n")
 for a in sys.argv[1:]:
     n = int(a)
     try:
