@@ -52,6 +52,11 @@ pub(crate) fn spawn_quiet(name: &str, f: impl FnOnce() + Send + 'static) {
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
 }
 
+/// Makes every later call of this thread the library's (a keeper process, `crate::exec`).
+pub(crate) fn in_lib_for_good() {
+    let _ = IN_LIB.try_with(|c| c.set(true));
+}
+
 /// Runs `f` as library code (its socket calls pass through), catching panics as `EIO`.
 fn lib<R>(f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
     let was = IN_LIB.try_with(|c| c.replace(true)).unwrap_or(true);
@@ -1702,7 +1707,7 @@ pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut s
     unsafe { real::getpeername(fd, addr, len) }
 }
 
-fn tcp_fd(o: &Obj) -> c_int {
+pub(crate) fn tcp_fd(o: &Obj) -> c_int {
     match o {
         Obj::Stream(s) => s.s.tcp_socket().as_raw_fd(),
         Obj::Listener(l) => l.l.tcp_socket().as_raw_fd(),
@@ -2136,4 +2141,96 @@ fn settle_all() {
         Ok(())
     });
     set_errno(saved);
+}
+
+// ---------------------------------------------------------------------------------------
+// exec: connections that survive it go to a keeper (`crate::exec`).
+
+/// Runs `exec` (the real call) with the connections that survive it handed over first, and
+/// everything put back if it returns (it failed; its errno stays).
+fn exec_with(call: impl FnOnce() -> c_int) -> c_int {
+    if in_lib() {
+        return call();
+    }
+    let saved = errno();
+    let h = lib(|| Ok(crate::exec::before())).ok().flatten();
+    set_errno(saved);
+    let r = call();
+    if let Some(h) = h {
+        let e = errno();
+        let _ = lib(|| {
+            crate::exec::failed(h);
+            Ok(())
+        });
+        set_errno(e);
+    }
+    r
+}
+
+/// `execve(2)`.
+///
+/// # Safety
+/// As `execve(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    exec_with(|| unsafe { real::execve(path, argv, envp) })
+}
+
+/// `execv(3)`.
+///
+/// # Safety
+/// As `execv(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execv(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    exec_with(|| unsafe { real::execv(path, argv) })
+}
+
+/// `execvp(3)`.
+///
+/// # Safety
+/// As `execvp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvp(
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    exec_with(|| unsafe { real::execvp(file, argv) })
+}
+
+/// `execvpe(3)`.
+///
+/// # Safety
+/// As `execvpe(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvpe(
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    exec_with(|| unsafe { real::execvpe(file, argv, envp) })
+}
+
+/// `fexecve(3)`.
+///
+/// # Safety
+/// As `fexecve(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    exec_with(|| unsafe { real::fexecve(fd, argv, envp) })
 }

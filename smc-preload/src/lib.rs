@@ -23,8 +23,13 @@
 //!   `shutdown`, `close`, `dup*`, `fcntl`, `ioctl` and the socket options and names are
 //!   intercepted for our descriptors and go to the engine (or to the TCP socket under it).
 //!
-//! Not done yet (docs/smc-run.md): SMC-R, and a connect under way across `fork`.
+//! - `fork` shares every object with the child (process counts in a shared mapping), a connect
+//!   under way included (`pending`); `exec` hands connections that survive it to a keeper
+//!   process (`exec`).
+//!
+//! Not done yet (docs/smc-run.md): SMC-R.
 
+mod exec;
 mod hooks;
 mod pending;
 mod real;

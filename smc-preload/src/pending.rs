@@ -25,8 +25,24 @@
 //! Calls on the descriptor meanwhile: names and options go to the TCP socket under the connect
 //! (`TCP_NODELAY` and `TCP_CORK` are also kept for the stream); data calls, `shutdown` and
 //! `dup*` wait for the end (a program calls them once the descriptor is writable, as for TCP);
-//! `close` abandons the connect. A forked child's copy of a connect in flight has no connector
-//! and is not waited for.
+//! `close` abandons the connect (when no other process holds it).
+//!
+//! **fork.** A connect in flight is shared with a forked child as the TCP socket under it is
+//! (the object's process count, `table::Hold`). Only one process can run the handshake (its
+//! bytes are read from the one socket), and an SMC connection set up in one process after the
+//! fork could not be used by the other, while a TCP socket can. So at the fork (its prepare
+//! handler, with the connect's state locked across it, `ForkGuard`) the connect is told to
+//! end in TCP (`SmcConnecting::decline_smc`: an Accept gets a Decline, `SMC_CLC_DECL_INTERR`,
+//! and both ends fall back, as when the kernel's client declines), the process that started it
+//! (its connector) keeps running it whether or not it still holds a descriptor of it, and
+//! writes the outcome into a word every holder shares (`Hold::word`): TCP, SMC (only when SMC
+//! was decided before the fork), or the errno. The other processes catch up on their next call
+//! on the descriptor (`Pending::catch_up`): the TCP socket, which they inherited at the number
+//! the connect used, goes to the program's descriptor number and their epoll registrations
+//! move to it, as in the starting process; a failure is reported as there. Their `poll`s and
+//! epoll waits return because the starting process rings (or hangs up) the pair, which is one
+//! open file in all of them. Until then data calls wait for the end, as in the starting
+//! process.
 
 use crate::real;
 use crate::table::{self, Obj};
@@ -78,10 +94,55 @@ pub(crate) struct Running {
 pub(crate) struct Pending {
     /// The program's descriptor number.
     fd: c_int,
-    /// The process that started it (a forked child has no connector for it).
+    /// The process that started it, whose connector runs it (a forked child has none).
     pid: u32,
+    /// The number of the TCP socket under the connect, in the starting process and (until it
+    /// caught up) in every process forked from it.
+    tcp: c_int,
     pub(crate) hold: table::Hold,
     state: Mutex<State>,
+}
+
+/// The outcome in the holders' shared word ([`Pending::publish`]): 0 while under way.
+const OUT_TCP: u32 = 1;
+const OUT_SMC: u32 = 2;
+/// Plus the errno.
+const OUT_FAILED: u32 = 0x100;
+
+/// A connect's state, locked by the forking thread from `fork`'s prepare handler to its parent
+/// and child handlers (`table`), so the child's copy is never locked by a thread it lacks and
+/// is never a copy of a half-done step.
+pub(crate) struct ForkGuard {
+    // Dropped before the Arc it borrows from (fields drop in order).
+    _g: MutexGuard<'static, State>,
+    _p: Arc<Pending>,
+}
+
+impl std::fmt::Debug for ForkGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForkGuard")
+    }
+}
+
+impl ForkGuard {
+    /// Locks `p`'s state and, if it is under way, makes it end in TCP.
+    pub(crate) fn take(p: &Arc<Pending>) -> Self {
+        let p = Arc::clone(p);
+        let mut g = lock(&p.state);
+        if let State::Running(r) = &mut *g
+            && !r.conn.decline_smc()
+        {
+            crate::hooks::debug(format_args!(
+                "fork: connect fd {} was SMC already; the other process cannot use it",
+                p.fd
+            ));
+        }
+        // SAFETY: the guard borrows the mutex inside the Arc's allocation, which `_p` keeps
+        // alive for as long as the guard, and the guard is dropped first.
+        let g =
+            unsafe { std::mem::transmute::<MutexGuard<'_, State>, MutexGuard<'static, State>>(g) };
+        ForkGuard { _g: g, _p: p }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,6 +185,7 @@ pub(crate) fn start(
     let p = Arc::new(Pending {
         fd,
         pid: std::process::id(),
+        tcp: conn.as_raw_fd(),
         hold: table::Hold::new(),
         state: Mutex::new(State::Running(Box::new(Running {
             conn,
@@ -145,6 +207,120 @@ pub(crate) fn start(
 }
 
 impl Pending {
+    /// The number of the TCP socket under the connect (see the field).
+    pub(crate) fn tcp_fd(&self) -> c_int {
+        self.tcp
+    }
+
+    /// Writes the outcome for the processes that share the connect (the starting one, under
+    /// the state's lock, when the connect ends).
+    fn publish(&self, out: u32) {
+        if let Some(w) = self.hold.word() {
+            // Read by other processes' catch_up (Acquire) after the state they act on.
+            w.store(out, Ordering::Release);
+        }
+    }
+
+    /// The outcome the starting process wrote, 0 while under way (or when there is no shared
+    /// word: then only the starting process ever finishes it).
+    fn outcome(&self) -> u32 {
+        self.hold.word().map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    /// In a process that did not start the connect (a forked one): takes on what the starting
+    /// process made of it, once it has ended (see the module docs). A no-op elsewhere and
+    /// while it runs.
+    pub(crate) fn catch_up(&self) {
+        if self.pid == std::process::id() {
+            return;
+        }
+        let out = self.outcome();
+        if out == 0 {
+            return;
+        }
+        let mut st = lock(&self.state);
+        let run = match std::mem::replace(&mut *st, State::Done) {
+            State::Running(r) => Some(r),
+            // The starting process was between its last step and taking the descriptor over
+            // when it forked: the connect's TCP socket is still at its number here.
+            State::Done => None,
+            other => {
+                *st = other;
+                return;
+            }
+        };
+        if out & OUT_FAILED != 0 {
+            *st = State::Failed((out & 0xff) as c_int);
+            drop(st);
+            // This process's copy of the connect is not closed here: its socket is the others'.
+            std::mem::forget(run);
+            return;
+        }
+        if out == OUT_SMC {
+            // SMC was decided before the fork (the Confirm queued): the connection is the
+            // starting process's alone.
+            *st = State::Failed(libc::ECONNABORTED);
+            drop(st);
+            std::mem::forget(run);
+            return;
+        }
+        drop(st);
+        self.adopt_tcp(run);
+    }
+
+    /// [`Pending::catch_up`] to a fallback: the inherited TCP socket at the program's number.
+    fn adopt_tcp(&self, run: Option<Box<Running>>) {
+        let (nonblocking, cloexec_now) = {
+            let (c, n) = crate::hooks::fd_flags(self.fd);
+            (n, c)
+        };
+        let (regs, cloexec, ready) = match run {
+            Some(r) => {
+                let Running {
+                    conn,
+                    ready,
+                    regs,
+                    cloexec,
+                    ..
+                } = *r;
+                // Its sockets are the starting process's too: nothing of it is closed or
+                // sent from here.
+                std::mem::forget(conn);
+                (regs, cloexec, Some(ready))
+            }
+            None => (Vec::new(), cloexec_now, None),
+        };
+        for g in &regs {
+            // SAFETY: deleting our descriptor from the program's set.
+            unsafe { real::epoll_ctl(g.epfd, libc::EPOLL_CTL_DEL, self.fd, std::ptr::null_mut()) };
+        }
+        if let Err(e) = crate::hooks::place(self.tcp, self.fd, cloexec) {
+            *lock(&self.state) = State::Failed(crate::hooks::errno_of(&e));
+            return;
+        }
+        // SAFETY: the connect's own number for the socket, which this process no longer uses.
+        unsafe { real::close(self.tcp) };
+        // SAFETY: the program's descriptor, now the TCP socket (one open file with the
+        // others': O_NONBLOCK is shared, as for any inherited socket).
+        let b = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        let _ = rustix::io::ioctl_fionbio(b, nonblocking);
+        let _ = table::remove(self.fd);
+        for g in &regs {
+            let mut ev = libc::epoll_event {
+                events: g.events,
+                u64: g.data,
+            };
+            // SAFETY: the program's registration, for the socket now at its number (EEXIST
+            // when the set is shared with the starting process, which moved it already).
+            unsafe { real::epoll_ctl(g.epfd, libc::EPOLL_CTL_ADD, self.fd, &mut ev) };
+        }
+        drop(ready);
+        crate::hooks::debug(format_args!(
+            "connect fd {}: TCP (finished by pid {})",
+            self.fd, self.pid
+        ));
+    }
+
     /// The program's descriptor is gone for good (its last copy closed): the connect is
     /// abandoned (its TCP socket closed).
     pub(crate) fn close(&self) {
@@ -155,6 +331,7 @@ impl Pending {
     /// The errno of a second `connect` on the descriptor, as TCP's: `EALREADY` while under
     /// way, the failure once after a failed connect, else `EISCONN`.
     pub(crate) fn connect_again(&self) -> c_int {
+        self.catch_up();
         match &mut *lock(&self.state) {
             State::Running(_) => libc::EALREADY,
             State::Failed(e) if *e > 0 => std::mem::take(e),
@@ -165,6 +342,7 @@ impl Pending {
     /// `SO_ERROR`: 0 while under way or after success, the connect's error once after a
     /// failure.
     pub(crate) fn take_error(&self) -> c_int {
+        self.catch_up();
         match &mut *lock(&self.state) {
             State::Failed(e) => std::mem::take(e),
             _ => 0,
@@ -177,6 +355,7 @@ impl Pending {
         &self,
         f: impl FnOnce(BorrowedFd<'_>, &mut Running) -> R,
     ) -> Option<R> {
+        self.catch_up();
         match &mut *lock(&self.state) {
             State::Running(r) => {
                 // The connect's socket is the TCP socket in every phase.
@@ -198,6 +377,7 @@ impl Pending {
         op: c_int,
         event: *mut libc::epoll_event,
     ) -> Option<c_int> {
+        self.catch_up();
         let mut st = lock(&self.state);
         let State::Running(r) = &mut *st else {
             return None;
@@ -231,20 +411,38 @@ impl Pending {
 
 /// Waits until the connect behind `fd`, if there is one, is over and the descriptor is what
 /// it became (data calls, `shutdown`, `dup` made while it runs). A failed connect stays (its
-/// calls fail as TCP's do); a forked child's copy is not waited for.
+/// calls fail as TCP's do). In a forked process, the starting process ends it; if that one
+/// is gone before it did, the connect fails here with `ECONNABORTED`.
 pub(crate) fn settle(fd: c_int) {
     loop {
         let Some(Obj::Connecting(p)) = table::get(fd) else {
             return;
         };
-        if p.pid != std::process::id()
-            || matches!(*lock(&p.state), State::Failed(_) | State::Closed)
-        {
+        p.catch_up();
+        if matches!(*lock(&p.state), State::Failed(_) | State::Closed) {
+            return;
+        }
+        // The outcome is read again after the starter was found gone: it may have written it
+        // just before it ended.
+        if p.pid != std::process::id() && p.outcome() == 0 && !alive(p.pid) && p.outcome() == 0 {
+            let mut st = lock(&p.state);
+            if let State::Running(r) =
+                std::mem::replace(&mut *st, State::Failed(libc::ECONNABORTED))
+            {
+                r.ready.hang_up();
+                std::mem::forget(r.conn);
+            }
             return;
         }
         // Under way, or finished and about to take the descriptor over.
         std::thread::sleep(Duration::from_micros(50));
     }
+}
+
+/// Whether process `pid` is still there (it may have started a connect this one shares).
+fn alive(pid: u32) -> bool {
+    rustix::process::Pid::from_raw(pid as i32)
+        .is_some_and(|p| rustix::process::test_kill_process(p) != Err(rustix::io::Errno::SRCH))
 }
 
 /// The process's connector: one thread, one epoll set of the connects in flight (one-shot,
@@ -382,6 +580,7 @@ impl Connector {
                     }
                 },
                 Ok(Some(s)) => {
+                    p.publish(if s.is_smc() { OUT_SMC } else { OUT_TCP });
                     let State::Running(r) = std::mem::replace(&mut *st, State::Done) else {
                         unreachable!("matched above")
                     };
@@ -425,6 +624,7 @@ fn interest(c: &SmcConnecting) -> epoll::EventFlags {
 /// end, which stays), `SO_ERROR` will say why.
 fn fail_connect(p: &Pending, st: &mut State, e: io::Error) {
     let errno = crate::hooks::errno_of(&e);
+    p.publish(OUT_FAILED | (errno as u32 & 0xff));
     if let State::Running(r) = std::mem::replace(st, State::Failed(errno)) {
         r.ready.hang_up();
     }
@@ -445,6 +645,16 @@ fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
     } = r;
     let mine = matches!(table::get(p.fd), Some(Obj::Connecting(q)) if Arc::ptr_eq(&q, p));
     if !mine {
+        if p.hold.held() {
+            // This process closed its descriptor, a forked one still holds the connect: it
+            // takes the TCP socket from its own copy (Pending::catch_up), and a poll waiting
+            // on the pair there returns.
+            ready.bell().ring(smcd_engine::device::Dir::Tx);
+            match s.into_tcp() {
+                Ok(tcp) => drop(tcp),
+                Err(s) => std::mem::forget(s),
+            }
+        }
         return;
     }
     // What the program set on its descriptor meanwhile (one open file with the pair).

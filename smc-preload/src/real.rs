@@ -106,5 +106,10 @@ reals! {
     sendfile64: fn(out: c_int, inp: c_int, off: *mut libc::off64_t, n: usize) -> isize;
     __read_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> isize;
     __recv_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int) -> isize;
+    execve: fn(path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
+    execv: fn(path: *const libc::c_char, argv: *const *const libc::c_char) -> c_int;
+    execvp: fn(file: *const libc::c_char, argv: *const *const libc::c_char) -> c_int;
+    execvpe: fn(file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
+    fexecve: fn(fd: c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
     __recvfrom_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> isize;
 }

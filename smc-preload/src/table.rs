@@ -89,6 +89,16 @@ pub(crate) fn settle_dirty() {
     list.clear();
 }
 
+/// Empties the list of streams to settle (a keeper process, `crate::exec`, never settles).
+pub(crate) fn take_dirty() -> Vec<Arc<Stream>> {
+    let mut list = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    DIRTY_N.fetch_sub(list.len(), Ordering::AcqRel);
+    for st in list.iter() {
+        st.listed.store(false, Ordering::Release);
+    }
+    std::mem::take(&mut *list)
+}
+
 /// An SMC listener.
 #[derive(Debug)]
 pub(crate) struct Listener {
@@ -156,6 +166,17 @@ impl Hold {
             slot: holders::take(),
         }
     }
+
+    /// Whether some process holds the object (after this one let go of it: another).
+    pub(crate) fn held(&self) -> bool {
+        self.slot.is_some_and(holders::count_nonzero)
+    }
+
+    /// The word every process holding the object shares (0 when it is made), or `None`
+    /// without a slot.
+    pub(crate) fn word(&self) -> Option<&'static std::sync::atomic::AtomicU32> {
+        self.slot.and_then(holders::word)
+    }
 }
 
 /// Process counts in memory that `fork` shares (an anonymous shared mapping made before the
@@ -166,10 +187,11 @@ mod holders {
 
     const SLOTS: usize = 1 << 16;
 
+    /// The process counts, then one word per slot for its object's own use ([`word`]).
     fn page() -> Option<&'static [AtomicU32]> {
         static PAGE: OnceLock<Option<&'static [AtomicU32]>> = OnceLock::new();
         *PAGE.get_or_init(|| {
-            let len = SLOTS * size_of::<AtomicU32>();
+            let len = 2 * SLOTS * size_of::<AtomicU32>();
             // SAFETY: a fresh anonymous mapping, never unmapped; zeroed memory is a valid
             // AtomicU32 array.
             unsafe {
@@ -184,7 +206,7 @@ mod holders {
                 if p == libc::MAP_FAILED {
                     return None;
                 }
-                Some(std::slice::from_raw_parts(p.cast::<AtomicU32>(), SLOTS))
+                Some(std::slice::from_raw_parts(p.cast::<AtomicU32>(), 2 * SLOTS))
             }
         })
     }
@@ -200,6 +222,8 @@ mod holders {
                 .is_ok();
             if ok {
                 HINT.store(i + 1, Ordering::Relaxed);
+                // A slot nobody holds: its word is ours to reset.
+                page[SLOTS + i].store(0, Ordering::Release);
             }
             ok
         })
@@ -210,6 +234,16 @@ mod holders {
         if let Some(p) = page() {
             p[slot].fetch_add(1, Ordering::AcqRel);
         }
+    }
+
+    /// Whether some process holds the slot's object.
+    pub(super) fn count_nonzero(slot: usize) -> bool {
+        page().is_some_and(|p| p[slot].load(Ordering::Acquire) != 0)
+    }
+
+    /// The slot's word (see `Hold::word`).
+    pub(super) fn word(slot: usize) -> Option<&'static AtomicU32> {
+        page().map(|p| &p[SLOTS + slot])
     }
 
     /// One process fewer; whether it was the last.
@@ -277,6 +311,9 @@ thread_local! {
     /// parent or child handler (so the child's copy is never locked by a thread it lacks).
     static HELD: std::cell::RefCell<Option<std::sync::RwLockWriteGuard<'static, BTreeMap<i32, Obj>>>> =
         const { std::cell::RefCell::new(None) };
+    /// The states of the connects in flight, locked across the fork (`crate::pending`).
+    static HELD_CONNECTS: std::cell::RefCell<Vec<crate::pending::ForkGuard>> =
+        const { std::cell::RefCell::new(Vec::new()) };
     /// The same for the list of streams to settle.
     static HELD_DIRTY: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Vec<Arc<Stream>>>>> =
         const { std::cell::RefCell::new(None) };
@@ -288,13 +325,23 @@ thread_local! {
 extern "C" fn fork_prepare() {
     let g = OBJS.write().unwrap_or_else(|e| e.into_inner());
     let mut seen = std::collections::BTreeSet::new();
+    let mut seen_connects = std::collections::BTreeSet::new();
+    let mut connects = Vec::new();
     for o in g.values() {
         if seen.insert(o.ptr())
             && let Some(slot) = o.hold().slot
         {
             holders::add(slot);
         }
+        if let Obj::Connecting(p) = o
+            && seen_connects.insert(o.ptr())
+        {
+            // Each connect in flight is shared from here on: it ends in TCP, and its state
+            // is copied while no thread is in the middle of changing it.
+            connects.push(crate::pending::ForkGuard::take(p));
+        }
     }
+    let _ = HELD_CONNECTS.try_with(|h| *h.borrow_mut() = connects);
     let _ = HELD.try_with(|h| *h.borrow_mut() = Some(g));
     let d = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
     let _ = HELD_DIRTY.try_with(|h| *h.borrow_mut() = Some(d));
@@ -302,11 +349,13 @@ extern "C" fn fork_prepare() {
 
 extern "C" fn fork_parent() {
     let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
+    let _ = HELD_CONNECTS.try_with(|h| h.borrow_mut().clear());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
 }
 
 extern "C" fn fork_child() {
     let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
+    let _ = HELD_CONNECTS.try_with(|h| h.borrow_mut().clear());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
 }
 
@@ -391,6 +440,34 @@ pub(crate) fn insert(fd: i32, obj: Obj) -> Option<Obj> {
 pub(crate) fn remove(fd: i32) -> Option<Obj> {
     set_kind(fd, NONE);
     OBJS.write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
+}
+
+/// Every descriptor of ours with its object.
+pub(crate) fn all() -> Vec<(i32, Obj)> {
+    OBJS.read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(k, o)| (*k, o.clone()))
+        .collect()
+}
+
+/// This process stops holding `obj` without ending it (an `exec` is about to replace it, or
+/// a helper process holds only some objects): its process count drops. Whether it was the
+/// last.
+pub(crate) fn let_go(obj: &Obj) -> bool {
+    obj.hold().slot.is_none_or(holders::drop_one)
+}
+
+/// Undoes [`let_go`] (the `exec` failed).
+pub(crate) fn hold_again(obj: &Obj) {
+    if let Some(slot) = obj.hold().slot {
+        holders::add(slot);
+    }
+}
+
+/// The identity of an object (the same for every descriptor of it).
+pub(crate) fn id(obj: &Obj) -> usize {
+    obj.ptr()
 }
 
 /// Forgets every descriptor in `first..=last` (`close_range`).

@@ -811,3 +811,216 @@ fn nonblocking_connect_falls_back_after_einprogress() {
         );
     }
 }
+
+/// A non-blocking connect still under way when the program forks behaves as TCP's: one socket
+/// in both processes, finished by whichever uses it. The server is an SMC listener by the SYN
+/// option in event-loop mode (its handshakes advance only in `accept`), which the test calls
+/// only once the program said it forked: the Proposal is unanswered at the fork. The process
+/// that started the connect answers the Accept with a Decline (an SMC connection made in one
+/// process after the fork could not be used by the other), both ends fall back to TCP, and the
+/// finisher (the child while the parent closed its copy, then the parent while the child
+/// closed its own) sees its descriptor become writable, `SO_ERROR` 0, and 256 KiB go there and
+/// back byte for byte.
+#[test]
+fn nonblocking_connect_in_flight_across_fork() {
+    use smcd_engine::SmcListener;
+    use std::io::{BufRead, Read, Write};
+    let test = "nonblocking_connect_in_flight_across_fork";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    smcd.require_control_plane();
+    let e = smcd.engine();
+    let Some(a) = e.attached() else {
+        panic!("smcd is up: the engine attaches");
+    };
+    if a.session.option_path().is_none() {
+        common::skip_unless(test, false, "smcd has no SMC option program here");
+        return;
+    }
+    let l = SmcListener::bind_with(&e, "127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let ready = l.readiness_fd().unwrap().try_clone_to_owned().unwrap();
+    let port = l.local_addr().unwrap().port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/fork_connect.py");
+    const LEN: usize = 256 * 1024;
+    for who in ["child", "parent"] {
+        let mut client = smc_run(
+            &smcd,
+            python(),
+            &[
+                script.to_str().unwrap(),
+                &port.to_string(),
+                who,
+                &LEN.to_string(),
+            ],
+        )
+        .env("SMC_DEBUG", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let mut out = BufReader::new(client.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "FORKED", "{who}: {line}");
+        // Only now does the listener answer the Proposal (and then take the Decline).
+        let mut s = common::wait_for("the connection from the listener", || {
+            let mut pfd = [rustix::event::PollFd::new(
+                &ready,
+                rustix::event::PollFlags::IN,
+            )];
+            let t = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            };
+            let _ = rustix::event::poll(&mut pfd, Some(&t));
+            match l.accept() {
+                Ok((s, _)) => Some(s),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+                Err(e) => panic!("{who}: accept: {e}"),
+            }
+        });
+        assert!(
+            !s.is_smc(),
+            "{who}: the connect across the fork ends in TCP"
+        );
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut echoed = 0;
+        while echoed < LEN {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "{who}: end of stream after {echoed} bytes");
+            s.write_all(&buf[..n]).unwrap();
+            echoed += n;
+        }
+        let rest = common::within(Duration::from_secs(60), move || {
+            let mut rest = String::new();
+            let _ = out.read_to_string(&mut rest);
+            let mut err = String::new();
+            let _ = client.stderr.take().unwrap().read_to_string(&mut err);
+            (client.wait().unwrap(), rest, err)
+        })
+        .expect("the client did not finish");
+        let (status, rest, err) = rest;
+        assert!(status.success(), "{who}: {rest}{err}");
+        assert!(rest.contains(&format!("OK {LEN}")), "{who}: {rest}{err}");
+        if who == "child" {
+            // The child took the TCP socket over from its copy of the connect.
+            assert!(err.contains("TCP (finished by pid"), "{who}: {err}");
+        }
+        let mut end = [0u8; 1];
+        assert_eq!(
+            s.read(&mut end).unwrap(),
+            0,
+            "{who}: the finisher closed it"
+        );
+    }
+}
+
+/// `exec` with an SMC connection that is not close-on-exec, as inetd runs a service: a Python
+/// server under smc-run accepts two SMC-D connections, fails to exec a program that does not
+/// exist (the connection still works there after it), makes the first its stdin and stdout
+/// and `os.execv`s a Python program that echoes stdin to stdout. The connection is handed to a
+/// keeper process across the exec: 1 MiB goes there and back byte for byte, the end of stream
+/// goes both ways (the program sees it after our shutdown, we see it when it exits). The
+/// second connection and the listener were close-on-exec: they are gone in the new program,
+/// and the second connection ends for us. Once with the new program preloaded as well, once
+/// with `LD_PRELOAD` dropped from its environment (`execve`).
+#[test]
+fn exec_hands_an_inherited_connection_to_the_new_program() {
+    let test = "exec_hands_an_inherited_connection_to_the_new_program";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    for how in ["preloaded", "plain"] {
+        exec_inetd_style(&smcd, how);
+    }
+}
+
+/// One run of [`exec_hands_an_inherited_connection_to_the_new_program`]: the new program
+/// loads the library too (`preloaded`) or not (`plain`: `LD_PRELOAD` dropped from its
+/// environment; the keeper needs nothing of it).
+fn exec_inetd_style(smcd: &Smcd, how: &str) {
+    use smcd_engine::SmcStream;
+    use std::io::{Read, Write};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload");
+    let mut server = smc_run(
+        smcd,
+        python(),
+        &[
+            dir.join("exec_server.py").to_str().unwrap(),
+            dir.join("exec_echo.py").to_str().unwrap(),
+            how,
+        ],
+    )
+    .env("SMC_DEBUG", "1")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let port: u16 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("port: {line:?}"));
+    let e = smcd.engine();
+    let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    let mut d = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    assert!(c.is_smc() && d.is_smc(), "{how}: both SMC-D");
+    // The close-on-exec one ends for us (its TCP connection closed with the exec).
+    d.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    match d.read(&mut [0u8; 16]) {
+        Ok(0) => {}
+        Err(e)
+            if !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) => {}
+        r => panic!("the close-on-exec connection: {r:?}"),
+    }
+    let mut hello = [0u8; 11];
+    (&c).read_exact(&mut hello).unwrap();
+    assert_eq!(&hello, b"still here\n", "after the failed exec");
+    const LEN: usize = 1 << 20;
+    let mut rng = common::Rng::new(13);
+    let data: Vec<u8> = (0..LEN).map(|_| rng.next() as u8).collect();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let got = std::thread::scope(|sc| {
+        let w = sc.spawn(|| {
+            (&c).write_all(&data).unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut got = Vec::new();
+        (&c).read_to_end(&mut got).unwrap();
+        w.join().unwrap();
+        got
+    });
+    assert!(
+        got == data,
+        "echo of {} bytes differs ({} back)",
+        LEN,
+        got.len()
+    );
+    let (status, err) = common::within(Duration::from_secs(60), move || {
+        let mut err = String::new();
+        let _ = server.stderr.take().unwrap().read_to_string(&mut err);
+        (server.wait().unwrap(), err)
+    })
+    .expect("the exec'd program did not finish");
+    assert!(status.success(), "{how}: {err}");
+    assert!(err.contains(&format!("ECHOED {LEN}")), "{how}: {err}");
+    assert!(err.contains("handed to a keeper"), "{how}: {err}");
+    let loaded = if how == "plain" { "no" } else { "yes" };
+    assert!(err.contains(&format!("PRELOADED {loaded}")), "{how}: {err}");
+}

@@ -815,6 +815,37 @@ fn nonblocking_connect_to_smc_listener() {
     server.join().unwrap();
 }
 
+/// `SmcConnecting::decline_smc` (what the preload library asks when the program forks with
+/// the connect in flight): the client answers the SMC listener's Accept with a Decline
+/// (`SMC_CLC_DECL_INTERR`), both ends fall back to TCP with that reason (ours local, the
+/// server's from its peer), and the bytes go through TCP exactly.
+#[test]
+fn nonblocking_connect_told_to_decline_ends_in_tcp() {
+    let smcd = Smcd::start(BINS);
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let (l, addr) = smc_server(&se);
+    let server = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut b = [0u8; 4];
+        (&s).read_exact(&mut b).unwrap();
+        (&s).write_all(&b).unwrap();
+        (s.is_smc(), s.fallback())
+    });
+    let mut c = SmcStream::connect_nonblocking_with(&ce, addr).unwrap();
+    assert!(c.decline_smc(), "SMC is not decided before the Accept");
+    let s = finish_with_poll(c).expect("connect");
+    assert!(!s.is_smc(), "{}", s.mode());
+    assert_eq!(s.fallback_reason(), Some(ReasonCode::INTERR));
+    s.set_nonblocking(false).unwrap();
+    (&s).write_all(b"ping").unwrap();
+    let mut b = [0u8; 4];
+    (&s).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ping");
+    let (smc, fb) = server.join().unwrap();
+    assert!(!smc, "the server fell back too");
+    assert_eq!(fb.map(|f| f.peer), Some(ReasonCode::INTERR), "{fb:?}");
+}
+
 /// A non-blocking connect to a plain TCP listener (not ours) finishes as TCP with
 /// `PEERNOSMC`, and the stream's readiness is the socket's.
 #[test]

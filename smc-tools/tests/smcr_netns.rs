@@ -1328,6 +1328,103 @@ fn ifindex(hosts: &Hosts, host: u8, dev: &str) -> String {
         .map_or(index, |e| e.file_name().to_string_lossy().into_owned())
 }
 
+/// smcd looks up the host's RDMA devices when it starts and for each `GET_DEV_SMCR` dump
+/// (built with the feature `rnic`; without it the list is empty): on a machine with no RDMA
+/// in its kernel (these: no `ib_uverbs`, no rxe) it starts, answers, lists the soft device
+/// port an endpoint publishes exactly as before, in smc-tools' columns, and logs nothing
+/// worse than the line that says why there is no RDMA device.
+#[test]
+fn smcd_lists_soft_ports_and_no_rnic_where_there_is_none() {
+    let test = "smcd_lists_soft_ports_and_no_rnic_where_there_is_none";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let bins = smc_tests::bins!();
+    let dir = std::env::temp_dir().join(smc_tests::unique("rnic"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("smcd.sock");
+    let log = dir.join("smcd.log");
+    let mut smcd = Command::new(bins.smcd)
+        .args(["--no-bpf", "--socket"])
+        .arg(&socket)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start smcd");
+    // Killed if an assertion below fails first.
+    struct Reap(u32);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if let Some(pid) = rustix::process::Pid::from_raw(self.0 as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+    let reap = Reap(smcd.id());
+    smc_tests::wait_for("smcd's socket", || socket.exists().then_some(()));
+    let ctl = |args: &str| bins.smcctl(Some(&socket), args);
+    // Nothing published yet, no RNIC: an empty table, and a second dump the same.
+    for _ in 0..2 {
+        let dev = ctl("--json device show --smcr").json();
+        assert_eq!(dev["ports"].as_array().map(Vec::len), Some(0), "{dev}");
+    }
+    let cfg = SmcrConfig {
+        smcd: Some(socket.clone()),
+        ..SmcrConfig::new(hosts.addr(1), UEID, Capability::Assume)
+    };
+    let ep = endpoint_with(&hosts, 1, cfg);
+    let name = format!("sroce-{}", hosts.addr(1));
+    let dev = smc_tests::wait_for("the endpoint's port in the dump", || {
+        let dev = ctl("--json device show --smcr").json();
+        (dev["ports"].as_array().map(Vec::len) == Some(1)).then_some(dev)
+    });
+    let p = &dev["ports"][0];
+    assert_eq!(p["ib_dev"], name.as_str(), "{dev}");
+    assert_eq!(p["ib_port"], 1, "{dev}");
+    assert_eq!(p["ib_state"], "ACTIVE", "{dev}");
+    assert_eq!(p["link_count"], 0, "{dev}");
+    let text = ctl("device show --smcr");
+    let text = text.ok();
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(
+        head,
+        [
+            "Net-Dev", "IB-Dev", "IB-P", "IB-State", "Type", "Crit", "#Links", "PNET-ID"
+        ],
+        "{text}"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    assert!(rows[0].contains(&name), "{text}");
+    drop(ep);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(smcd.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert!(smcd.wait().unwrap().success(), "smcd exits cleanly");
+    std::mem::forget(reap);
+    let log = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    for bad in ["WARN", "ERROR", "panicked"] {
+        assert!(!log.contains(bad), "smcd logged {bad}:\n{log}");
+    }
+    let line = log
+        .lines()
+        .find(|l| l.contains("RDMA devices:"))
+        .unwrap_or_else(|| panic!("no RDMA devices line:\n{log}"));
+    if cfg!(feature = "rnic") {
+        // With the feature the look-up ran (and says what it found, or why nothing).
+        assert!(!line.contains("without the feature"), "{line}");
+    } else {
+        assert!(line.contains("without the feature `rnic`"), "{line}");
+    }
+}
+
 /// One smcd, an endpoint with two ports in each namespace publishing to it: `smcctl
 /// linkgroup show --smcr`, `linkgroup links` and `device show --smcr` show both sides' groups
 /// (role, type SYM, connections), their links (state, connections on each, the device and

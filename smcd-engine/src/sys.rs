@@ -21,6 +21,11 @@ pub fn set_fd_band(base: Option<i32>) {
     );
 }
 
+/// The base of the engine's band ([`set_fd_band`]); 0 when there is none.
+pub fn fd_band() -> i32 {
+    FD_BAND.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// `fd` moved into the engine's band ([`set_fd_band`]), or `fd` itself when there is no band
 /// or no free number there.
 pub fn banded(fd: OwnedFd) -> OwnedFd {

@@ -188,6 +188,18 @@ fn main() -> anyhow::Result<()> {
     }
     let mut daemon = Daemon::new(device);
     daemon.syn_option = info;
+    match &daemon.rnics.why_none {
+        None => {
+            let names: Vec<&str> = daemon
+                .rnics
+                .list
+                .iter()
+                .map(|r| r.info.name.as_str())
+                .collect();
+            tracing::info!("RDMA devices: {}", names.join(", "));
+        }
+        Some(why) => tracing::info!("RDMA devices: none ({why})"),
+    }
     daemon.admin_gid = args.admin_group.as_deref().map(group_id).transpose()?;
     let mut server = Server::bind(&args.socket, daemon, Some(&sig))
         .with_context(|| format!("cannot listen on {}", args.socket.display()))?;

@@ -761,6 +761,14 @@ impl SmcConnecting {
         Ok(s)
     }
 
+    /// From now on the connect ends in TCP whatever the peer answers (an Accept gets a
+    /// Decline with `SMC_CLC_DECL_INTERR`); `false` when SMC is decided already. For a caller
+    /// whose connect in flight is shared by another process (a `fork`), which could not use
+    /// an SMC connection set up after it.
+    pub fn decline_smc(&mut self) -> bool {
+        self.done.is_none() && self.c.decline_smc()
+    }
+
     /// When the handshake gives up, if it has begun.
     pub fn deadline(&self) -> Option<std::time::Instant> {
         self.c.deadline()

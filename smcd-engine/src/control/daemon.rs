@@ -72,6 +72,9 @@ pub struct Daemon {
     pub admin_gid: Option<u32>,
     /// Whether the SMC TCP option program is in effect, as `INFO` reports it.
     pub syn_option: SynOptionInfo,
+    /// The host's RDMA devices, listed with the engines' ports in `GET_DEV_SMCR`: looked up
+    /// at start and for each dump (`control::rnic`).
+    pub rnics: super::rnic::Rnics,
 }
 
 /// Whether the SMC TCP option program is in effect (`SMCD_ENGINE` `INFO`, `smcctl info`).
@@ -88,6 +91,8 @@ pub struct SynOptionInfo {
 impl Daemon {
     /// A daemon around `device`.
     pub fn new(device: DeviceState) -> Self {
+        let mut rnics = super::rnic::Rnics::default();
+        rnics.refresh();
         Self {
             device,
             namespaces: HashMap::new(),
@@ -103,6 +108,7 @@ impl Daemon {
                 cgroup: None,
                 status: "not loaded".into(),
             },
+            rnics,
         }
     }
 

@@ -4,4 +4,5 @@
 pub mod daemon;
 pub mod device;
 pub mod genl;
+pub mod rnic;
 pub mod server;

@@ -161,6 +161,8 @@ pub struct Connecting {
     engine: Arc<Engine>,
     phase: Phase,
     path: Option<Path>,
+    /// End in TCP whatever the peer answers ([`Connecting::decline_smc`]).
+    decline: bool,
 }
 
 impl Connecting {
@@ -182,6 +184,7 @@ impl Connecting {
             engine: Arc::clone(engine),
             phase: Phase::Tcp(TcpStream::from(sock), plan, connected),
             path,
+            decline: false,
         })
     }
 
@@ -336,6 +339,20 @@ impl Connecting {
         }
     }
 
+    /// From now on the connect ends in TCP (a Proposal still goes out if the plan is SMC, and
+    /// the Accept is answered with a Decline: `ClientRun::decline_smc`). `false` when it is
+    /// too late: SMC is decided already.
+    pub fn decline_smc(&mut self) -> bool {
+        self.decline = true;
+        match &mut self.phase {
+            Phase::Clc(run) => {
+                run.decline_smc();
+                !run.smc_decided()
+            }
+            _ => true,
+        }
+    }
+
     /// Whether it still has its socket (neither finished nor failed).
     pub fn in_progress(&self) -> bool {
         matches!(self.phase, Phase::Tcp(..) | Phase::Clc(_))
@@ -453,13 +470,20 @@ impl Connecting {
                             // The SYN-ACK echoed the option: a Proposal, to a listener whose
                             // GID only its Accept will tell.
                             let settings = self.engine.settings();
-                            let run = ClientRun::new(&self.engine, &a.ism, sock, None, &settings);
+                            let mut run =
+                                ClientRun::new(&self.engine, &a.ism, sock, None, &settings);
+                            if self.decline {
+                                run.decline_smc();
+                            }
                             self.phase = Phase::Clc(Box::new(run));
                         }
                         Plan::Smc(a, v) => {
                             let settings = self.engine.settings();
-                            let run =
+                            let mut run =
                                 ClientRun::new(&self.engine, &a.ism, sock, v.peer_gid, &settings);
+                            if self.decline {
+                                run.decline_smc();
+                            }
                             self.phase = Phase::Clc(Box::new(run));
                         }
                     }

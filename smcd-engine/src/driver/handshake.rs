@@ -338,9 +338,25 @@ pub struct ClientRun {
     expected: Option<Gid>,
     held: Option<Held>,
     done: Option<Done>,
+    /// Answer an Accept with a Decline (see [`ClientRun::decline_smc`]).
+    decline: bool,
 }
 
 impl ClientRun {
+    /// From now on the handshake ends in TCP: an Accept is answered with a Decline
+    /// (`SMC_CLC_DECL_INTERR`), as the kernel's client declines what it cannot take. The
+    /// preload library asks for it when the program forks with the connect in flight: an SMC
+    /// connection set up in one process after the fork could not be used by the other, a TCP
+    /// socket can. Too late once the Confirm is queued; [`ClientRun::smc_decided`] says so.
+    pub fn decline_smc(&mut self) {
+        self.decline = true;
+    }
+
+    /// Whether SMC is decided (the Confirm is queued or sent).
+    pub fn smc_decided(&self) -> bool {
+        matches!(self.done, Some(Done::Smc(_)))
+    }
+
     /// Starts: the Proposal is queued. `expected` is the listener's GID as smcd reported it.
     pub fn new(
         engine: &Arc<Engine>,
@@ -360,6 +376,7 @@ impl ClientRun {
             expected,
             held: None,
             done: None,
+            decline: false,
         }
     }
 
@@ -443,7 +460,11 @@ impl ClientRun {
     fn on_event(&mut self, ev: ClientEvent) {
         match ev {
             ClientEvent::NeedBuffers(acc) => {
-                let r = self.prepare(&acc);
+                let r = if self.decline {
+                    Err(ReasonCode::INTERR)
+                } else {
+                    self.prepare(&acc)
+                };
                 let ev = self.hs.buffers(r);
                 self.on_event(ev);
             }

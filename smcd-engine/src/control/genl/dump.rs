@@ -24,7 +24,7 @@ use netlink_packet_core::NetlinkHeader;
 use smc_proto::netlink::engine::{EngineMessage, NetnsInfo};
 use smc_proto::netlink::framing::{self, NLM_F_MULTI};
 use smc_proto::netlink::smc::SmcGenlMessage;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Bytes of messages in one page of a dump (the kernel's dump skbs are 4 to 32 KiB).
 pub const PAGE: usize = 32 * 1024;
@@ -42,8 +42,9 @@ pub(crate) enum Walk {
     /// `GET_LGR_SMCR` (`links` false) or `GET_LINK_SMCR` (each group, then its links): the
     /// SMC-R link groups of namespace `ns`.
     LgrsSmcr { ns: u64, links: bool },
-    /// `GET_DEV_SMCR`: the SMC-R device ports of the engines of namespace `ns`.
-    DevSmcr { ns: u64 },
+    /// `GET_DEV_SMCR`: the SMC-R device ports of the engines of namespace `ns` (`seen`: the
+    /// names of their devices so far), then the host's RDMA devices no engine published.
+    DevSmcr { ns: u64, seen: BTreeSet<String> },
     /// `GET_DEV_SMCD`: the device, with the number of link groups of all namespaces.
     Dev { lgrs: usize },
     /// `NETNS_LIST`: these namespaces, with what lives in each.
@@ -68,7 +69,7 @@ impl Walk {
             Walk::Socks { ns, .. }
             | Walk::Lgrs { ns }
             | Walk::LgrsSmcr { ns, .. }
-            | Walk::DevSmcr { ns }
+            | Walk::DevSmcr { ns, .. }
             | Walk::Totals { ns, .. } => s.netns == *ns,
             Walk::Dev { .. } => true,
             Walk::Netns { list } => list.contains_key(&s.netns),
@@ -337,8 +338,13 @@ impl Job {
                     page.offer_all(&ms)
                 })
             }
-            Walk::DevSmcr { .. } => view.walk_ports(from, budget, |p| {
-                page.offer(&multi.of(SmcGenlMessage::dev_smcr_reply(&super::smc::dev_smcr(&p))))
+            Walk::DevSmcr { seen, .. } => view.walk_ports(from, budget, |p| {
+                let taken = page
+                    .offer(&multi.of(SmcGenlMessage::dev_smcr_reply(&super::smc::dev_smcr(&p))));
+                if taken && !seen.contains(&p.ib_dev) {
+                    seen.insert(p.ib_dev.clone());
+                }
+                taken
             }),
             Walk::Dev { lgrs } => view.walk_lgrs(from, budget, |g| {
                 *lgrs += usize::from(g.smcr.is_none());
@@ -383,10 +389,15 @@ impl Job {
         let (family, h) = (self.family, self.header);
         let multi = Multi(family, h);
         match &mut self.walk {
-            Walk::Socks { .. }
-            | Walk::Lgrs { .. }
-            | Walk::LgrsSmcr { .. }
-            | Walk::DevSmcr { .. } => {}
+            Walk::Socks { .. } | Walk::Lgrs { .. } | Walk::LgrsSmcr { .. } => {}
+            Walk::DevSmcr { seen, .. } => {
+                for r in &daemon.rnics.list {
+                    if !seen.contains(&r.info.name) {
+                        let dev = crate::control::rnic::dev_smcr(r, &crate::control::rnic::ifindex);
+                        out.msg(&multi.of(SmcGenlMessage::dev_smcr_reply(&dev)));
+                    }
+                }
+            }
             Walk::Dev { lgrs } => {
                 let dev = super::smc::loopback_dev(*lgrs);
                 out.msg(&multi.of(SmcGenlMessage::dev_smcd_reply(&dev)));

@@ -94,9 +94,12 @@ pub(crate) fn handle(ctx: &mut Ctx<'_>, req: &Request<'_>, out: &mut Out) -> Res
             let links = cmd == SmcCmd::GetLinkSmcr;
             out.walk(SMC_FAMILY_ID, req, Walk::LgrsSmcr { ns, links });
         }
+        // ... and the host's RDMA devices, looked up again for each dump (`control::rnic`).
         SmcCmd::GetDevSmcr => {
             let ns = ctx.caller_netns()?;
-            out.walk(SMC_FAMILY_ID, req, Walk::DevSmcr { ns });
+            ctx.daemon.rnics.refresh();
+            let seen = Default::default();
+            out.walk(SMC_FAMILY_ID, req, Walk::DevSmcr { ns, seen });
         }
         SmcCmd::GetStats => {
             let ns = ctx.caller_netns()?;

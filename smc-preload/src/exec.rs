@@ -1,0 +1,334 @@
+//! `exec` with SMC descriptors that are not close-on-exec: the new program gets a working
+//! connection, as the kernel's socket survives `exec`.
+//!
+//! An SMC connection here is the engine's state in this process's memory (cursors, the
+//! buffers mapped, the peer's bell) behind a readiness socket at the program's number; `exec`
+//! replaces the memory and keeps only the descriptors. The `exec` hooks therefore hand each
+//! such connection to a *keeper*: a process forked just before the `exec` (and detached from
+//! the new program, whose parent it is not: it is forked from a short-lived intermediate) that
+//! holds the connection and copies bytes both ways between it and an `AF_UNIX` stream socket
+//! whose other end the hook puts at every inheritable number of the connection. The keeper
+//! waits on a close-on-exec pipe: end of file says the `exec` went through, a byte that it
+//! failed (then the hook puts the connection back at its numbers, takes its process counts
+//! back, and the keeper lets go and exits). Why a keeper and not a re-attach in the new image:
+//! `docs/smc-run.md`, "exec".
+//!
+//! What the new program sees is the kernel's: a stream socket whose reads, writes, readiness,
+//! `shutdown` and close are real. Its end of stream is the connection's (the keeper shuts down
+//! the socket's write side when the peer's data ends, and the connection's write side when
+//! the program's does), its close ends the connection once the keeper has passed on what was
+//! in flight. It is `AF_UNIX` (names, TCP options and `SO_DOMAIN` say so), and each byte is
+//! copied once more.
+//!
+//! Every other object the process holds is let go of before the `exec` (its process count
+//! drops), so its last holder elsewhere still ends it; one that only this process held ends
+//! when `exec` closes its descriptors (close-on-exec: its TCP socket closes, which the peer
+//! sees). The keeper closes its copies of the program's descriptors and of the TCP sockets
+//! under every object it was not given, so it keeps nothing else alive.
+
+use crate::real;
+use crate::table::{self, Obj, Stream};
+use libc::c_int;
+use rustix::fd::{AsRawFd, OwnedFd};
+use std::collections::BTreeSet;
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+/// What [`before`] did, for [`failed`].
+#[derive(Debug, Default)]
+pub(crate) struct Handover {
+    /// Objects whose process count this process gave up.
+    let_go: Vec<Obj>,
+    /// Program descriptors now a keeper's socket, and what they were (a copy).
+    moved: Vec<(c_int, OwnedFd)>,
+    /// The write end of the keeper's pipe.
+    go: Option<OwnedFd>,
+}
+
+/// One connection handed to the keeper: the stream, the program's numbers that survive the
+/// `exec`.
+struct Handed {
+    st: Arc<Stream>,
+    fds: Vec<c_int>,
+}
+
+fn cloexec(fd: c_int) -> bool {
+    crate::hooks::fd_flags(fd).0
+}
+
+/// Before an `exec`: hands the connections that survive it to a keeper, lets go of every
+/// object. `None` when the process has none.
+pub(crate) fn before() -> Option<Handover> {
+    let all = table::all();
+    if all.is_empty() {
+        return None;
+    }
+    let mut handed: Vec<Handed> = Vec::new();
+    for (fd, o) in &all {
+        if let Obj::Stream(st) = o
+            && !cloexec(*fd)
+        {
+            match handed.iter_mut().find(|h| Arc::ptr_eq(&h.st, st)) {
+                Some(h) => h.fds.push(*fd),
+                None => handed.push(Handed {
+                    st: Arc::clone(st),
+                    fds: vec![*fd],
+                }),
+            }
+        }
+    }
+    // Nothing of this frame may hold a stream when the keeper forks (it never returns here,
+    // and a stream ends with the last reference in a process).
+    drop(all);
+    let mut h = Handover::default();
+    if !handed.is_empty() {
+        match spawn_keeper(&handed) {
+            Ok((go, near)) => {
+                h.go = Some(go);
+                for (x, a) in handed.iter().zip(near) {
+                    // O_NONBLOCK belongs to the open file, which exec keeps: so does this one.
+                    let nb = x.st.nonblocking.load(std::sync::atomic::Ordering::Relaxed);
+                    let _ = rustix::io::ioctl_fionbio(&a, nb);
+                    for &fd in &x.fds {
+                        let Ok(saved) = rustix::io::fcntl_dupfd_cloexec(
+                            // SAFETY: the program's descriptor, ours (a stream).
+                            unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) },
+                            smcd_engine::sys::fd_band().max(0),
+                        ) else {
+                            continue;
+                        };
+                        if crate::hooks::place(a.as_raw_fd(), fd, false).is_ok() {
+                            h.moved.push((fd, saved));
+                        }
+                    }
+                }
+                crate::hooks::debug(format_args!(
+                    "exec: {} SMC connection(s) handed to a keeper",
+                    handed.len()
+                ));
+            }
+            Err(e) => crate::hooks::debug(format_args!("exec: no keeper ({e}): connections end")),
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (_, o) in table::all() {
+        if seen.insert(table::id(&o)) {
+            table::let_go(&o);
+            h.let_go.push(o);
+        }
+    }
+    Some(h)
+}
+
+/// The `exec` failed (it returned): everything as it was, the keeper told to go.
+pub(crate) fn failed(h: Handover) {
+    for o in &h.let_go {
+        table::hold_again(o);
+    }
+    for (fd, saved) in &h.moved {
+        let _ = crate::hooks::place(saved.as_raw_fd(), *fd, false);
+    }
+    if let Some(go) = &h.go {
+        let _ = rustix::io::write(go, b"x");
+    }
+}
+
+/// Forks the keeper (through an intermediate that exits at once, so the keeper is not the new
+/// program's child); the pipe's write end and the program's ends of the sockets.
+fn spawn_keeper(handed: &[Handed]) -> io::Result<(OwnedFd, Vec<OwnedFd>)> {
+    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let mut near = Vec::new();
+    let mut far = Vec::new();
+    for _ in handed {
+        let (a, b) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )?;
+        near.push(a);
+        far.push(b);
+    }
+    // SAFETY: fork; the child runs only the code below and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // The intermediate: its fork's prepare handler counted it in for every object, as
+        // the keeper's counts the keeper.
+        // SAFETY: as above.
+        let k = unsafe { libc::fork() };
+        if k == 0 {
+            drop(wr);
+            drop(near);
+            // A panic must not unwind into the hook that forked this process (it would go
+            // on to the program's exec).
+            let _ =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keeper(rd, far, handed)));
+            // SAFETY: leaves the keeper.
+            unsafe { libc::_exit(1) };
+        }
+        let _ = std::panic::catch_unwind(|| {
+            let mut seen = BTreeSet::new();
+            for (_, o) in table::all() {
+                if seen.insert(table::id(&o)) {
+                    table::let_go(&o);
+                }
+            }
+        });
+        // SAFETY: leaves the intermediate without running the program's exit handlers.
+        unsafe { libc::_exit(i32::from(k < 0)) };
+    }
+    drop(rd);
+    drop(far);
+    let mut status = 0;
+    // SAFETY: waits for the intermediate we forked.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(io::Error::other("the keeper could not be forked"));
+    }
+    Ok((wr, near))
+}
+
+/// The keeper: waits for the `exec`'s outcome, then copies bytes until both directions end.
+fn keeper(go: OwnedFd, far: Vec<OwnedFd>, handed: &[Handed]) -> ! {
+    crate::hooks::in_lib_for_good();
+    // The program's handlers are not for this process; a closed socket is an error here.
+    for sig in 1..32 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            let how = if sig == libc::SIGPIPE {
+                libc::SIG_IGN
+            } else {
+                libc::SIG_DFL
+            };
+            // SAFETY: resetting a disposition.
+            unsafe { libc::signal(sig, how) };
+        }
+    }
+    let mut one = [0u8; 1];
+    let aborted = loop {
+        match rustix::io::read(&go, &mut one) {
+            Ok(0) => break false,
+            Ok(_) => break true,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => break true,
+        }
+    };
+    drop(go);
+    let mine: BTreeSet<usize> = handed.iter().map(|h| Arc::as_ptr(&h.st) as usize).collect();
+    // Everything else this process inherited stays out of it: the program's descriptors and
+    // the TCP sockets under the objects it was not given (their last holder ends them).
+    let far: Vec<OwnedFd> = far.into_iter().map(smcd_engine::sys::banded).collect();
+    let band = smcd_engine::sys::fd_band();
+    // References to streams elsewhere in this copy of the library: the list of readiness to
+    // settle (the program will not wait here).
+    drop(table::take_dirty());
+    let objs = table::remove_range(0, u32::MAX);
+    let mut seen = BTreeSet::new();
+    for o in objs {
+        let ours = matches!(&o, Obj::Stream(s) if mine.contains(&(Arc::as_ptr(s) as usize)));
+        if ours {
+            drop(o);
+            continue;
+        }
+        if seen.insert(table::id(&o)) {
+            table::let_go(&o);
+            let fd = match &o {
+                Obj::Connecting(p) => p.tcp_fd(),
+                o => crate::hooks::tcp_fd(o),
+            };
+            if fd >= 0 {
+                // SAFETY: this process's copy of the number, which nothing here uses.
+                unsafe { real::close(fd) };
+            }
+        }
+        // Not ended from here: other processes hold them.
+        std::mem::forget(o);
+    }
+    if band > 0 {
+        // SAFETY: closes this process's copies of the program's numbers (raw, past the hooks).
+        unsafe { libc::syscall(libc::SYS_close_range, 0u32, (band - 1) as u32, 0u32) };
+    }
+    if aborted {
+        for h in handed {
+            table::let_go(&Obj::Stream(Arc::clone(&h.st)));
+        }
+        // SAFETY: leaves without ending anything: the program keeps its connections.
+        unsafe { libc::_exit(0) };
+    }
+    let mut threads = Vec::new();
+    for (h, b) in handed.iter().zip(far) {
+        let st = Arc::clone(&h.st);
+        // SAFETY: `handed` belongs to the frame of the hook that forked this process, which
+        // never runs again here (this function leaves with _exit): its references are dead,
+        // and the stream must end with the last one this process really uses.
+        unsafe { Arc::decrement_strong_count(Arc::as_ptr(&h.st)) };
+        threads.push(std::thread::spawn(move || splice(st, b)));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    // SAFETY: the keeper ends here.
+    unsafe { libc::_exit(0) }
+}
+
+/// Copies bytes between the connection and the program's socket both ways until both ends
+/// are done, then lets go of the connection (ending it if this was its last holder).
+fn splice(st: Arc<Stream>, b: OwnedFd) {
+    let _ = st.s.set_nonblocking(false);
+    let b = Arc::new(b);
+    let down = {
+        let (st, b) = (Arc::clone(&st), Arc::clone(&b));
+        std::thread::spawn(move || {
+            crate::hooks::in_lib_for_good();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match (&st.s).read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if send_all(&b, &buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = rustix::net::shutdown(&*b, rustix::net::Shutdown::Write);
+        })
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match rustix::io::read(&*b, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if (&st.s).write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = st.s.shutdown(std::net::Shutdown::Write);
+    let _ = down.join();
+    drop(b);
+    let obj = Obj::Stream(st);
+    if table::let_go(&obj) {
+        drop(obj);
+    } else {
+        std::mem::forget(obj);
+    }
+}
+
+fn send_all(b: &OwnedFd, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        match rustix::net::send(b, data, rustix::net::SendFlags::NOSIGNAL) {
+            Ok(n) => data = &data[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
