@@ -135,7 +135,7 @@ struct Dev {
     name: String,
     /// The RoCEv2 mode's address (unspecified in RoCE v1 mode).
     addr: Ipv4Addr,
-    /// RoCE v1 mode: the netdev's index, our GID, the QPN slot's claim.
+    /// RoCE v1 mode: our GID and the QPN slot's claim.
     v1: Option<V1Port>,
     netdev: String,
     mac: [u8; 6],
