@@ -10,7 +10,8 @@
 //!   it: AckReq on the last packet of a message and every 64, cumulative ACKs, one sequence NAK
 //!   per gap, go-back-N retransmission with the QP's timeout and retry count, RNR NAKs,
 //!   duplicates re-acknowledged and not executed again; a send completes only when its ACK
-//!   arrived.
+//!   arrived. The same device also speaks RoCE v1 (Ethertype 0x8915 frames with a GRH,
+//!   [`wire::v1`]) on an Ethernet netdev through a packet socket (`SoftDevice::open_roce_v1`).
 //! - `rnic` (feature `rnic`): real RNICs and rxe through libibverbs, loaded at run time
 //!   (sideway); the conformance suite runs on one where a device exists.
 //!

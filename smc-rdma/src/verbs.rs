@@ -25,6 +25,17 @@ impl Gid {
         Self(g)
     }
 
+    /// The RoCE v1 default GID of a port with this MAC: `fe80::` and the modified EUI-64
+    /// (`crate::wire::v1::gid_of_mac`).
+    pub fn from_mac(mac: [u8; 6]) -> Self {
+        Self(crate::wire::v1::gid_of_mac(mac))
+    }
+
+    /// The MAC of a link-local EUI-64 GID, the kind [`Gid::from_mac`] makes.
+    pub fn to_mac(&self) -> Option<[u8; 6]> {
+        crate::wire::v1::mac_of_gid(&self.0)
+    }
+
     /// The IPv4 address of an IPv4-mapped GID.
     pub fn to_ipv4(&self) -> Option<Ipv4Addr> {
         (self.0[..10].iter().all(|&b| b == 0) && self.0[10] == 0xff && self.0[11] == 0xff)
@@ -81,7 +92,16 @@ impl Mtu {
     /// The largest MTU whose RoCEv2 packets fit a netdev MTU of `netdev_mtu` bytes (IPv4, UDP,
     /// BTH, RETH and ICRC; the kernel's `rdma_mtu_from_attr` / rxe's `eth_mtu_int_to_enum`).
     pub fn for_netdev(netdev_mtu: usize) -> Option<Self> {
-        let room = netdev_mtu.checked_sub(20 + 8 + 12 + 16 + 4)?;
+        Self::fitting(netdev_mtu.checked_sub(20 + 8 + 12 + 16 + 4)?)
+    }
+
+    /// The largest MTU whose RoCE v1 packets (GRH, BTH, RETH, ICRC) fit a netdev MTU of
+    /// `netdev_mtu` bytes.
+    pub fn for_netdev_roce_v1(netdev_mtu: usize) -> Option<Self> {
+        Self::fitting(netdev_mtu.checked_sub(40 + 12 + 16 + 4)?)
+    }
+
+    fn fitting(room: usize) -> Option<Self> {
         [
             Self::M4096,
             Self::M2048,

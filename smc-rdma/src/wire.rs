@@ -26,6 +26,8 @@
 use std::cmp::Ordering;
 use std::net::Ipv4Addr;
 
+pub mod v1;
+
 /// The UDP destination port of RoCEv2 (IANA).
 pub const ROCEV2_UDP_PORT: u16 = 4791;
 /// Base transport header.
@@ -447,6 +449,13 @@ impl<'a> Packet<'a> {
     /// Parses a UDP payload that arrived with the addresses in `hdr`, checking its length,
     /// pad and ICRC.
     pub fn parse(buf: &'a [u8], hdr: &Ipv4Udp) -> Result<Self, WireError> {
+        Self::parse_with(buf, |body| icrc(hdr, body))
+    }
+
+    /// [`Packet::parse`] with the ICRC of the headers before the BTH computed by `crc` over
+    /// the packet without its ICRC (RoCEv2: the masked IPv4 and UDP headers; RoCE v1 the
+    /// masked GRH, [`v1`]).
+    fn parse_with(buf: &'a [u8], crc: impl FnOnce(&[u8]) -> u32) -> Result<Self, WireError> {
         if buf.len() < BTH_LEN + ICRC_LEN {
             return Err(WireError::Truncated {
                 need: BTH_LEN + ICRC_LEN,
@@ -470,7 +479,7 @@ impl<'a> Packet<'a> {
         }
         let body = buf.len() - ICRC_LEN;
         let got = u32::from_le_bytes(buf[body..].try_into().expect("4"));
-        let want = icrc(hdr, &buf[..body]);
+        let want = crc(&buf[..body]);
         if got != want {
             return Err(WireError::Icrc { got, want });
         }
@@ -498,6 +507,11 @@ impl<'a> Packet<'a> {
     /// A RETH or AETH its opcode does not carry is not written; one it carries but that is
     /// `None` is written as zeros.
     pub fn emit(&self, hdr: &Ipv4Udp, buf: &mut [u8]) -> usize {
+        self.emit_with(buf, |body| icrc(hdr, body))
+    }
+
+    /// [`Packet::emit`] with the ICRC computed by `crc` (see [`Packet::parse_with`]).
+    fn emit_with(&self, buf: &mut [u8], crc: impl FnOnce(&[u8]) -> u32) -> usize {
         let len = self.buffer_len();
         let buf = &mut buf[..len];
         let pad = Self::pad_len(self.payload.len());
@@ -526,10 +540,27 @@ impl<'a> Packet<'a> {
         at += self.payload.len();
         buf[at..at + pad].fill(0);
         at += pad;
-        let crc = icrc(hdr, &buf[..at]);
+        let crc = crc(&buf[..at]);
         buf[at..at + ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
         len
     }
+}
+
+/// CRC-32 over `pseudo` (the masked headers before the BTH), then `body` with BTH byte 4 (FECN,
+/// BECN and reserved bits) masked: the part of the ICRC RoCEv2 and RoCE v1 share.
+fn icrc_over(pseudo: &[u8], body: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(pseudo);
+    if body.len() >= BTH_LEN {
+        let mut bth = [0u8; BTH_LEN];
+        bth.copy_from_slice(&body[..BTH_LEN]);
+        bth[4] = 0xff; // FECN/BECN and reserved, masked
+        h.update(&bth);
+        h.update(&body[BTH_LEN..]);
+    } else {
+        h.update(body);
+    }
+    h.finalize()
 }
 
 /// The invariant CRC of a RoCEv2 packet whose UDP payload without the ICRC is `body`, sent
@@ -564,18 +595,7 @@ pub fn icrc(hdr: &Ipv4Udp, body: &[u8]) -> u32 {
     udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
     udp[6] = 0xff; // UDP checksum, masked
     udp[7] = 0xff;
-    let mut h = crc32fast::Hasher::new();
-    h.update(&pseudo);
-    if body.len() >= BTH_LEN {
-        let mut bth = [0u8; BTH_LEN];
-        bth.copy_from_slice(&body[..BTH_LEN]);
-        bth[4] = 0xff; // FECN/BECN and reserved, masked
-        h.update(&bth);
-        h.update(&body[BTH_LEN..]);
-    } else {
-        h.update(body);
-    }
-    h.finalize()
+    icrc_over(&pseudo, body)
 }
 
 /// The IPv4 identification that makes `packet` (a whole RoCEv2 packet, ICRC included) check

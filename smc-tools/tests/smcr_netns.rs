@@ -462,6 +462,7 @@ const END_PORT: u16 = 13;
 
 /// A live tshark on host 1's veth.
 struct Capture {
+    fields: &'static [&'static str],
     child: std::process::Child,
     rx: std::sync::mpsc::Receiver<String>,
     probe: std::net::UdpSocket,
@@ -470,6 +471,17 @@ struct Capture {
 
 impl Capture {
     fn start(hosts: &Hosts, port: u16) -> Capture {
+        Self::start_with(hosts, port, "", &FIELDS)
+    }
+
+    /// With `more` added to the capture filter (`or ...`), printing `fields` (the second
+    /// must be `udp.dstport`: the probes are found by it).
+    fn start_with(
+        hosts: &Hosts,
+        port: u16,
+        more: &str,
+        fields: &'static [&'static str],
+    ) -> Capture {
         use std::io::BufRead;
         let dev = format!("va{}", std::process::id());
         // The soft devices send runs of packets as UDP GSO sends, which a capture on a veth
@@ -489,7 +501,7 @@ impl Capture {
             ]);
         }
         let filter = format!(
-            "tcp port {port} or udp port 4791 or udp port {PROBE_PORT} or udp port {END_PORT}"
+            "tcp port {port} or udp port 4791 or udp port {PROBE_PORT} or udp port {END_PORT}{more}"
         );
         let mut args: Vec<String> = ["netns", "exec", &hosts.a.name, "tshark", "-l", "-i", &dev]
             .iter()
@@ -497,7 +509,7 @@ impl Capture {
             .collect();
         args.extend(["-f".into(), filter]);
         args.extend(["-T", "fields", "-E", "separator=|"].map(String::from));
-        for f in FIELDS {
+        for f in fields {
             args.extend(["-e".to_string(), f.to_string()]);
         }
         let mut child = Command::new("ip")
@@ -518,6 +530,7 @@ impl Capture {
             .join()
             .unwrap();
         let c = Capture {
+            fields,
             child,
             rx,
             probe,
@@ -553,7 +566,7 @@ impl Capture {
             match self.rx.recv_timeout(Duration::from_millis(500)) {
                 Ok(l) => {
                     let r: Vec<String> = l.split('|').map(str::to_owned).collect();
-                    if r.len() != FIELDS.len() {
+                    if r.len() != self.fields.len() {
                         continue;
                     }
                     if r[1] == END_PORT.to_string() {
@@ -2117,5 +2130,376 @@ fn smcr_asymmetric_link_lost_and_added_again_when_the_server_has_one_port() {
         "smcr_asymmetric_link_lost_and_added_again_when_the_server_has_one_port",
         2,
         7015,
+    );
+}
+
+// ---------------------------------------------------------------------------- SMC-R v1
+
+/// An endpoint on host `host`'s address `addr` that speaks SMC-R v1 (over a RoCE v1 device on
+/// the veth), and v2 too when `v2`.
+fn v1_endpoint(hosts: &Hosts, host: u8, addr: Ipv4Addr, v2: bool) -> SmcrEndpoint {
+    endpoint_with(
+        hosts,
+        host,
+        SmcrConfig {
+            roce_v1: true,
+            roce_v2: v2,
+            ..SmcrConfig::new(addr, UEID, Capability::Assume)
+        },
+    )
+}
+
+/// The link group `m` runs in, as `ep` lists it.
+fn group_of(ep: &SmcrEndpoint, m: &SmcrMode) -> smcd_engine::smcr::LinkGroupInfo {
+    let id = smcr_lgr(m);
+    ep.link_groups()
+        .into_iter()
+        .find(|g| g.lgr_id == id)
+        .unwrap_or_else(|| panic!("no group {id:#x} in {:?}", ep.link_groups()))
+}
+
+/// The link-local EUI-64 GID of a RoCE v1 port (`fe80::...`), as tshark prints it.
+fn v1_gid_text(g: smc_rdma::verbs::Gid) -> String {
+    std::net::Ipv6Addr::from(g.0).to_string()
+}
+
+/// SMC-R v1 between two v1-only endpoints: first contact, then three connections that reuse
+/// the group (one alone, two at once), 4 MiB both ways each, byte exact. The group is a v1
+/// group on both sides, its link between the two RoCE v1 GIDs (link-local EUI-64 of the veths'
+/// MACs), and the bytes crossed the veth as RoCE v1 frames.
+#[test]
+fn smcr_v1_first_contact_and_reuse_between_two_namespaces() {
+    let test = "smcr_v1_first_contact_and_reuse_between_two_namespaces";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    const TOTAL: u64 = 4 << 20;
+    let srv = v1_endpoint(&hosts, 1, hosts.addr(1), false);
+    let cli = v1_endpoint(&hosts, 2, hosts.addr(2), false);
+    assert!(srv.device().is_roce_v1() && cli.device().is_roce_v1());
+    assert_eq!(srv.v1_gid(), Some(srv.gid()));
+    assert!(srv.gid().to_mac().is_some(), "a link-local EUI-64 GID");
+    let at = SocketAddr::from((hosts.addr(1), 7101));
+    let l = hosts.listen(&srv, at);
+    let server = hosts.on(1, move || {
+        let mut peers = Vec::new();
+        for _ in 0..4 {
+            let (mut s, _) = l.accept().expect("accept");
+            peers.push(std::thread::spawn(move || {
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let mode = s.mode();
+                let mut seed = [0u8; 8];
+                s.read_exact(&mut seed).unwrap();
+                let seed = u64::from_le_bytes(seed);
+                let got = recv(&mut s, seed);
+                send(&mut s, seed + 1, got);
+                (mode, got)
+            }));
+        }
+        peers
+            .into_iter()
+            .map(|p| p.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let one = |cli: SmcrEndpoint, seed: u64| {
+        hosts.on(2, move || {
+            let mut s = cli.connect(at).expect("connect");
+            s.write_all(&seed.to_le_bytes()).unwrap();
+            exchange(s, seed, seed + 1, TOTAL)
+        })
+    };
+    let m1 = one(cli.clone(), 10).join().unwrap();
+    let m2 = one(cli.clone(), 20).join().unwrap();
+    let (t3, t4) = (one(cli.clone(), 30), one(cli.clone(), 40));
+    let (m3, m4) = (t3.join().unwrap(), t4.join().unwrap());
+    for m in [&m2, &m3, &m4] {
+        assert_eq!(
+            smcr_lgr(m),
+            smcr_lgr(&m1),
+            "a later connection made a group"
+        );
+    }
+    for (m, got) in server.join().unwrap() {
+        smcr_lgr(&m);
+        assert_eq!(got, TOTAL);
+    }
+    for ep in [&srv, &cli] {
+        let st = ep.stats();
+        assert_eq!(st.first_contacts.load(Ordering::Relaxed), 1);
+        assert_eq!(st.reused.load(Ordering::Relaxed), 3);
+        assert_eq!(st.fallbacks.load(Ordering::Relaxed), 0);
+        let groups = ep.link_groups();
+        assert_eq!(groups.len(), 1, "{groups:?}");
+        assert!(groups[0].up);
+        assert_eq!(groups[0].version, 1, "{groups:?}");
+        assert_eq!((groups[0].max_conns, groups[0].max_links), (255, 2));
+    }
+    let (sg, cg) = (&srv.link_groups()[0], group_of(&cli, &m1));
+    assert_eq!(sg.peer_gid, cli.gid());
+    assert_eq!(cg.peer_gid, srv.gid());
+    assert_eq!(
+        (sg.links[0].gid, sg.links[0].peer_gid),
+        (srv.gid(), cli.gid())
+    );
+    assert_eq!(
+        (sg.links[0].qpn, sg.links[0].peer_qpn),
+        (cg.links[0].peer_qpn, cg.links[0].qpn)
+    );
+    let rx = srv.device().stats().rx_packets.load(Ordering::Relaxed);
+    assert!(rx > 4 * TOTAL / 4096, "only {rx} RoCE v1 frames arrived");
+    assert_eq!(srv.device().stats().rx_dropped.load(Ordering::Relaxed), 0);
+}
+
+/// One connection from `cli` to `at` (served by `l` on host 1): 1 MiB both ways byte exact;
+/// the modes of both ends.
+fn v1_round(
+    hosts: &Hosts,
+    l: SmcrListener,
+    cli: &SmcrEndpoint,
+    at: SocketAddr,
+    seed: u64,
+) -> (SmcrMode, SmcrMode, SmcrListener) {
+    let server = hosts.on(1, move || {
+        let (mut s, _) = l.accept().expect("accept");
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mode = s.mode();
+        let got = recv(&mut s, seed);
+        send(&mut s, seed + 1, got);
+        (mode, got, l)
+    });
+    let c = cli.clone();
+    let cm = hosts
+        .on(2, move || {
+            exchange(c.connect(at).expect("connect"), seed, seed + 1, 1 << 20)
+        })
+        .join()
+        .unwrap();
+    let (sm, got, l) = server.join().unwrap();
+    assert_eq!(got, 1 << 20);
+    (sm, cm, l)
+}
+
+/// A v1-only endpoint and one that speaks both: the client that offers only v1 gets v1 from
+/// a server that has both; a client that offers both gets v2 from that server (v2 first, as
+/// `smc_listen_find_device`) and v1 from a v1-only server. Each connection is byte exact and
+/// each group is of the version chosen, on both sides.
+#[test]
+fn smcr_v1_only_endpoints_meet_v1_and_v2_endpoints() {
+    let test = "smcr_v1_only_endpoints_meet_v1_and_v2_endpoints";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let both_srv = v1_endpoint(&hosts, 1, hosts.addr(1), true);
+    let v1_srv = v1_endpoint(&hosts, 1, hosts.addr(11), false);
+    let v1_cli = v1_endpoint(&hosts, 2, hosts.addr(2), false);
+    let both_cli = v1_endpoint(&hosts, 2, hosts.addr(12), true);
+    assert!(
+        !both_srv.device().is_roce_v1(),
+        "the first device is the RoCEv2 one"
+    );
+    assert!(both_srv.v1_gid().is_some_and(|g| g.to_mac().is_some()));
+    let at_both = SocketAddr::from((hosts.addr(1), 7102));
+    let at_v1 = SocketAddr::from((hosts.addr(11), 7103));
+    let l_both = hosts.listen(&both_srv, at_both);
+    let l_v1 = hosts.listen(&v1_srv, at_v1);
+    let version = |ep: &SmcrEndpoint, m: &SmcrMode| group_of(ep, m).version;
+
+    // v1 only → v1 and v2: v1.
+    let (sm, cm, l_both) = v1_round(&hosts, l_both, &v1_cli, at_both, 1);
+    assert_eq!((version(&both_srv, &sm), version(&v1_cli, &cm)), (1, 1));
+    assert_eq!(group_of(&both_srv, &sm).peer_gid, v1_cli.gid());
+    // v1 and v2 → v1 and v2: v2.
+    let (sm, cm, _l) = v1_round(&hosts, l_both, &both_cli, at_both, 3);
+    assert_eq!((version(&both_srv, &sm), version(&both_cli, &cm)), (2, 2));
+    assert_eq!(group_of(&both_srv, &sm).peer_gid, both_cli.gid());
+    // v1 and v2 → v1 only: v1.
+    let (sm, cm, _l) = v1_round(&hosts, l_v1, &both_cli, at_v1, 5);
+    assert_eq!((version(&v1_srv, &sm), version(&both_cli, &cm)), (1, 1));
+    assert_eq!(Some(group_of(&v1_srv, &sm).peer_gid), both_cli.v1_gid());
+    // The server with both has one group of each version now; nobody fell back.
+    let mut versions: Vec<u8> = both_srv.link_groups().iter().map(|g| g.version).collect();
+    versions.sort_unstable();
+    assert_eq!(versions, [1, 2]);
+    for ep in [&both_srv, &v1_srv, &v1_cli, &both_cli] {
+        assert_eq!(ep.stats().fallbacks.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// What the SMC-R v1 capture prints of each packet.
+const V1_FIELDS: [&str; 25] = [
+    "eth.type",
+    "udp.dstport",
+    "tcp.dstport",
+    "smc.clc_msg",
+    "smc.proposal.smc.version",
+    "smc.proposal.smc.type",
+    "smc.proposal.smcv2.type",
+    "smc.proposal.client.preferred.gid",
+    "smc.proposal.client.preferred.mac",
+    "smc.outgoing.interface.subnet.mask",
+    "smc.outgoing.interface.subnet.mask.number.of.significant.bits",
+    "smc.accept.smc.version.relnum",
+    "smc.accept.server.preferred.gid",
+    "smc.accept.server.qp.number",
+    "smc.accept.flags",
+    "smc.confirm.smc.version.relnum",
+    "smc.client.gid",
+    "smc.confirm.client.qp.number",
+    "smc.confirm.first.contact",
+    "smc.llc_msg",
+    "smc.confirm.link.response",
+    "smc.confirm.link.sender.qp.number",
+    "infiniband.grh.sgid",
+    "infiniband.bth.destqp",
+    "_ws.malformed",
+];
+
+fn v1_col<'a>(r: &'a [String], name: &str) -> &'a str {
+    &r[V1_FIELDS.iter().position(|f| *f == name).unwrap()]
+}
+
+/// tshark, capturing on the veth, decodes an SMC-R v1 first contact and a connection that
+/// reuses its group between two v1-only endpoints: the Proposal offers SMC-R v1 only (typev1
+/// R, typev2 N) with the client's RoCE v1 GID and MAC and its subnet, Accept and Confirm are
+/// SMC-R v1 messages naming the two v1 GIDs and QPs with the first-contact bit on the first
+/// only, and the LLC CONFIRM_LINK request and response travel as RoCE v1 frames (Ethertype
+/// 0x8915, GRH source GIDs the two v1 GIDs); nothing is malformed and no RoCEv2 datagram is
+/// sent.
+#[test]
+fn tshark_decodes_smcr_v1_clc_and_confirm_link_over_roce_v1() {
+    let test = "tshark_decodes_smcr_v1_clc_and_confirm_link_over_roce_v1";
+    if smc_tests::skip_unless_tool(test, "tshark") {
+        return;
+    }
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let srv = v1_endpoint(&hosts, 1, hosts.addr(1), false);
+    let cli = v1_endpoint(&hosts, 2, hosts.addr(2), false);
+    let at = SocketAddr::from((hosts.addr(1), 7104));
+    let mut l = hosts.listen(&srv, at);
+    let cap = Capture::start_with(&hosts, 7104, " or ether proto 0x8915", &V1_FIELDS);
+    let mut modes = Vec::new();
+    for seed in [7, 9] {
+        let (sm, cm, back) = v1_round(&hosts, l, &cli, at, seed);
+        l = back;
+        modes.push((sm, cm));
+    }
+    let rows = cap.finish();
+    let text: String = rows.iter().map(|r| r.join("|") + "\n").collect();
+    let col = v1_col;
+    assert!(
+        rows.iter().all(|r| col(r, "_ws.malformed").is_empty()),
+        "malformed packets:\n{text}"
+    );
+    assert!(
+        rows.iter().all(|r| num(col(r, "udp.dstport")) != 4791),
+        "RoCEv2 datagrams between v1-only endpoints:\n{text}"
+    );
+    let (sg, cg) = (&srv.link_groups()[0], &cli.link_groups()[0]);
+    assert_eq!((sg.version, cg.version), (1, 1));
+    for (sm, cm) in &modes {
+        assert_eq!((smcr_lgr(sm), smcr_lgr(cm)), (sg.lgr_id, cg.lgr_id));
+    }
+    let (sgid, cgid) = (v1_gid_text(srv.gid()), v1_gid_text(cli.gid()));
+    let mac = smc_rdma::verbs::Device::info(cli.device()).ports[0].mac;
+    let mac = mac.map(|b| format!("{b:02x}")).join(":");
+    let clc = |t: u64| -> Vec<&Vec<String>> {
+        rows.iter()
+            .filter(|r| !col(r, "tcp.dstport").is_empty() && num(col(r, "smc.clc_msg")) == t)
+            .collect()
+    };
+    let (props, accs, confs) = (clc(1), clc(2), clc(3));
+    assert_eq!(
+        (props.len(), accs.len(), confs.len()),
+        (2, 2, 2),
+        "CLC:\n{text}"
+    );
+    // Proposal: a Linux-style version 2 header offering SMC-R v1 only (typev1 R = 0, typev2
+    // N = 2), the client's v1 GID and MAC, its subnet.
+    let subnet = Ipv4Addr::new(10, hosts.net, 0, 0).to_string();
+    for p in &props {
+        assert_eq!(num(col(p, "smc.proposal.smc.version")), 2, "{text}");
+        assert_eq!(num(col(p, "smc.proposal.smc.type")), 0, "{text}");
+        assert_eq!(num(col(p, "smc.proposal.smcv2.type")), 2, "{text}");
+        assert_eq!(col(p, "smc.proposal.client.preferred.gid"), cgid, "{text}");
+        assert_eq!(col(p, "smc.proposal.client.preferred.mac"), mac, "{text}");
+        assert_eq!(
+            col(p, "smc.outgoing.interface.subnet.mask"),
+            subnet,
+            "{text}"
+        );
+        assert_eq!(
+            num(col(
+                p,
+                "smc.outgoing.interface.subnet.mask.number.of.significant.bits"
+            )),
+            24
+        );
+    }
+    // Accept and Confirm: version 1 (Wireshark shows every CLC header's version in the
+    // Proposal's field), the v1 GIDs and QPs, first contact on the first only.
+    for (i, a) in accs.iter().enumerate() {
+        assert_eq!(num(col(a, "smc.proposal.smc.version")), 1, "{text}");
+        assert_eq!(col(a, "smc.accept.server.preferred.gid"), sgid, "{text}");
+        assert_eq!(
+            num(col(a, "smc.accept.server.qp.number")),
+            u64::from(sg.links[0].qpn)
+        );
+        assert_eq!(
+            num(col(a, "smc.accept.flags")) & 0x08 != 0,
+            i == 0,
+            "{text}"
+        );
+    }
+    for (i, c) in confs.iter().enumerate() {
+        assert_eq!(num(col(c, "smc.proposal.smc.version")), 1, "{text}");
+        assert_eq!(col(c, "smc.client.gid"), cgid, "{text}");
+        assert_eq!(
+            num(col(c, "smc.confirm.client.qp.number")),
+            u64::from(cg.links[0].qpn)
+        );
+        assert_eq!(num(col(c, "smc.confirm.first.contact")), u64::from(i == 0));
+    }
+    // LLC over RoCE v1: CONFIRM_LINK request from the server, response from the client.
+    let llc = |t: u64, from: &str| -> Vec<&Vec<String>> {
+        rows.iter()
+            .filter(|r| num(col(r, "eth.type")) == 0x8915)
+            .filter(|r| col(r, "infiniband.grh.sgid") == from)
+            .filter(|r| num(col(r, "smc.llc_msg")) == t)
+            .collect()
+    };
+    let (req, resp) = (llc(1, &sgid), llc(1, &cgid));
+    assert_eq!((req.len(), resp.len()), (1, 1), "CONFIRM_LINK:\n{text}");
+    assert_eq!(
+        num(col(req[0], "smc.confirm.link.sender.qp.number")),
+        u64::from(sg.links[0].qpn)
+    );
+    assert_eq!(
+        num(col(req[0], "infiniband.bth.destqp")),
+        u64::from(cg.links[0].qpn)
+    );
+    assert!(matches!(
+        col(req[0], "smc.confirm.link.response"),
+        "0" | "False"
+    ));
+    assert!(matches!(
+        col(resp[0], "smc.confirm.link.response"),
+        "1" | "True"
+    ));
+    assert_eq!(
+        num(col(resp[0], "smc.confirm.link.sender.qp.number")),
+        u64::from(cg.links[0].qpn)
+    );
+    // ADD_LINK (one port each side: asked and rejected, as over RoCEv2), CONFIRM_RKEY of the
+    // second connection's RMBs both ways, CDCs: all as RoCE v1 frames.
+    assert_eq!((llc(2, &sgid).len(), llc(2, &cgid).len()), (1, 1), "{text}");
+    assert!(
+        !llc(6, &sgid).is_empty() && !llc(6, &cgid).is_empty(),
+        "{text}"
+    );
+    assert!(
+        !llc(0xfe, &sgid).is_empty() && !llc(0xfe, &cgid).is_empty(),
+        "{text}"
     );
 }

@@ -1,6 +1,7 @@
 //! SMC-R between engines: an [`SmcrEndpoint`] owns a RoCE device bound to one local IPv4
-//! address and the SMC-R link groups it has with its peers; [`SmcrEndpoint::connect`] and
-//! [`SmcrListener::accept`] run the SMC-R v2 CLC handshake over the TCP connection and end
+//! address (and, for SMC-R v1, a RoCE v1 device on its netdev) and the SMC-R link groups it has
+//! with its peers; [`SmcrEndpoint::connect`] and [`SmcrListener::accept`] run the SMC-R v2 or
+//! v1 CLC handshake over the TCP connection and end
 //! with an [`SmcrStream`] whose bytes go by RDMA WRITE into the peer's RMB
 //! ([`crate::transport::smcr`]), or with the TCP connection and the fallback's reason codes.
 //!
@@ -35,6 +36,19 @@
 //!   (`smcr_lgr_conn_assign_link`); one port on both sides: the client rejects the ADD_LINK
 //!   (`NO_ALT_PATH`) and the group keeps one link, as between two kernels.
 //!
+//! - **SMC-R v1.** An endpoint opened with [`SmcrConfig::roce_v1`] also has a RoCE v1 device
+//!   on the netdev of its address (`SoftDevice::open_roce_v1`) and offers SMC-R v1 beside v2
+//!   (or alone, with [`SmcrConfig::roce_v2`] off): its Proposal carries the v1 GID, MAC and
+//!   system id in the base and the subnet of its address in the IP prefix area. A server offered
+//!   both takes v2, as `smc_listen_find_device` tries RDMA v2 first, and v1 when only v1 is
+//!   offered and the client is on its subnet (`smc_listen_prfx_check`, else `DIFFPREFIX`).
+//!   Accept and Confirm are then the 68-byte v1 messages; the link runs over the RoCE v1
+//!   devices, with the same LLC (CONFIRM_LINK, ADD_LINK, CONFIRM_RKEY, ... are the v1
+//!   messages in both versions here). The v1 side of an endpoint is a second `Ep` with its
+//!   own port and groups: a v1 group and a v2 group are never the same (`smcr_lgr_match`
+//!   compares the version), and a v1 group has the kernel's v1 limits (255 connections, 2
+//!   links) and one port (no second v1 port yet).
+//!
 //! A group's LLC runs on its links' completion threads (received messages) and on a timer
 //! thread of the group (the flow machine's deadlines: CONFIRM_LINK waits, TEST_LINK).
 //! Handshakes on one group never wait for another's: the table of groups is locked only to
@@ -60,8 +74,8 @@ use smc_core::llc::{
     RmbKey, StepFailed,
 };
 use smc_proto::clc::{
-    ClcMessage, Decline, Eid, Hostname, ProposalBuilder, ReasonCode, SMC_V2, SMCR_MAX_BUFSIZE_CODE,
-    compress_bufsize, uncompress_bufsize,
+    ClcMessage, Decline, Eid, Hostname, Proposal, ProposalBuilder, ReasonCode, SMC_V1, SMC_V2,
+    SMCR_MAX_BUFSIZE_CODE, compress_bufsize, uncompress_bufsize,
 };
 use smc_rdma::soft::{SoftConfig, SoftDevice, SoftMr};
 use smc_rdma::verbs::{
@@ -126,6 +140,11 @@ pub struct SmcrConfig {
     /// write inline" optimization; on by default). Off: from registered memory, each
     /// connection with a ring of CDC slots (the ablation's baseline).
     pub inline: bool,
+    /// Offer and accept SMC-R v2 over a RoCEv2 device on `addr` (on by default).
+    pub roce_v2: bool,
+    /// Offer and accept SMC-R v1 over a RoCE v1 device on the netdev of `addr` (off by
+    /// default; needs `CAP_NET_RAW`). With `roce_v2` too, a server offered both takes v2.
+    pub roce_v1: bool,
 }
 
 impl SmcrConfig {
@@ -144,6 +163,8 @@ impl SmcrConfig {
             testlink_time: smc_core::llc::SMC_LLC_TESTLINK_DEFAULT_TIME,
             smcd: None,
             inline: true,
+            roce_v2: true,
+            roce_v1: false,
         }
     }
 }
@@ -187,6 +208,16 @@ impl Port {
             netdev,
             steering: None,
         })?;
+        Self::with_device(i, addr, dev)
+    }
+
+    /// A RoCE v1 port on `netdev` (which holds `addr`, the TCP connections' address).
+    fn open_v1(addr: Ipv4Addr, netdev: &str) -> io::Result<Port> {
+        let dev = SoftDevice::open_roce_v1(format!("sroce1-{netdev}"), netdev)?;
+        Self::with_device(0, addr, dev)
+    }
+
+    fn with_device(i: usize, addr: Ipv4Addr, dev: SoftDevice) -> io::Result<Port> {
         let info = dev.info();
         let p = info
             .ports
@@ -268,6 +299,15 @@ impl Drop for PortUse {
 
 #[derive(Debug)]
 struct Ep {
+    /// The SMC-R version of this side's ports and groups: `SMC_V2` (RoCEv2) or `SMC_V1`
+    /// (RoCE v1).
+    version: u8,
+    /// The v1 side of a v2 endpoint that speaks both (module docs); a v1-only endpoint is a
+    /// v1 `Ep` itself.
+    v1: Option<Arc<Ep>>,
+    /// The prefix length of the ports' address on its netdev (the v1 Proposal's IP prefix
+    /// area and the server's check of it).
+    prefix_len: u8,
     /// The first is the one CLC names (the TCP connection's address); a second carries the
     /// groups' second links.
     ports: Vec<Port>,
@@ -285,8 +325,9 @@ struct Ep {
     next_token: AtomicU32,
     status: Arc<StatusArea>,
     /// The smcd it publishes to, if any (kept open: smcd forgets an engine that goes).
-    _session: Option<crate::ipc::SmcdSession>,
-    stats: SmcrStats,
+    _session: Option<Arc<crate::ipc::SmcdSession>>,
+    /// Shared by the v1 and v2 sides.
+    stats: Arc<SmcrStats>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -302,6 +343,43 @@ fn random_u32() -> u32 {
 fn hostname() -> Hostname {
     let u = rustix::system::uname();
     Hostname::new(&u.nodename().to_string_lossy())
+}
+
+/// The netdev holding `addr` and the address's prefix length there (`getifaddrs`, in the
+/// calling thread's network namespace).
+fn netdev_of(addr: Ipv4Addr) -> Option<(String, u8)> {
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifap` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut at = ifap;
+    while !at.is_null() {
+        // SAFETY: a node of the list getifaddrs returned, alive until freeifaddrs; its
+        // addresses are sockaddr_in when the family says AF_INET.
+        unsafe {
+            let i = &*at;
+            if !i.ifa_addr.is_null()
+                && i32::from((*i.ifa_addr).sa_family) == libc::AF_INET
+                && !i.ifa_netmask.is_null()
+            {
+                let a = &*(i.ifa_addr as *const libc::sockaddr_in);
+                let m = &*(i.ifa_netmask as *const libc::sockaddr_in);
+                if Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)) == addr {
+                    let name = std::ffi::CStr::from_ptr(i.ifa_name)
+                        .to_string_lossy()
+                        .into_owned();
+                    found = Some((name, u32::from_be(m.sin_addr.s_addr).count_ones() as u8));
+                    break;
+                }
+            }
+            at = i.ifa_next;
+        }
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(ifap) };
+    found
 }
 
 fn gid_u128(g: &[u8; 16]) -> u128 {
@@ -453,33 +531,54 @@ impl Drop for Reservation {
 }
 
 impl SmcrEndpoint {
-    /// Opens the device on `cfg.addr`.
+    /// Opens the device on `cfg.addr` (RoCEv2), and with `cfg.roce_v1` the RoCE v1 device on
+    /// its netdev.
     pub fn open(cfg: SmcrConfig) -> io::Result<SmcrEndpoint> {
         let ueid = Eid::new(&cfg.ueid)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a valid user EID"))?;
-        let mut ports = vec![Port::open(0, cfg.addr, cfg.netdev.clone())?];
-        if let Some((addr, netdev)) = cfg.alt.clone() {
-            if addr == cfg.addr {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "the second port needs another address",
-                ));
+        if !cfg.roce_v2 && !cfg.roce_v1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an SMC-R endpoint needs SMC-R v2 or v1",
+            ));
+        }
+        let (found_netdev, prefix_len) = netdev_of(cfg.addr).unwrap_or((String::new(), 32));
+        let mut ports = Vec::new();
+        if cfg.roce_v2 {
+            ports.push(Port::open(0, cfg.addr, cfg.netdev.clone())?);
+            if let Some((addr, netdev)) = cfg.alt.clone() {
+                if addr == cfg.addr {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "the second port needs another address",
+                    ));
+                }
+                ports.push(Port::open(1, addr, netdev)?);
             }
-            ports.push(Port::open(1, addr, netdev)?);
+        }
+        let mut v1_ports = Vec::new();
+        if cfg.roce_v1 {
+            let netdev = cfg.netdev.clone().unwrap_or(found_netdev);
+            v1_ports.push(Port::open_v1(cfg.addr, &netdev)?);
         }
         let session = match &cfg.smcd {
-            Some(path) => Some(crate::ipc::SmcdSession::open(path)?),
+            Some(path) => Some(Arc::new(crate::ipc::SmcdSession::open(path)?)),
             None => None,
         };
         let status = match &session {
             Some(s) => Arc::clone(&s.status),
             None => StatusArea::private()?,
         };
-        for p in &mut ports {
+        for p in ports.iter_mut().chain(v1_ports.iter_mut()) {
             p.slot = Some(status.lgr_slot());
             p.publish();
         }
-        let (gid, mac) = (ports[0].local.gid, ports[0].local.mac);
+        // The system id: two random bytes and the MAC of the first RoCE port
+        // (`smc_ib_define_local_systemid`), the same for both versions.
+        let mac = ports
+            .first()
+            .or(v1_ports.first())
+            .map_or([0; 6], |p| p.local.mac);
         let r = random_u32().to_ne_bytes();
         let mut peer_id = [0u8; 8];
         peer_id[..2].copy_from_slice(&r[..2]);
@@ -487,43 +586,62 @@ impl SmcrEndpoint {
         let max_conns = cfg
             .max_conns
             .clamp(hs::MIN_CONNS_PER_LGR, MAX_CONNS_PER_LGR);
+        let stats = Arc::new(SmcrStats::default());
         let option = match cfg.capability {
             Capability::Option(m) => Some(m),
             Capability::Assume => None,
         };
-        Ok(SmcrEndpoint(Arc::new(Ep {
-            ports,
-            caps: LocalCaps {
-                gid: Default::default(),
-                chid: 0xffff,
-                seid: None,
-                ueids: vec![ueid],
-                hostname: hostname(),
-            },
-            smcr: SmcrCaps {
-                peer_id,
-                gid,
-                mac,
-                max_conns,
-                // The most `smcr_max_links_per_lgr` may be; `smcr_caps` applies the sysctl.
-                max_links: hs::MAX_LINKS_PER_LGR,
-            },
-            // A size the CLC's size code names exactly: a power of two, 16 KiB to 512 KiB.
-            ring: uncompress_bufsize(compress_bufsize(cfg.ring, SMCR_MAX_BUFSIZE_CODE)),
-            settings: Settings {
-                max_conns_per_lgr: u32::from(max_conns),
-                smcr_testlink_time: cfg.testlink_time,
-                ..cfg.settings
-            },
-            inline: cfg.inline,
-            option,
-            groups: Mutex::new(Vec::new()),
-            next_lgr: AtomicU32::new(random_u32() & 0xffff_ff00 | 1),
-            next_token: AtomicU32::new(random_u32() | 1),
-            status,
-            _session: session,
-            stats: SmcrStats::default(),
-        })))
+        let side = |version: u8, ports: Vec<Port>, v1: Option<Arc<Ep>>, option: Option<Maps>| {
+            let gid = ports[0].local.gid;
+            Ep {
+                version,
+                v1,
+                prefix_len,
+                ports,
+                caps: LocalCaps {
+                    gid: Default::default(),
+                    chid: 0xffff,
+                    seid: None,
+                    ueids: vec![ueid],
+                    hostname: hostname(),
+                },
+                smcr: SmcrCaps {
+                    peer_id,
+                    gid,
+                    mac,
+                    max_conns,
+                    // The most `smcr_max_links_per_lgr` may be; `smcr_caps` applies the sysctl.
+                    max_links: hs::MAX_LINKS_PER_LGR,
+                },
+                // A size the CLC's size code names exactly: a power of two, 16 KiB to 512 KiB.
+                ring: uncompress_bufsize(compress_bufsize(cfg.ring, SMCR_MAX_BUFSIZE_CODE)),
+                settings: Settings {
+                    max_conns_per_lgr: u32::from(max_conns),
+                    smcr_testlink_time: cfg.testlink_time,
+                    ..cfg.settings.clone()
+                },
+                inline: cfg.inline,
+                option,
+                groups: Mutex::new(Vec::new()),
+                next_lgr: AtomicU32::new(random_u32() & 0xffff_ff00 | 1),
+                next_token: AtomicU32::new(random_u32() | 1),
+                status: Arc::clone(&status),
+                _session: session.clone(),
+                stats: Arc::clone(&stats),
+            }
+        };
+        let ep = if ports.is_empty() {
+            side(SMC_V1, v1_ports, None, option)
+        } else {
+            let v1 = (!v1_ports.is_empty()).then(|| Arc::new(side(SMC_V1, v1_ports, None, None)));
+            side(SMC_V2, ports, v1, option)
+        };
+        Ok(SmcrEndpoint(Arc::new(ep)))
+    }
+
+    /// The RoCE v1 side's GID, if the endpoint speaks SMC-R v1.
+    pub fn v1_gid(&self) -> Option<Gid> {
+        self.0.v1_side().map(|e| e.ports[0].dev.gid())
     }
 
     /// The first device's GID (the one CLC names).
@@ -536,9 +654,10 @@ impl SmcrEndpoint {
         &self.0.ports[0].dev
     }
 
-    /// Every device: the first, and the second port's if there is one.
+    /// Every device: the first, the second port's if there is one, the RoCE v1 side's.
     pub fn devices(&self) -> impl Iterator<Item = &SoftDevice> {
-        self.0.ports.iter().map(|p| &p.dev)
+        let v1 = self.0.v1.iter().flat_map(|e| e.ports.iter());
+        self.0.ports.iter().chain(v1).map(|p| &p.dev)
     }
 
     /// The endpoint's counters.
@@ -548,7 +667,11 @@ impl SmcrEndpoint {
 
     /// The link groups that are up: (our id, client role, connections, LLC group type).
     pub fn link_groups(&self) -> Vec<LinkGroupInfo> {
-        lock(&self.0.groups)
+        let mut groups = lock(&self.0.groups).clone();
+        if let Some(e) = &self.0.v1 {
+            groups.extend(lock(&e.groups).iter().cloned());
+        }
+        groups
             .iter()
             .map(|g| {
                 let sh = lock(&g.sh);
@@ -578,6 +701,7 @@ impl SmcrEndpoint {
                     .collect();
                 LinkGroupInfo {
                     lgr_id: g.lgr_id,
+                    version: g.version,
                     client: g.client,
                     conns: sh.conns,
                     lgr_type: sh.lgr_type,
@@ -669,6 +793,8 @@ impl SmcrEndpoint {
 pub struct LinkGroupInfo {
     /// Our id of the group.
     pub lgr_id: u32,
+    /// Its SMC-R version (2: over RoCEv2, 1: over RoCE v1).
+    pub version: u8,
     /// We are its client.
     pub client: bool,
     /// Connections in it.
@@ -719,6 +845,15 @@ pub struct LinkInfo {
 }
 
 impl Ep {
+    /// The side that speaks SMC-R v1: this one, or the v1 side of a v2 endpoint.
+    fn v1_side(self: &Arc<Self>) -> Option<Arc<Ep>> {
+        if self.version < SMC_V2 {
+            Some(Arc::clone(self))
+        } else {
+            self.v1.clone()
+        }
+    }
+
     fn plain(&self, sock: TcpStream, fallback: Fallback) -> SmcrStream {
         let _ = sock.set_read_timeout(None);
         self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -729,7 +864,7 @@ impl Ep {
 
     /// Declines with `r` (the peer falls back too) and continues over TCP.
     fn decline(&self, mut sock: TcpStream, r: ReasonCode) -> io::Result<SmcrStream> {
-        sock.write_all(&ClcMessage::Decline(Decline::new(r, SMC_V2)).to_vec())?;
+        sock.write_all(&ClcMessage::Decline(Decline::new(r, self.version)).to_vec())?;
         Ok(self.plain(sock, Fallback::local(r)))
     }
 
@@ -945,10 +1080,11 @@ impl Ep {
             let t = |i| st::T_SMCR + i;
             let st = &self.status;
             st.add(
-                t(if group.client {
-                    st::T_CLNT_V2_SUCC
-                } else {
-                    st::T_SRV_V2_SUCC
+                t(match (group.client, self.version >= SMC_V2) {
+                    (true, true) => st::T_CLNT_V2_SUCC,
+                    (false, true) => st::T_SRV_V2_SUCC,
+                    (true, false) => st::T_CLNT_V1_SUCC,
+                    (false, false) => st::T_SRV_V1_SUCC,
                 }),
                 1,
             );
@@ -993,7 +1129,7 @@ impl Ep {
                 peer_token: u64::from(peer.rmb.token),
                 rmbe_size: self.ring,
                 peer_rmbe_size: peer.rmb.len,
-                version: SMC_V2,
+                version: self.version,
                 client: group.client,
             },
             slot,
@@ -1098,7 +1234,7 @@ impl Ep {
         port: usize,
         first_contact: bool,
     ) -> io::Result<Result<SmcrPeer, Refusal>> {
-        let accept = hs::server_accept(
+        let accept = hs::server_accept_any(
             &self.smcr_caps(),
             info,
             offer,
@@ -1108,20 +1244,31 @@ impl Ep {
         );
         sock.write_all(&ClcMessage::Accept(accept).to_vec())?;
         Ok(match read_clc(sock)? {
-            Ok(m) => hs::server_check_confirm(m, first_contact),
+            Ok(m) => hs::server_check_confirm_any(m, first_contact, info.version),
             Err(r) => Err(Refusal::Decline(r)),
         })
     }
 
     // ------------------------------------------------------------------------ client
 
+    /// The client's handshake (`smc_find_proposal_devices` + `__smc_connect`): proposes
+    /// SMC-R v2 and/or v1, whatever this endpoint has, then goes on in the version the
+    /// server's Accept names, on that version's side.
     fn client(self: &Arc<Self>, mut sock: TcpStream) -> io::Result<SmcrStream> {
         sock.set_read_timeout(Some(CLC_WAIT_TIME))?;
+        let v2 = self.version >= SMC_V2;
+        let v1 = self.v1_side();
         let mut b = ProposalBuilder::new();
         for e in &self.caps.ueids {
             b = b.user_eid(*e);
         }
-        let mut proposal = hs::propose(b, &self.smcr_caps())
+        if v2 {
+            b = hs::propose(b, &self.smcr_caps());
+        }
+        if let Some(e) = &v1 {
+            b = hs::propose_v1(b, &e.smcr_caps(), e.ports[0].addr, e.prefix_len);
+        }
+        let mut proposal = b
             .build()
             .map_err(|e| proto_err(format!("building the Proposal: {e:?}")))?;
         // Our system id, so that a server can tell a restarted peer on the same address (a
@@ -1133,10 +1280,22 @@ impl Ep {
             Ok(m) => m,
             Err(r) => return self.decline(sock, r),
         };
-        let peer = match hs::client_check_accept(msg, &self.smcr_caps()) {
+        let peer = match hs::client_check_accept_any(msg, &self.smcr_caps(), v1.is_some(), v2) {
             Ok(p) => p,
             Err(r) => return self.refused(sock, r),
         };
+        match v1 {
+            Some(e) if peer.version < SMC_V2 => e.client_accepted(sock, peer),
+            _ => self.client_accepted(sock, peer),
+        }
+    }
+
+    /// The client after the Accept, on the side of its version.
+    fn client_accepted(
+        self: &Arc<Self>,
+        sock: TcpStream,
+        peer: SmcrPeer,
+    ) -> io::Result<SmcrStream> {
         let bufs = match self.bufs() {
             Ok(b) => b,
             Err(_) => return self.decline(sock, ReasonCode::MEM),
@@ -1167,13 +1326,21 @@ impl Ep {
             Err(_) => return self.decline(sock, ReasonCode::ERR_RDYLNK),
         };
         let resv = Reservation::new(&link, bufs.token);
-        let max_links = peer.fce.and_then(|f| f.v2x).map_or(1, |x| x.max_links);
+        // A v1 group has the kernel's v1 limits (`smc_lgr_create`): 255 connections, 2 links.
+        let max_links = if peer.version < SMC_V2 {
+            hs::MAX_LINKS_PER_LGR
+        } else {
+            peer.fce.and_then(|f| f.v2x).map_or(1, |x| x.max_links)
+        };
         let llc = Llc::client(self.llc_config(lgr_id, max_links), core_now(), first);
         let slot = Slot::first(self, link, (qpn, psn), peer.qpn);
-        let max_conns = peer
-            .fce
-            .and_then(|f| f.v2x)
-            .map_or(self.smcr_caps().max_conns, |x| x.max_conns);
+        let max_conns = if peer.version < SMC_V2 {
+            MAX_CONNS_PER_LGR
+        } else {
+            peer.fce
+                .and_then(|f| f.v2x)
+                .map_or(self.smcr_caps().max_conns, |x| x.max_conns)
+        };
         let group = Group::start(
             self,
             lgr_id,
@@ -1190,7 +1357,7 @@ impl Ep {
         // waits for `smc_client_lgr_pending`, instead of declining with SYNCERR.
         self.insert(&group);
         let gids: Vec<_> = self.ports.iter().map(|p| p.local.gid).collect();
-        let confirm = hs::client_confirm(
+        let confirm = hs::client_confirm_any(
             &self.smcr_caps(),
             &peer,
             &offer,
@@ -1239,7 +1406,7 @@ impl Ep {
             return self.decline(sock, ReasonCode::ERR_REGBUF);
         }
         let offer = slot.offer(self.ports[slot.port].local.path_mtu);
-        let confirm = hs::client_confirm(
+        let confirm = hs::client_confirm_any(
             &self.smcr_caps(),
             &peer,
             &offer,
@@ -1268,10 +1435,33 @@ impl Ep {
         if sock.local_addr()?.ip() != IpAddr::V4(self.ports[0].addr) {
             return self.decline(sock, ReasonCode::NOSMCRDEV);
         }
-        let info = match hs::server_check(&p, &self.caps, &self.smcr_caps()) {
-            Ok(i) => i,
-            Err(r) => return self.decline(sock, r),
-        };
+        // `smc_listen_find_device`: RDMA v2 first, then v1 (on the client's subnet only).
+        let mut why = ReasonCode::NOSMCRDEV;
+        if self.version >= SMC_V2 {
+            match hs::server_check(&p, &self.caps, &self.smcr_caps()) {
+                Ok(info) => return self.server_chosen(sock, &p, info),
+                Err(r) => why = r,
+            }
+        }
+        if let Some(e) = self.v1_side() {
+            match hs::server_check_v1(&p, e.ports[0].addr, e.prefix_len) {
+                Ok(info) => return e.server_chosen(sock, &p, info),
+                // The v2 reason stands when v2 was offered.
+                Err(r) if self.version < SMC_V2 || !p.typev2.smcr() => why = r,
+                Err(_) => {}
+            }
+        }
+        self.decline(sock, why)
+    }
+
+    /// The server once the version is chosen, on that version's side: a group to reuse or a
+    /// first contact.
+    fn server_chosen(
+        self: &Arc<Self>,
+        sock: TcpStream,
+        p: &Proposal,
+        info: hs::SmcrProposalInfo,
+    ) -> io::Result<SmcrStream> {
         let bufs = match self.bufs() {
             Ok(b) => b,
             Err(_) => return self.decline(sock, ReasonCode::MEM),
@@ -1413,6 +1603,8 @@ impl Drop for SmcrListener {
 #[derive(Debug)]
 struct Group {
     lgr_id: u32,
+    /// `SMC_V2` or `SMC_V1`: its endpoint side's.
+    version: u8,
     client: bool,
     peer_id: [u8; 8],
     peer_gid: [u8; 16],
@@ -1543,6 +1735,7 @@ impl Group {
         links[0] = Some(first);
         let g = Arc::new_cyclic(|me| Group {
             lgr_id,
+            version: ep.version,
             client,
             peer_id: peer.peer_id,
             peer_gid: peer.gid,
@@ -1561,7 +1754,11 @@ impl Group {
                 peer.fce
                     .map(|f| String::from_utf8_lossy(f.hostname.trimmed()).into_owned())
                     .unwrap_or_default(),
-                String::from_utf8_lossy(peer.eid.trimmed()).into_owned(),
+                if peer.eid.is_zero() {
+                    String::new()
+                } else {
+                    String::from_utf8_lossy(peer.eid.trimmed()).into_owned()
+                },
             ),
             max_conns,
             buf_type: ep.settings().smcr_buf_type,
@@ -1804,7 +2001,7 @@ impl Group {
         self.record.publish(&LgrRecord {
             id: self.lgr_id,
             role: u8::from(!self.client),
-            version: SMC_V2,
+            version: self.version,
             release,
             os,
             conns: sh.conns,

@@ -29,8 +29,18 @@
 //! A device binds one UDP socket to its address and port 4791 (unconnected, DF set, so the
 //! IPv4 header the ICRC covers is known: [`crate::wire`]). One device per address and network
 //! namespace can exist this way; the rest is in `docs/smcr.md`.
+//!
+//! # RoCE v1
+//!
+//! [`SoftDevice::open_roce_v1`] opens the same device on a netdev instead of an address: its
+//! packets are Ethernet frames of Ethertype 0x8915 with a GRH ([`crate::wire::v1`]) through an
+//! `AF_PACKET` socket bound to the netdev, its one GID (index 0, type RoCE v1) is the
+//! link-local EUI-64 GID of the netdev's MAC, and a peer's GID must be one too (its MAC is
+//! read out of it). Transport and reliability are the same code. Devices on one netdev divide
+//! the QPN space by slots (`eth.rs`), so several processes can each have one.
 
 mod cq;
+mod eth;
 mod qp;
 pub mod steer;
 mod udp;
@@ -43,6 +53,7 @@ use crate::verbs::{
     Access, Device, DeviceInfo, Gid, GidType, Memory, MemoryRegion, Mtu, Pd, PortInfo, PortState,
     QpInit, VerbsError,
 };
+use crate::wire::v1::{Frame, Grh};
 use crate::wire::{IdSolver, Ipv4Udp, Packet, ROCEV2_UDP_PORT, WireError, icrc, solve_ip_id};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::HashMap;
@@ -122,7 +133,10 @@ pub struct SoftDevice {
 #[derive(Debug)]
 struct Dev {
     name: String,
+    /// The RoCEv2 mode's address (unspecified in RoCE v1 mode).
     addr: Ipv4Addr,
+    /// RoCE v1 mode: our GID and the QPN slot's claim.
+    v1: Option<V1Port>,
     netdev: String,
     mac: [u8; 6],
     mtu: Mtu,
@@ -143,6 +157,14 @@ struct Dev {
     tasks: Tasks,
     /// The receive thread.
     rx_thread: std::sync::OnceLock<std::thread::ThreadId>,
+}
+
+/// What a RoCE v1 device adds (module docs).
+#[derive(Debug)]
+struct V1Port {
+    gid: Gid,
+    /// Held for the device's life: the QPN slot is ours while it is bound (`eth.rs`).
+    _slot: std::os::unix::net::UnixDatagram,
 }
 
 /// QPN allocation: from 16 up in the whole 24-bit space alone; `slot << 12 | n` with
@@ -319,18 +341,15 @@ impl SoftDevice {
                 free: Vec::new(),
             },
         };
-        let bell = rustix::event::eventfd(
-            0,
-            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-        )?;
-        let dev = Arc::new(Dev {
+        Self::start(Dev {
             name: cfg.name,
             addr: cfg.addr,
+            v1: None,
             netdev,
             mac,
             mtu,
             sock,
-            bell,
+            bell: Self::bell()?,
             stop: AtomicBool::new(false),
             next_pd: AtomicU32::new(1),
             qpns: Mutex::new(qpns),
@@ -342,7 +361,60 @@ impl SoftDevice {
             ids: Mutex::default(),
             tasks: Tasks::default(),
             rx_thread: std::sync::OnceLock::new(),
-        });
+        })
+    }
+
+    /// Opens a RoCE v1 device on the Ethernet netdev `netdev` (in the calling thread's network
+    /// namespace) and starts its receive thread. Needs `CAP_NET_RAW`. Its GID (index 0, RoCE
+    /// v1) is the link-local EUI-64 GID of the netdev's MAC; its active MTU the largest whose
+    /// packets, GRH included, fit the netdev's MTU.
+    pub fn open_roce_v1(name: String, netdev: &str) -> io::Result<Self> {
+        let sock = eth::socket()?;
+        let nd = eth::netdev(sock.as_fd(), netdev)?;
+        let (slot, claim) = eth::claim_slot(nd.ifindex, std::process::id())?;
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size(&sock, 4 << 20);
+        let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&sock, 4 << 20);
+        eth::bind(sock.as_fd(), nd.ifindex, slot)?;
+        Self::start(Dev {
+            name,
+            addr: Ipv4Addr::UNSPECIFIED,
+            v1: Some(V1Port {
+                gid: Gid::from_mac(nd.mac),
+                _slot: claim,
+            }),
+            netdev: netdev.to_string(),
+            mac: nd.mac,
+            mtu: Mtu::for_netdev_roce_v1(nd.mtu).unwrap_or(Mtu::M256),
+            sock,
+            bell: Self::bell()?,
+            stop: AtomicBool::new(false),
+            next_pd: AtomicU32::new(1),
+            qpns: Mutex::new(Qpns {
+                base: slot << eth::SLOT_SHIFT,
+                next: 0,
+                end: 1 << eth::SLOT_SHIFT,
+                free: Vec::new(),
+            }),
+            next_key: AtomicU32::new(1),
+            mrs: RwLock::default(),
+            qps: RwLock::default(),
+            stats: SoftStats::default(),
+            gso: AtomicBool::new(false),
+            ids: Mutex::default(),
+            tasks: Tasks::default(),
+            rx_thread: std::sync::OnceLock::new(),
+        })
+    }
+
+    fn bell() -> io::Result<OwnedFd> {
+        Ok(rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )?)
+    }
+
+    fn start(dev: Dev) -> io::Result<Self> {
+        let dev = Arc::new(dev);
         let d = Arc::clone(&dev);
         let thread = std::thread::Builder::new()
             .name(format!("{}-rx", dev.name))
@@ -355,7 +427,12 @@ impl SoftDevice {
 
     /// Its GID (index 0).
     pub fn gid(&self) -> Gid {
-        Gid::from_ipv4(self.dev.addr)
+        self.dev.gid()
+    }
+
+    /// Whether it speaks RoCE v1 ([`SoftDevice::open_roce_v1`]) rather than RoCEv2.
+    pub fn is_roce_v1(&self) -> bool {
+        self.dev.v1.is_some()
     }
 
     /// Its counters.
@@ -380,9 +457,18 @@ impl Device for SoftDevice {
     type Qp = SoftQp;
 
     fn info(&self) -> DeviceInfo {
-        let up = sysfs(&self.dev.netdev, "operstate")
-            .map(|s| s != "down")
-            .unwrap_or(true);
+        let up = if self.dev.v1.is_some() {
+            eth::is_up(self.dev.sock.as_fd(), &self.dev.netdev)
+        } else {
+            sysfs(&self.dev.netdev, "operstate")
+                .map(|s| s != "down")
+                .unwrap_or(true)
+        };
+        let gid_type = if self.dev.v1.is_some() {
+            GidType::RoceV1
+        } else {
+            GidType::RoceV2
+        };
         DeviceInfo {
             name: self.dev.name.clone(),
             ports: vec![PortInfo {
@@ -395,7 +481,7 @@ impl Device for SoftDevice {
                 active_mtu: self.dev.mtu,
                 netdev: self.dev.netdev.clone(),
                 mac: self.dev.mac,
-                gids: vec![(0, self.gid(), GidType::RoceV2)],
+                gids: vec![(0, self.gid(), gid_type)],
             }],
         }
     }
@@ -499,6 +585,55 @@ impl Dev {
         }
     }
 
+    fn gid(&self) -> Gid {
+        match &self.v1 {
+            Some(v) => v.gid,
+            None => Gid::from_ipv4(self.addr),
+        }
+    }
+
+    /// Whether a QP of this device can send to `gid`: an IPv4-mapped GID for RoCEv2, a
+    /// link-local EUI-64 one for RoCE v1.
+    fn reaches(&self, gid: &Gid) -> bool {
+        match self.v1 {
+            Some(_) => gid.to_mac().is_some(),
+            None => gid.to_ipv4().is_some(),
+        }
+    }
+
+    /// Writes packet `p` to `peer` at the end of `buf`, as the device sends it: a RoCE v1
+    /// frame, or a RoCEv2 UDP payload stamped for IPv4 identification `id`.
+    fn emit_to(&self, p: &Packet<'_>, peer: &Gid, id: u16, buf: &mut Vec<u8>) -> usize {
+        let at = buf.len();
+        match &self.v1 {
+            Some(v) => {
+                let f = Frame {
+                    dst_mac: peer.to_mac().unwrap_or_default(),
+                    src_mac: self.mac,
+                    grh: Grh {
+                        tclass: 0,
+                        flow_label: 0,
+                        // Link-local: the frame does not leave the L2 segment.
+                        hop_limit: 1,
+                        sgid: v.gid.0,
+                        dgid: peer.0,
+                    },
+                    packet: *p,
+                };
+                buf.resize(at + f.buffer_len(), 0);
+                f.emit(&mut buf[at..])
+            }
+            None => {
+                let hdr = Ipv4Udp {
+                    id,
+                    ..self.hdr_to(peer.to_ipv4().unwrap_or(Ipv4Addr::UNSPECIFIED))
+                };
+                buf.resize(at + p.buffer_len(), 0);
+                p.emit(&hdr, &mut buf[at..])
+            }
+        }
+    }
+
     fn hdr_to(&self, peer: Ipv4Addr) -> Ipv4Udp {
         Ipv4Udp {
             src: self.addr,
@@ -511,10 +646,10 @@ impl Dev {
 
     /// Sends one packet to `peer`. A full socket buffer drops it (as a wire would; the
     /// requester's timer recovers it).
-    fn send(&self, p: &Packet<'_>, peer: Ipv4Addr) {
-        let mut buf = [0u8; 4096 + 64];
-        let n = p.emit(&self.hdr_to(peer), &mut buf);
-        self.send_run(&mut buf[..n], n, 1, peer);
+    fn send(&self, p: &Packet<'_>, peer: &Gid) {
+        let mut buf = Vec::with_capacity(4096 + 128);
+        let n = self.emit_to(p, peer, 0, &mut buf);
+        self.send_run(&mut buf, n, 1, peer);
     }
 
     fn gso(&self) -> bool {
@@ -525,9 +660,23 @@ impl Dev {
     /// in `buf`, packet `k` stamped for IPv4 identification `k`: one GSO send. A kernel that
     /// refuses GSO here gets them one datagram each, stamped again for identification 0, and
     /// no GSO from then on.
-    fn send_run(&self, buf: &mut [u8], seg: usize, count: usize, peer: Ipv4Addr) {
+    fn send_run(&self, buf: &mut [u8], seg: usize, count: usize, peer: &Gid) {
+        if self.v1.is_some() {
+            // One frame a call (`gso` is off in this mode, so runs are of one packet).
+            for frame in buf.chunks(seg) {
+                match eth::send(self.sock.as_fd(), frame) {
+                    Ok(_) => {
+                        SoftStats::inc(&self.stats.tx_packets);
+                        SoftStats::inc(&self.stats.tx_sends);
+                    }
+                    Err(_) => SoftStats::inc(&self.stats.tx_dropped),
+                }
+            }
+            return;
+        }
+        let ip = peer.to_ipv4().unwrap_or(Ipv4Addr::UNSPECIFIED);
         let gso = (count > 1).then_some(seg as u16);
-        match udp::send(self.sock.as_fd(), buf, gso, peer) {
+        match udp::send(self.sock.as_fd(), buf, gso, ip) {
             Ok(_) => {
                 self.stats
                     .tx_packets
@@ -545,7 +694,7 @@ impl Dev {
                     ) =>
             {
                 self.gso.store(false, Ordering::Relaxed);
-                let hdr = self.hdr_to(peer);
+                let hdr = self.hdr_to(ip);
                 for pkt in buf.chunks_mut(seg) {
                     let body = pkt.len() - crate::wire::ICRC_LEN;
                     let crc = icrc(&hdr, &pkt[..body]);
@@ -599,6 +748,20 @@ impl Dev {
                 let _ = rustix::io::read(&self.bell, &mut b);
             }
             // A bounded batch, then the timers again.
+            if self.v1.is_some() {
+                for _ in 0..256 {
+                    match eth::recv(self.sock.as_fd(), &mut buf) {
+                        Ok(Some(n)) => self.frame(&buf[..n]),
+                        Ok(None) => {}
+                        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                            SoftStats::inc(&self.stats.rx_dropped)
+                        }
+                        Err(_) => break,
+                    }
+                }
+                self.run_tasks();
+                continue;
+            }
             for _ in 0..256 {
                 match udp::recv(self.sock.as_fd(), &mut buf) {
                     Ok(r) => {
@@ -644,10 +807,28 @@ impl Dev {
             }
             Err(_) => return SoftStats::inc(&self.stats.rx_dropped),
         };
+        self.deliver(&p, Gid::from_ipv4(*from.ip()));
+    }
+
+    /// One RoCE v1 frame for this host: it must be addressed to our GID, and its source MAC
+    /// must be the one its source GID names (a link-local GID says which MAC sent it).
+    fn frame(&self, d: &[u8]) {
+        let Ok(f) = Frame::parse(d) else {
+            return SoftStats::inc(&self.stats.rx_dropped);
+        };
+        let sgid = Gid(f.grh.sgid);
+        if Gid(f.grh.dgid) != self.gid() || sgid.to_mac() != Some(f.src_mac) {
+            return SoftStats::inc(&self.stats.rx_dropped);
+        }
+        self.deliver(&f.packet, sgid);
+    }
+
+    /// A packet from the port with GID `from`, to the QP it names.
+    fn deliver(&self, p: &Packet<'_>, from: Gid) {
         let Some(qp) = read(&self.qps).get(&p.bth.dest_qpn).cloned() else {
             return SoftStats::inc(&self.stats.rx_dropped);
         };
-        if qp.receive(self, &p, *from.ip()) {
+        if qp.receive(self, p, from) {
             SoftStats::inc(&self.stats.rx_packets);
         } else {
             SoftStats::inc(&self.stats.rx_dropped);

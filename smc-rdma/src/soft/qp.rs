@@ -3,7 +3,7 @@
 
 use super::{Dev, MAX_UNACKED_PSNS, MrInner, PKTS_PER_ACK, SoftCq, SoftStats, lock, write};
 use crate::verbs::{
-    Access, Payload, Pd, QpCaps, QpInit, QpModify, QpState, QueuePair, RecvWr, SendOp, SendWr,
+    Access, Gid, Payload, Pd, QpCaps, QpInit, QpModify, QpState, QueuePair, RecvWr, SendOp, SendWr,
     VerbsError, Wc, WcOpcode, WcStatus,
 };
 use crate::wire::{
@@ -11,7 +11,6 @@ use crate::wire::{
 };
 use std::cmp::Ordering;
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -102,7 +101,7 @@ struct S {
     access: Access,
     mtu: usize,
     dest_qpn: u32,
-    peer: Option<Ipv4Addr>,
+    peer: Option<Gid>,
     min_rnr_timer: u8,
     // Requester.
     timeout: Option<Duration>,
@@ -429,11 +428,11 @@ impl QpInner {
             syndrome,
             msn: s.msn,
         };
-        dev.send(&Packet::new(bth, None, Some(aeth), &[]), peer);
+        dev.send(&Packet::new(bth, None, Some(aeth), &[]), &peer);
     }
 
     /// A datagram for this QP from `from`; returns whether it was taken.
-    pub(super) fn receive(&self, dev: &Dev, p: &Packet<'_>, from: Ipv4Addr) -> bool {
+    pub(super) fn receive(&self, dev: &Dev, p: &Packet<'_>, from: Gid) -> bool {
         let mut s = lock(&self.s);
         if s.peer != Some(from) {
             return false;
@@ -640,9 +639,14 @@ impl QueuePair for SoftQp {
                     min_rnr_timer,
                 },
             ) => {
-                let peer = dgid.to_ipv4().ok_or(VerbsError::Invalid(
-                    "destination GID (IPv4-mapped RoCEv2 GIDs only)",
-                ))?;
+                if !self.dev.reaches(&dgid) {
+                    return Err(VerbsError::Invalid(if self.dev.v1.is_some() {
+                        "destination GID (link-local EUI-64 RoCE v1 GIDs only)"
+                    } else {
+                        "destination GID (IPv4-mapped RoCEv2 GIDs only)"
+                    }));
+                }
+                let peer = dgid;
                 if sgid_index != 0 {
                     return Err(VerbsError::Invalid("source GID index"));
                 }

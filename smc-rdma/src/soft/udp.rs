@@ -9,7 +9,8 @@
 //! so each packet's ICRC is computed for that identification ([`crate::wire`]). A capture on a
 //! veth shows a GSO send as one large datagram, as it shows a TCP stream's 64 KiB segments.
 
-use crate::wire::{Ipv4Udp, Packet, ROCEV2_UDP_PORT};
+use crate::verbs::Gid;
+use crate::wire::{Packet, ROCEV2_UDP_PORT};
 use rustix::fd::{AsRawFd, BorrowedFd};
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -25,7 +26,7 @@ const GSO_MAX_SEGS: usize = 64;
 #[derive(Debug, Default)]
 pub(super) struct TxBatch {
     buf: Vec<u8>,
-    peer: Option<Ipv4Addr>,
+    peer: Option<Gid>,
     /// The size of every segment but the last.
     seg: usize,
     count: usize,
@@ -35,7 +36,8 @@ pub(super) struct TxBatch {
 
 impl TxBatch {
     /// Adds `p` for `peer`, sending the run before it first when `p` cannot join it.
-    pub(super) fn push(&mut self, dev: &super::Dev, p: &Packet<'_>, peer: Ipv4Addr) {
+    /// (On a RoCE v1 device GSO is off: every run is one frame.)
+    pub(super) fn push(&mut self, dev: &super::Dev, p: &Packet<'_>, peer: Gid) {
         let len = p.buffer_len();
         let joins = self.count > 0
             && self.peer == Some(peer)
@@ -53,20 +55,17 @@ impl TxBatch {
         } else if len < self.seg {
             self.closed = true;
         }
-        let at = self.buf.len();
-        self.buf.resize(at + len, 0);
-        let hdr = Ipv4Udp {
-            id: self.count as u16,
-            ..dev.hdr_to(peer)
-        };
-        p.emit(&hdr, &mut self.buf[at..]);
+        let n = dev.emit_to(p, &peer, self.count as u16, &mut self.buf);
+        if self.count == 0 {
+            self.seg = n;
+        }
         self.count += 1;
     }
 
     /// Sends what is waiting.
     pub(super) fn flush(&mut self, dev: &super::Dev) {
         if let Some(peer) = self.peer.filter(|_| self.count > 0) {
-            dev.send_run(&mut self.buf, self.seg, self.count, peer);
+            dev.send_run(&mut self.buf, self.seg, self.count, &peer);
         }
         self.buf.clear();
         self.count = 0;
