@@ -323,6 +323,10 @@ thread_local! {
 /// `fork` returns, before the child ran a line (a fork that fails leaves the objects
 /// counted once too often: they are never ended, only leaked).
 extern "C" fn fork_prepare() {
+    // First the engine's own threads out of their work (`smcd_engine::fork`: a lock one of
+    // them held at the fork stayed locked in the child for good), then the table: those
+    // threads never wait for the table inside their sections.
+    smcd_engine::fork::prepare();
     let g = OBJS.write().unwrap_or_else(|e| e.into_inner());
     let mut seen = std::collections::BTreeSet::new();
     let mut seen_connects = std::collections::BTreeSet::new();
@@ -351,12 +355,14 @@ extern "C" fn fork_parent() {
     let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
     let _ = HELD_CONNECTS.try_with(|h| h.borrow_mut().clear());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
+    smcd_engine::fork::parent();
 }
 
 extern "C" fn fork_child() {
     let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
     let _ = HELD_CONNECTS.try_with(|h| h.borrow_mut().clear());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
+    smcd_engine::fork::child();
 }
 
 /// Registers the fork handlers (once, before the first object exists).

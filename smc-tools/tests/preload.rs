@@ -70,7 +70,7 @@ fn counts(smcd: &Smcd) -> (u64, u64) {
 
 /// `python3 -m http.server` on a free port of 127.0.0.1 serving `dir`, optionally preloaded;
 /// its port.
-fn http_server(smcd: &Smcd, dir: &Path, preload: bool) -> (Child, u16) {
+fn http_server(smcd: &Smcd, dir: &Path, preload: bool) -> (Server, u16) {
     let args = ["-u", "-m", "http.server", "0", "--bind", "127.0.0.1"];
     let mut cmd = if preload {
         smc_run(smcd, python(), &args)
@@ -98,7 +98,7 @@ fn http_server(smcd: &Smcd, dir: &Path, preload: bool) -> (Child, u16) {
         .unwrap_or_else(|| panic!("unexpected first line of http.server: {line:?}"));
     // Keep reading its log so it never blocks on a full pipe.
     std::thread::spawn(move || for _ in out.lines() {});
-    (child, port)
+    (Server::new(child), port)
 }
 
 /// A directory with a file of `len` pattern bytes; its path.
@@ -136,6 +136,24 @@ fn curl(smcd: &Smcd, urls: &[String], preload: bool) -> Vec<u8> {
 fn kill(mut c: Child) {
     let _ = c.kill();
     let _ = c.wait();
+}
+
+/// A server the test started, stopped as [`terminate`] does when dropped: a failing test
+/// leaves no server running (they outlived failed runs before).
+struct Server(Option<Child>);
+
+impl Server {
+    fn new(c: Child) -> Server {
+        Server(Some(c))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            terminate(c);
+        }
+    }
 }
 
 /// Stops a server that has worker processes (nginx): SIGTERM, so its master stops them (a
@@ -191,7 +209,7 @@ fn python_http_server_and_curl_over_smc_d() {
         "SMC connections: {before:?} -> {after:?}"
     );
     assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
-    kill(server);
+    drop(server);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -214,14 +232,14 @@ fn one_end_preloaded_is_plain_tcp() {
         curl(&smcd, std::slice::from_ref(&url), false) == data,
         "plain curl: bytes differ"
     );
-    kill(server);
+    drop(server);
     let (server, port) = http_server(&smcd, &dir, false);
     let url = format!("http://127.0.0.1:{port}/blob");
     assert!(
         curl(&smcd, std::slice::from_ref(&url), true) == data,
         "preloaded curl: bytes differ"
     );
-    kill(server);
+    drop(server);
     let after = common::wait_for("smcd's counts", || {
         let c = counts(&smcd);
         (c.1 > before.1).then_some(c)
@@ -378,25 +396,27 @@ fn redis_over_smc_d() {
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port().to_string();
     let before = counts(&smcd);
-    let server = smc_run(
-        &smcd,
-        "redis-server",
-        &[
-            "--port",
-            &port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-    )
-    .current_dir(&dir)
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let server = Server::new(
+        smc_run(
+            &smcd,
+            "redis-server",
+            &[
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+        )
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
     wait_listening(port.parse().unwrap());
     let cli = |args: &[&str]| {
         run_ok(
@@ -484,7 +504,7 @@ fn redis_over_smc_d() {
     let _ = keep.wait();
     // redis-cli 9 times, the benchmark's 50 clients (and its probe), each counted by both ends.
     assert_smc_since(&smcd, before, 2 * 59);
-    kill(server);
+    drop(server);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -528,15 +548,17 @@ fn nginx_and_wrk_over_smc_d() {
     )
     .unwrap();
     let before = counts(&smcd);
-    let server = smc_run(
-        &smcd,
-        nginx,
-        &["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let server = Server::new(
+        smc_run(
+            &smcd,
+            nginx,
+            &["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
     wait_listening(port);
     let url = format!("http://127.0.0.1:{port}/blob");
     assert!(
@@ -568,7 +590,7 @@ fn nginx_and_wrk_over_smc_d() {
     }
     // curl, 50 keep-alive connections, then at least as many with Connection: close.
     assert_smc_since(&smcd, before, 2 * 101);
-    terminate(server);
+    drop(server);
     let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
     assert!(!log.contains("[alert]") && !log.contains("[crit]"), "{log}");
     let _ = std::fs::remove_dir_all(dir);
@@ -586,15 +608,17 @@ fn sockperf_and_iperf3_over_smc_d() {
     smcd.require_control_plane();
     let before = counts(&smcd);
     let port = free_port().to_string();
-    let sr = smc_run(
-        &smcd,
-        "sockperf",
-        &["sr", "--tcp", "-i", "127.0.0.1", "-p", &port],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let sr = Server::new(
+        smc_run(
+            &smcd,
+            "sockperf",
+            &["sr", "--tcp", "-i", "127.0.0.1", "-p", &port],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
     wait_listening(port.parse().unwrap());
     for (mode, size) in [("pp", "14"), ("pp", "1400"), ("tp", "1400")] {
         let out = run_ok(
@@ -622,13 +646,15 @@ fn sockperf_and_iperf3_over_smc_d() {
         assert!(out.contains("Summary:"), "{out}");
         assert!(!out.contains("ERROR"), "{out}");
     }
-    kill(sr);
+    drop(sr);
     let port = free_port().to_string();
-    let s = smc_run(&smcd, "iperf3", &["-s", "-p", &port])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let s = Server::new(
+        smc_run(&smcd, "iperf3", &["-s", "-p", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     wait_listening(port.parse().unwrap());
     for extra in [&[][..], &["-R"][..], &["-P", "4"][..]] {
         let out = run_ok(
@@ -641,7 +667,7 @@ fn sockperf_and_iperf3_over_smc_d() {
         );
         assert!(out.contains("receiver"), "{out}");
     }
-    kill(s);
+    drop(s);
     // sockperf: 3 runs; iperf3: a control and a data connection per stream, 1+1+4 streams.
     assert_smc_since(&smcd, before, 2 * (3 + 3 + 6));
 }
@@ -662,11 +688,13 @@ fn qperf_over_smc_d() {
     smcd.require_control_plane();
     let before = counts(&smcd);
     let port = free_port().to_string();
-    let server = smc_run(&smcd, "qperf", &["--listen_port", &port])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = Server::new(
+        smc_run(&smcd, "qperf", &["--listen_port", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     wait_listening(port.parse().unwrap());
     let number = |out: &str, key: &str| -> f64 {
         let line = out
@@ -694,6 +722,10 @@ fn qperf_over_smc_d() {
                     &port,
                     "-t",
                     "1",
+                    // qperf's own timeout for its exchanges (5 s) is short for a loaded
+                    // machine: a late message is slow, a lost one still fails at 20 s.
+                    "-to",
+                    "20",
                     "-m",
                     size,
                     "127.0.0.1",
@@ -713,7 +745,7 @@ fn qperf_over_smc_d() {
     plain.args(["-lp", &port, "-t", "1", "127.0.0.1", "tcp_lat"]);
     let out = run_ok(plain, 60);
     assert!(number(&out, "latency") > 0.0, "{out}");
-    kill(server);
+    drop(server);
     let after = counts(&smcd);
     assert_eq!(after.0, mid.0, "a plain qperf made an SMC connection");
     assert!(

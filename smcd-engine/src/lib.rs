@@ -25,6 +25,7 @@ pub mod bpf;
 pub mod control;
 pub mod device;
 pub mod driver;
+pub mod fork;
 pub mod ipc;
 pub mod layout;
 pub mod settings;

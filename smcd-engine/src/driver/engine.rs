@@ -319,6 +319,8 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
     let mut bell_ep: Option<rustix::fd::OwnedFd> = None;
     let mut drained_at: Option<Instant> = None;
     loop {
+        // Work in fork-safe sections (`crate::fork`), the wait in `poll` outside them.
+        let busy = crate::fork::busy();
         let nap = {
             let Some(e) = weak.upgrade() else { return };
             let idle = e.settings().lgr_idle;
@@ -382,10 +384,12 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
         if let Some((_, ch)) = &events {
             fds.push(PollFd::new(ch, PollFlags::IN));
         }
+        drop(busy);
         match poll(&mut fds, Some(&ts)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => std::thread::sleep(nap),
         }
+        let _busy = crate::fork::busy();
         let rev = |i: usize| fds.get(i).map_or(PollFlags::empty(), |f| f.revents());
         let (kicked, rung, heard) = (
             rev(0),

@@ -610,6 +610,8 @@ impl ListenerCore {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
+            // Work in fork-safe sections (`crate::fork`), the wait in `poll` outside them.
+            let busy = crate::fork::busy();
             if lock(&self.chan).is_none() {
                 // smcd went away (seen by `sort`): register again below.
                 break;
@@ -637,6 +639,7 @@ impl ListenerCore {
             if pending && room && self.waiters.load(Ordering::Acquire) == 0 && !self.driven() {
                 fds.push(PollFd::new(&self.tcp, PollFlags::IN));
             }
+            drop(busy);
             if let Err(e) = rustix::event::poll(&mut fds, None)
                 && e != rustix::io::Errno::INTR
             {
@@ -645,6 +648,7 @@ impl ListenerCore {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
+            let _busy = crate::fork::busy();
             let chan_event = !fds[1].revents().is_empty();
             let tcp_ready = fds.get(3).is_some_and(|f| !f.revents().is_empty());
             if chan_event {
@@ -1152,6 +1156,8 @@ impl ListenerCore {
             if self.closed.load(Ordering::Acquire) {
                 break;
             }
+            // Work in fork-safe sections (`crate::fork`), the wait in `epoll_wait` outside.
+            let busy = crate::fork::busy();
             self.reactor.bell.drain();
             let arrived: Vec<_> = lock(&self.reactor.queue).drain(..).collect();
             for hs in arrived {
@@ -1184,6 +1190,7 @@ impl ListenerCore {
                 }
             });
             events.clear();
+            drop(busy);
             match epoll::wait(
                 &ep,
                 rustix::buffer::spare_capacity(&mut events),
@@ -1195,6 +1202,7 @@ impl ListenerCore {
                     break;
                 }
             }
+            let _busy = crate::fork::busy();
             for ev in &events {
                 let id = ev.data.u64();
                 if id != BELL {
@@ -1372,28 +1380,35 @@ impl ListenerCore {
             // worker) would cost a connection more than that wait.
             let mut lingered = false;
             loop {
+                // Each step in a fork-safe section (`crate::fork`); the linger outside it.
+                let busy = crate::fork::busy();
                 if let Run::Smc(r) = &mut hs.run {
                     r.work(&|w| self.first_contact_wait(w));
                 }
-                match hs.step() {
+                let step = hs.step();
+                let idle = lock(&self.state).jobs.is_empty();
+                drop(busy);
+                let _busy;
+                match step {
                     Ok(ServerStep::Work) => continue,
                     Ok(ServerStep::Wait)
-                        if !lingered
-                            && lock(&self.state).jobs.is_empty()
-                            && readable_within(&hs, WORKER_LINGER) =>
+                        if !lingered && idle && readable_within(&hs, WORKER_LINGER) =>
                     {
                         lingered = true;
                         continue;
                     }
                     Ok(ServerStep::Wait) => {
+                        _busy = crate::fork::busy();
                         self.to_reactor(hs);
                         break;
                     }
                     Ok(ServerStep::Done(o)) => {
+                        _busy = crate::fork::busy();
                         self.finish(hs.peer, Ok(o));
                         break;
                     }
                     Err(e) => {
+                        _busy = crate::fork::busy();
                         let peer = hs.peer;
                         drop(hs);
                         self.finish(peer, Err(e));

@@ -173,6 +173,8 @@ impl Watcher {
     fn run(&self) {
         let mut events = Vec::with_capacity(64);
         loop {
+            // Work in fork-safe sections (`crate::fork`), the wait in `epoll_wait` outside.
+            let busy = crate::fork::busy();
             let timeout = self.start_due().map(|d| {
                 // Rounded up to the millisecond: waking before the time would only loop.
                 let d = d + std::time::Duration::from_micros(999);
@@ -182,6 +184,7 @@ impl Watcher {
                 }
             });
             events.clear();
+            drop(busy);
             match epoll::wait(
                 &self.ep,
                 rustix::buffer::spare_capacity(&mut events),
@@ -190,6 +193,7 @@ impl Watcher {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return,
             }
+            let _busy = crate::fork::busy();
             for ev in &events {
                 let key = ev.data.u64();
                 if key == 0 {

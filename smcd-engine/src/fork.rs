@@ -1,0 +1,91 @@
+//! The engine's own threads and `fork`.
+//!
+//! `fork` copies one thread. A mutex that another thread of the engine (housekeeping, the
+//! acceptor, the handshake reactor and workers, the liveness watcher) held at that instant
+//! stays locked in the child for good, and the child's first use of it hangs: a qperf server's
+//! per-test child hung in `Bells::take` on the stash lock the parent's housekeeping thread
+//! held while draining bell channels (about one qperf run in four on a loaded machine).
+//!
+//! So those threads do their work inside [`busy`] sections and wait outside them (in `poll`,
+//! `epoll_wait`, a condition variable), and a program that forks calls [`prepare`] before the
+//! fork (the preload's `pthread_atfork` handler does): it waits for the sections in progress
+//! to end and holds off new ones until [`parent`] / [`child`] after the fork. What the
+//! program's own threads hold at a fork is the program's business, as POSIX says.
+//!
+//! A `busy` section must not block for long (a fork waits for it) and must not nest in one
+//! thread (a nested read behind a waiting `prepare` deadlocks).
+
+use std::cell::RefCell;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+static GATE: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    static HELD: RefCell<Option<RwLockWriteGuard<'static, ()>>> = const { RefCell::new(None) };
+}
+
+/// A section of an engine thread's work that a fork must not cut in two.
+pub(crate) fn busy() -> RwLockReadGuard<'static, ()> {
+    GATE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Before `fork`: waits until no engine thread is inside a [`busy`] section and keeps new
+/// ones from starting until [`parent`] or [`child`] on this thread.
+pub fn prepare() {
+    let g = GATE.write().unwrap_or_else(|e| e.into_inner());
+    let _ = HELD.try_with(|h| *h.borrow_mut() = Some(g));
+}
+
+/// After `fork`, in the parent: the engine's threads go on.
+pub fn parent() {
+    let _ = HELD.try_with(|h| h.borrow_mut().take());
+}
+
+/// After `fork`, in the child (which has none of the engine's threads; any it starts may
+/// enter sections again).
+pub fn child() {
+    let _ = HELD.try_with(|h| h.borrow_mut().take());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Barrier};
+
+    /// `prepare` waits for a section in progress and holds off new ones until `parent`.
+    #[test]
+    fn prepare_waits_for_sections_and_holds_off_new_ones() {
+        let inside = Arc::new(Barrier::new(2));
+        let leave = Arc::new(Barrier::new(2));
+        let prepared = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (inside, leave) = (Arc::clone(&inside), Arc::clone(&leave));
+            std::thread::spawn(move || {
+                let g = busy();
+                inside.wait();
+                leave.wait();
+                drop(g);
+            })
+        };
+        inside.wait();
+        let p = {
+            let prepared = Arc::clone(&prepared);
+            std::thread::spawn(move || {
+                prepare();
+                prepared.store(true, Ordering::SeqCst);
+                // A new section cannot start while the fork is prepared.
+                assert!(GATE.try_read().is_err());
+                parent();
+            })
+        };
+        // The section is still open: prepare has not returned.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!prepared.load(Ordering::SeqCst));
+        leave.wait();
+        t.join().unwrap();
+        p.join().unwrap();
+        assert!(prepared.load(Ordering::SeqCst));
+        drop(busy());
+    }
+}
