@@ -699,8 +699,11 @@ fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
         ready.hang_up();
         return;
     }
-    // The table's reference to this connect (nothing else to end: it is over).
-    let _ = table::remove(p.fd);
+    // The table's reference to this connect (nothing else to end: it is over), and its
+    // process count (before, one slot of the shared page leaked per fallback connect).
+    if let Some(old) = table::remove(p.fd) {
+        table::forget(old);
+    }
     for g in &regs {
         let mut ev = libc::epoll_event {
             events: g.events,

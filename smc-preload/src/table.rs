@@ -457,6 +457,15 @@ pub(crate) fn all() -> Vec<(i32, Obj)> {
         .collect()
 }
 
+/// A descriptor stopped referring to `obj` and nothing is to be ended (a connect that fell
+/// back: the TCP socket at the number is the program's now): its descriptor count drops, and
+/// with its last descriptor this process's count in the shared slot.
+pub(crate) fn forget(obj: Obj) {
+    if obj.hold().fds.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let_go(&obj);
+    }
+}
+
 /// This process stops holding `obj` without ending it (an `exec` is about to replace it, or
 /// a helper process holds only some objects): its process count drops. Whether it was the
 /// last.
