@@ -33,6 +33,14 @@ pub const LOOPBACK_CHID: u16 = 0xFFFF;
 pub const WAIT_BELL: u32 = 1;
 /// Waiting-word bit: a thread of the owner sleeps in `futex_wait` on the word; wake it.
 pub const WAIT_FUTEX: u32 = 2;
+/// The announcement bits of a waiting word.
+const ANNOUNCED: u32 = WAIT_BELL | WAIT_FUTEX;
+/// Waiting-word count (bits 8 and up): bells whose announcement was taken and whose ring is
+/// not done yet. The owner waits for them before it clears its readiness
+/// ([`Dmb::await_rings`]): a ring that lands after the clear would show the descriptor
+/// readable with nothing to read, and wrk counts a readable descriptor whose read says
+/// `EAGAIN` as an error.
+const RINGING: u32 = 1 << 8;
 
 /// Which of a DMB's two waiting words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +121,40 @@ impl Dmb {
     /// Whether the owner announced waiting for `dir`.
     #[inline]
     pub fn is_armed(&self, dir: Dir) -> bool {
-        self.waiting(dir).load(Ordering::Relaxed) != 0
+        self.waiting(dir).load(Ordering::Relaxed) & ANNOUNCED != 0
+    }
+
+    /// After the ring of an announcement taken with [`WAIT_BELL`] in it (or the decision not
+    /// to ring it): that ring is no longer under way.
+    #[inline]
+    pub fn rung(&self, dir: Dir) {
+        self.waiting(dir).fetch_sub(RINGING, Ordering::Release);
+    }
+
+    /// Whether a ring taken from an announcement for `dir` is under way.
+    pub fn rings_under_way(&self, dir: Dir) -> bool {
+        self.waiting(dir).load(Ordering::Acquire) >= RINGING
+    }
+
+    /// Owner side, before it clears its readiness for `dir`: waits until no ring taken from
+    /// an earlier announcement is under way (see [`RINGING`]), at most `limit` (the word is
+    /// also the peer's to write: a peer that never finishes only makes its own connection's
+    /// readiness wrong). A ring is a system call away once taken, so this almost never waits.
+    pub fn await_rings(&self, dir: Dir, limit: std::time::Duration) {
+        let w = self.waiting(dir);
+        if w.load(Ordering::Acquire) < RINGING {
+            return;
+        }
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        while w.load(Ordering::Acquire) >= RINGING && start.elapsed() < limit {
+            if spins < 64 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// After publishing into this DMB's header (or changing what the owner waits for): takes
@@ -129,10 +170,18 @@ impl Dmb {
     #[inline]
     fn take(&self, dir: Dir) -> u32 {
         let w = self.waiting(dir);
-        if w.load(Ordering::Relaxed) == 0 {
-            0
-        } else {
-            w.swap(0, Ordering::AcqRel)
+        let mut old = w.load(Ordering::Relaxed);
+        loop {
+            if old & ANNOUNCED == 0 {
+                return 0;
+            }
+            // The announcement goes; a bell to ring is counted under way until `rung`.
+            let ringing = if old & WAIT_BELL != 0 { RINGING } else { 0 };
+            let new = (old & !ANNOUNCED).wrapping_add(ringing);
+            match w.compare_exchange_weak(old, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return old & ANNOUNCED,
+                Err(v) => old = v,
+            }
         }
     }
 
@@ -149,7 +198,7 @@ impl Dmb {
     /// [`Dmb::take_waiter`] without the fence, for wake-ups whose ordering a lock provides.
     #[inline]
     pub fn take_waiter_local(&self, dir: Dir) -> u32 {
-        self.waiting(dir).swap(0, Ordering::AcqRel)
+        self.take(dir)
     }
 }
 
@@ -249,6 +298,22 @@ pub(crate) mod conformance {
         assert!(attached.is_armed(Dir::Rx));
         assert_eq!(attached.take_waiter(Dir::Rx), WAIT_BELL | WAIT_FUTEX);
         assert_eq!(attached.take_waiter(Dir::Rx), 0, "taken once");
+        // The bell taken is under way until it is rung; a new announcement is apart from it,
+        // and the owner's await_rings returns once every ring is done.
+        assert!(owned.rings_under_way(Dir::Rx));
+        assert!(!attached.is_armed(Dir::Rx));
+        owned.arm(Dir::Rx, WAIT_BELL);
+        assert!(attached.is_armed(Dir::Rx));
+        assert_eq!(attached.take_waiter(Dir::Rx), WAIT_BELL);
+        attached.rung(Dir::Rx);
+        assert!(owned.rings_under_way(Dir::Rx), "one ring still under way");
+        std::thread::scope(|s| {
+            let waiter =
+                s.spawn(|| owned.await_rings(Dir::Rx, std::time::Duration::from_secs(600)));
+            attached.rung(Dir::Rx);
+            waiter.join().unwrap();
+        });
+        assert!(!owned.rings_under_way(Dir::Rx));
         // A sleeper on the owner's side is woken through the peer's mapping (a shared futex):
         // the peer takes the announcement only once the sleeper is blocked in futex_wait
         // (its /proc syscall file says 202), so without the wake it would sleep for ever.

@@ -113,6 +113,10 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool>;
     /// After a local change: wakes the local waiters for `dir` if they announced waiting.
     fn wake_local(&self, dir: Dir);
+    /// Before the readiness for `dir` is cleared: waits for bells still being rung for
+    /// announcements already taken, so none lands after the clear (SMC-D's
+    /// `Dmb::await_rings`).
+    fn await_rings(&self, _dir: Dir) {}
     /// The connection's readiness, if the application asked for it.
     fn readiness(&self) -> Option<&Readiness>;
     /// The connection's readiness, made now if it does not exist yet (then `true`: the caller

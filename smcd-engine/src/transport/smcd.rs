@@ -69,12 +69,17 @@ fn wake<'a>(dmb: &Dmb, dir: Dir, how: u32, bell: impl FnOnce() -> Option<&'a Bel
     if how & WAIT_FUTEX != 0 {
         dmb.wake_sleepers(dir);
     }
-    if how & WAIT_BELL != 0
-        && let Some(b) = bell()
-    {
-        b.ring(dir);
+    if how & WAIT_BELL != 0 {
+        if let Some(b) = bell() {
+            b.ring(dir);
+        }
+        dmb.rung(dir);
     }
 }
+
+/// How long a connection that clears its readiness waits for a ring under way (see
+/// `Dmb::await_rings`).
+const RING_WAIT_LIMIT: Duration = Duration::from_millis(5);
 
 /// A fresh connection id for a DMB's engine word.
 pub fn new_conn_id() -> u64 {
@@ -601,6 +606,10 @@ impl Transport for SmcdLink {
         wake(&self.own, dir, how, || {
             self.ready.get().map(Readiness::bell)
         });
+    }
+
+    fn await_rings(&self, dir: Dir) {
+        self.own.await_rings(dir, RING_WAIT_LIMIT);
     }
 
     fn readiness(&self) -> Option<&Readiness> {

@@ -150,6 +150,8 @@ impl<T: Transport> SmcConn<T> {
     /// Makes `ready` not ready for `dir` and announces an event loop's wait for it; the
     /// caller looks again after.
     pub(super) fn clear_and_announce(&self, ready: &crate::transport::Readiness, dir: Dir) {
+        // A ring for an earlier announcement still under way would land after the clear.
+        self.link.await_rings(dir);
         match dir {
             Dir::Rx => ready.clear_readable(),
             Dir::Tx => ready.clear_writable(),
