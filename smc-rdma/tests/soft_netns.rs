@@ -788,3 +788,67 @@ fn roce_v1_writes_survive_random_loss_and_hostile_frames_are_dropped() {
         assert_eq!(&got, b"good", "the forgeries were not executed");
     });
 }
+
+/// A device opened by a thread inside a namespace describes the namespace's netdev: its MAC,
+/// the path MTU its MTU allows and its state, asked through the device's socket. (Read from
+/// `/sys/class/net`, which is the mount's, it found no such netdev and assumed MTU 1500, path
+/// MTU 1024, and a zero MAC.)
+#[test]
+fn a_device_in_a_namespace_describes_the_namespace_netdev() {
+    if !can_run("a_device_in_a_namespace_describes_the_namespace_netdev") {
+        return;
+    }
+    let ns = Netns::new("desc");
+    let n = ns.0.clone();
+    let ip = |args: &[&str]| {
+        let mut all = vec!["ip", "-n", n.as_str()];
+        all.extend_from_slice(args);
+        assert!(sh(&all), "{all:?}");
+    };
+    ip(&["link", "add", "sra", "type", "veth", "peer", "name", "srb"]);
+    ip(&[
+        "link",
+        "set",
+        "sra",
+        "address",
+        "02:11:22:33:44:55",
+        "mtu",
+        "9000",
+        "up",
+    ]);
+    ip(&["link", "set", "srb", "mtu", "9000", "up"]);
+    ip(&["addr", "add", "10.91.0.1/24", "dev", "sra"]);
+    let describe = || {
+        ns.run(|| {
+            let dev = SoftDevice::open(SoftConfig {
+                name: "sroce-desc".into(),
+                addr: Ipv4Addr::new(10, 91, 0, 1),
+                netdev: Some("sra".into()),
+                steering: None,
+            })
+            .expect("open in the namespace");
+            dev.info().ports[0].clone()
+        })
+    };
+    let p = describe();
+    assert_eq!(p.mac, [0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
+    assert_eq!(p.active_mtu, Mtu::M4096);
+    assert_eq!(p.state, PortState::Active);
+    ip(&["link", "set", "sra", "mtu", "1500"]);
+    assert_eq!(describe().active_mtu, Mtu::M1024);
+    ip(&["link", "set", "srb", "down"]);
+    assert_eq!(
+        describe().state,
+        PortState::Down,
+        "no carrier: the peer is down"
+    );
+    // The peer's end in another namespace.
+    let other = Netns::new("desc2");
+    ip(&["link", "set", "srb", "netns", &other.0]);
+    assert!(sh(&["ip", "-n", &other.0, "link", "set", "srb", "up"]));
+    assert_eq!(
+        describe().state,
+        PortState::Active,
+        "the peer is up in its namespace"
+    );
+}

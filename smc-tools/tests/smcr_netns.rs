@@ -61,7 +61,26 @@ impl Hosts {
             ip(&["-n", &ns.name, "addr", "add", &addr, "dev", dev]);
             ip(&["-n", &ns.name, "link", "set", dev, "mtu", "9000", "up"]);
         }
+        h.wait_carrier(&[(1, &wa), (2, &wb)]);
         Some(h)
+    }
+
+    /// Waits until each `(host, dev)` has its carrier (operstate UP): the kernel reports it
+    /// a little after both ends are up (linkwatch), and a soft device's port is ACTIVE only
+    /// with it (the state an endpoint publishes when a link comes or goes).
+    fn wait_carrier(&self, devs: &[(u8, &str)]) {
+        for (host, dev) in devs {
+            let ns = self.ns(*host).name.clone();
+            smc_tests::wait_for("the veth's carrier", || {
+                let out = Command::new("ip")
+                    .args(["-n", &ns, "-o", "link", "show", "dev", dev])
+                    .output()
+                    .ok()?;
+                String::from_utf8_lossy(&out.stdout)
+                    .contains("state UP")
+                    .then_some(())
+            });
+        }
     }
 
     /// The veth of host `host` on path `path` (1 or 2).
@@ -113,7 +132,9 @@ impl Hosts {
             ip(&["-n", &ns.name, "addr", "add", &second, "dev", dev]);
             ip(&["-n", &ns.name, "link", "set", dev, "mtu", "9000", "up"]);
         }
-        Some(Hosts { a, b, net })
+        let h = Hosts { a, b, net };
+        h.wait_carrier(&[(1, &va), (2, &vb)]);
+        Some(h)
     }
 
     fn addr(&self, host: u8) -> Ipv4Addr {

@@ -81,8 +81,8 @@ pub struct SoftConfig {
     pub name: String,
     /// The IPv4 address it is bound to; its GID is this address, mapped.
     pub addr: Ipv4Addr,
-    /// The netdev that address is on (its MAC and MTU are read from `/sys/class/net`); `None`
-    /// looks it up.
+    /// The netdev that address is on (its MAC, MTU and state are asked through the device's
+    /// socket, in its network namespace); `None` looks it up.
     pub netdev: Option<String>,
     /// Share the address with other devices (other processes) through this steering program
     /// ([`steer`]); `None` binds the address alone.
@@ -297,19 +297,28 @@ impl SoftDevice {
                 )
             })?,
         };
-        let mac = sysfs(&netdev, "address")
-            .and_then(|m| parse_mac(&m))
-            .unwrap_or_default();
-        let netdev_mtu = sysfs(&netdev, "mtu")
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(1500);
-        let mtu = Mtu::for_netdev(netdev_mtu).unwrap_or(Mtu::M256);
         let sock = rustix::net::socket_with(
             AddressFamily::INET,
             SocketType::DGRAM,
             rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
             Some(ipproto::UDP),
         )?;
+        // MAC and MTU asked through the socket, in its network namespace: `/sys/class/net`
+        // is the mount's, and a thread that entered another namespace does not find its
+        // netdevs there (it read MTU 1500 and a zero MAC for a namespace's 9000-byte veth).
+        // sysfs remains for what is not Ethernet (loopback is the same in every namespace).
+        let (mac, netdev_mtu) = match eth::netdev(sock.as_fd(), &netdev) {
+            Ok(nd) => (nd.mac, nd.mtu),
+            Err(_) => (
+                sysfs(&netdev, "address")
+                    .and_then(|m| parse_mac(&m))
+                    .unwrap_or_default(),
+                sysfs(&netdev, "mtu")
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or(1500),
+            ),
+        };
+        let mtu = Mtu::for_netdev(netdev_mtu).unwrap_or(Mtu::M256);
         // DF and no fragmentation: the IPv4 header the ICRC covers is the one this device
         // assumes (wire module docs), and a packet too large for the path is dropped, not cut.
         sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)?;
@@ -457,13 +466,8 @@ impl Device for SoftDevice {
     type Qp = SoftQp;
 
     fn info(&self) -> DeviceInfo {
-        let up = if self.dev.v1.is_some() {
-            eth::is_up(self.dev.sock.as_fd(), &self.dev.netdev)
-        } else {
-            sysfs(&self.dev.netdev, "operstate")
-                .map(|s| s != "down")
-                .unwrap_or(true)
-        };
+        // Through the socket, in its namespace (see `open`).
+        let up = eth::is_up(self.dev.sock.as_fd(), &self.dev.netdev);
         let gid_type = if self.dev.v1.is_some() {
             GidType::RoceV1
         } else {
