@@ -23,7 +23,8 @@
 //! Every other object the process holds is let go of before the `exec` (its process count
 //! drops), so its last holder elsewhere still ends it; one that only this process held ends
 //! when `exec` closes its descriptors (close-on-exec: its TCP socket closes, which the peer
-//! sees). The keeper closes its copies of the program's descriptors and of the TCP sockets
+//! sees). A listener that survives the `exec` goes on as its listening socket
+//! ([`hand_over_listeners`]). The keeper closes its copies of the program's descriptors and of the TCP sockets
 //! under every object it was not given, so it keeps nothing else alive.
 
 use crate::real;
@@ -59,10 +60,12 @@ fn cloexec(fd: c_int) -> bool {
 /// Before an `exec`: hands the connections that survive it to a keeper, lets go of every
 /// object. `None` when the process has none.
 pub(crate) fn before() -> Option<Handover> {
-    let all = table::all();
-    if all.is_empty() {
+    if table::all().is_empty() {
         return None;
     }
+    // First, so that a keeper forked below holds nothing of theirs.
+    hand_over_listeners();
+    let all = table::all();
     let mut handed: Vec<Handed> = Vec::new();
     for (fd, o) in &all {
         if let Obj::Stream(st) = o
@@ -118,6 +121,71 @@ pub(crate) fn before() -> Option<Handover> {
         }
     }
     Some(h)
+}
+
+/// Listeners with a descriptor that is not close-on-exec: the new program gets the listening
+/// socket itself at their numbers (as the kernel's survives `exec`), so it can accept from it
+/// whether or not it loads the library. Each is withdrawn first (smcd answers intents for it
+/// with plain TCP, its keys leave the SMC option program's map), since the new program may
+/// take a Proposal for data; a new image that loads the library finds it at load time and
+/// makes it an SMC listener again at its first `accept` or `epoll_ctl` (`table::INHERITED`).
+/// This process's own listener on it (or its view, a forked worker's) stops, without shutting
+/// the socket down; what it had accepted and the program had not is closed. The listener is
+/// this process's no longer: if the `exec` fails, the numbers stay the plain listening socket,
+/// made an SMC listener again in the same way.
+fn hand_over_listeners() {
+    let mut handed: Vec<(Arc<table::Listener>, Vec<c_int>)> = Vec::new();
+    let mut inheritable = BTreeSet::new();
+    for (fd, o) in table::all() {
+        if let Obj::Listener(l) = o {
+            if !cloexec(fd) {
+                inheritable.insert(Arc::as_ptr(&l) as usize);
+            }
+            match handed.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &l)) {
+                Some((_, fds)) => fds.push(fd),
+                None => handed.push((l, vec![fd])),
+            }
+        }
+    }
+    handed.retain(|(l, _)| inheritable.contains(&(Arc::as_ptr(l) as usize)));
+    for (l, fds) in handed {
+        l.l.withdraw();
+        let tcp = l.l.tcp_socket().as_raw_fd();
+        // Not released: that would end the listener (its last descriptor).
+        let mut refs = vec![Obj::Listener(Arc::clone(&l))];
+        for &fd in &fds {
+            let keep_cloexec = cloexec(fd);
+            if crate::hooks::place(tcp, fd, keep_cloexec).is_ok()
+                && let Some(o) = table::remove(fd)
+            {
+                refs.push(o);
+                table::set_kind(fd, table::INHERITED);
+            }
+        }
+        let obj = &refs[0];
+        let last = table::let_go(obj);
+        if last {
+            // O_NONBLOCK is the socket's, which the engine set: the program's own again. (Not
+            // while other processes accept from it: their engines need it.)
+            let nb = l.nonblocking.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = rustix::io::ioctl_fionbio(l.l.tcp_socket(), nb);
+        }
+        if let Some(v) = l.own_view() {
+            v.detach();
+        }
+        crate::hooks::debug(format_args!(
+            "exec: listener on fd {fds:?} goes on as its listening socket"
+        ));
+        if l.pid == std::process::id() {
+            // Detached: its end (the last reference) leaves the socket alone.
+            l.l.detach();
+        } else {
+            // Another process's listener, copied by fork: its state here is not ours to end
+            // (dropping it would shut the socket down).
+            std::mem::forget(refs);
+            std::mem::forget(l);
+        }
+    }
 }
 
 /// The `exec` failed (it returned): everything as it was, the keeper told to go.

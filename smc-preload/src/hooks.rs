@@ -9,7 +9,7 @@
 
 use crate::pending;
 use crate::real;
-use crate::table::{self, CANDIDATE, CONNECTING, LISTENER, NONE, Obj, STREAM};
+use crate::table::{self, CANDIDATE, CONNECTING, INHERITED, LISTENER, NONE, Obj, STREAM};
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use smcd_engine::driver::listener::ListenOptions;
 use smcd_engine::{Engine, SmcListener, SmcStream};
@@ -120,6 +120,40 @@ pub(crate) extern "C" fn init() {
     debug_on();
     env_size("SMC_SNDBUF");
     smcd_socket();
+    let _ = std::panic::catch_unwind(find_inherited_listeners);
+}
+
+/// Marks the listening TCP sockets this image inherited (`exec`: nginx's binary upgrade,
+/// socket activation, inetd) [`INHERITED`]: each becomes an SMC listener at its first
+/// `accept`, `epoll_ctl` or `listen` here, registered by this image's engine (the image that
+/// made it one withdrew it before its `exec`: `crate::exec`). Run once, when the library is
+/// loaded, before the program can have made a socket of its own.
+fn find_inherited_listeners() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let saved = errno();
+    for fd in dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<c_int>().ok())
+    {
+        if table::in_range(fd) && table::kind(fd) == NONE && is_tcp_listener(fd) {
+            table::set_kind(fd, INHERITED);
+            debug(format_args!("fd {fd}: an inherited TCP listener"));
+        }
+    }
+    set_errno(saved);
+}
+
+/// Whether `fd` is a listening TCP socket (`SO_ACCEPTCONN`).
+fn is_tcp_listener(fd: c_int) -> bool {
+    get_int_opt(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN) == Some(1)
+        && matches!(
+            get_int_opt(fd, libc::SOL_SOCKET, libc::SO_DOMAIN),
+            Some(libc::AF_INET | libc::AF_INET6)
+        )
+        && get_int_opt(fd, libc::SOL_SOCKET, libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+        && get_int_opt(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
 }
 
 fn debug_on() -> bool {
@@ -563,7 +597,7 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     match table::kind(fd) {
         // Listening again (a new backlog): the listener stays as it is.
         LISTENER if !in_lib() => return 0,
-        CANDIDATE if !in_lib() => {}
+        CANDIDATE | INHERITED if !in_lib() => {}
         // SAFETY: passed through.
         _ => return unsafe { real::listen(fd, backlog) },
     }
@@ -573,16 +607,25 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         return r;
     }
     let saved = errno();
+    let backlog = if backlog <= 0 { 128 } else { backlog as u32 };
+    make_listener(fd, backlog);
+    set_errno(saved);
+    0
+}
+
+/// Makes the program's listening socket at `fd` an SMC listener: the socket moves to a
+/// descriptor of the library's (close-on-exec) and the number becomes the listener's
+/// readiness. When that fails the number stays the program's plain TCP listener.
+fn make_listener(fd: c_int, backlog: u32) {
     let (cloexec, nonblocking) = fd_flags(fd);
     let res = lib(|| {
-        // The listening socket moves to a descriptor of the library's (close-on-exec); the
-        // program's number becomes the listener's readiness.
-        let hidden = new_fd(fd, true)?;
-        // SAFETY: `hidden` is a fresh descriptor we own.
-        let tcp = unsafe { std::net::TcpListener::from_raw_fd(hidden) };
-        let backlog = if backlog <= 0 { 128 } else { backlog as u32 };
+        let engine = engine();
+        // SAFETY: `new_fd` gives a fresh descriptor we own; it goes to the engine's band, so
+        // the program's numbers stay as without SMC.
+        let hidden = unsafe { std::os::fd::OwnedFd::from_raw_fd(new_fd(fd, true)?) };
+        let tcp = std::net::TcpListener::from(smcd_engine::sys::banded(hidden));
         let l = SmcListener::from_listening(
-            &engine(),
+            &engine,
             tcp,
             ListenOptions {
                 backlog,
@@ -602,21 +645,51 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         Ok(local)
     });
     match res {
-        Ok(local) => {
-            debug(format_args!("listen fd {fd} on {local}: SMC listener"));
-            set_errno(saved);
-            0
-        }
+        Ok(local) => debug(format_args!("listen fd {fd} on {local}: SMC listener")),
         Err(e) => {
-            // Still the program's listening socket, as plain TCP.
             debug(format_args!(
                 "listen fd {fd}: no SMC listener ({e}), plain TCP"
             ));
             table::set_kind(fd, NONE);
-            set_errno(saved);
-            0
         }
     }
+}
+
+/// An [`INHERITED`] listening socket at `fd` becomes an SMC listener (at the program's first
+/// `accept` or `epoll_ctl` of it), with the backlog it listens with; errno is kept.
+fn adopt_listener(fd: c_int) {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    // Another thread may have made it one meanwhile, or the program closed it.
+    if table::kind(fd) != INHERITED {
+        return;
+    }
+    let saved = errno();
+    if !is_tcp_listener(fd) {
+        table::set_kind(fd, NONE);
+        return set_errno(saved);
+    }
+    // A listener's TCP_INFO says its backlog in tcpi_sacked (the kernel's
+    // sk_max_ack_backlog).
+    // SAFETY: zeroed tcp_info is valid; its size is passed.
+    let backlog = unsafe {
+        let mut ti: libc::tcp_info = std::mem::zeroed();
+        let mut len = size_of::<libc::tcp_info>() as socklen_t;
+        let r = real::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut ti).cast(),
+            &mut len,
+        );
+        if r == 0 && ti.tcpi_sacked > 0 {
+            ti.tcpi_sacked
+        } else {
+            128
+        }
+    };
+    make_listener(fd, backlog);
+    set_errno(saved);
 }
 
 /// `accept4(2)`.
@@ -630,6 +703,9 @@ pub unsafe extern "C" fn accept4(
     len: *mut socklen_t,
     flags: c_int,
 ) -> c_int {
+    if table::kind(fd) == INHERITED && !in_lib() {
+        adopt_listener(fd);
+    }
     let l = if table::kind(fd) == LISTENER && !in_lib() {
         table::listener(fd)
     } else {
@@ -736,7 +812,7 @@ fn local_listener(l: &table::Listener, fd: c_int) -> io::Result<&SmcListener> {
 /// As `accept(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    if table::kind(fd) != LISTENER || in_lib() {
+    if !matches!(table::kind(fd), LISTENER | INHERITED) || in_lib() {
         // SAFETY: passed through.
         return unsafe { real::accept(fd, addr, len) };
     }
@@ -1432,9 +1508,17 @@ fn copied(old: c_int, new: c_int) {
     let prev = match after {
         Some(o) => table::insert(new, o),
         None => {
-            // A copy of a candidate is a candidate (dup before connect).
+            // A copy of a candidate is a candidate (dup before connect), of an inherited
+            // listener an inherited listener.
             let prev = table::remove(new);
-            table::set_kind(new, if k == CANDIDATE { CANDIDATE } else { NONE });
+            table::set_kind(
+                new,
+                if matches!(k, CANDIDATE | INHERITED) {
+                    k
+                } else {
+                    NONE
+                },
+            );
             prev
         }
     };
@@ -1527,7 +1611,7 @@ fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
                 Err(e) => fail(&e),
             })
         }
-        (STREAM | LISTENER | CANDIDATE, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) => {
+        (STREAM | LISTENER | CANDIDATE | INHERITED, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) => {
             // SAFETY: F_DUPFD* takes an int.
             let new = unsafe { real::fcntl(fd, cmd, arg) };
             if new >= 0 {
@@ -1600,7 +1684,9 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: libc::c_ulong) -> c_int {
     settle(fd);
     let k = table::kind(fd);
-    if (k != STREAM && k != LISTENER) || in_lib() {
+    // FIOCLEX/FIONCLEX (Python's os.set_inheritable) are the number's own flag, not the
+    // socket's: the program's descriptor takes them.
+    if (k != STREAM && k != LISTENER) || in_lib() || matches!(req, libc::FIOCLEX | libc::FIONCLEX) {
         // SAFETY: passed through.
         return unsafe { real::ioctl(fd, req, arg) };
     }
@@ -1961,6 +2047,9 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     event: *mut libc::epoll_event,
 ) -> c_int {
+    if table::kind(fd) == INHERITED && op != libc::EPOLL_CTL_DEL && !in_lib() {
+        adopt_listener(fd);
+    }
     match table::kind(fd) {
         _ if in_lib() => {}
         // Registered or re-armed (EPOLLONESHOT) while another thread may be in epoll_wait on

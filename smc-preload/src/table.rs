@@ -26,6 +26,11 @@ pub(crate) const LISTENER: u8 = 3;
 /// A non-blocking connect under way (`crate::pending`): the descriptor is a waiting readiness
 /// pair until it finishes.
 pub(crate) const CONNECTING: u8 = 4;
+/// A listening TCP socket this image has not made an SMC listener of: inherited across
+/// `exec` (found when the library is loaded), or put back by an `exec` that failed. It is
+/// the program's socket, untouched, until its first `accept`, `epoll_ctl` or `listen` makes
+/// it one (`hooks::adopt_listener`).
+pub(crate) const INHERITED: u8 = 5;
 
 static KINDS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(NONE) }; MAX_FD];
 
@@ -481,7 +486,7 @@ pub(crate) fn remove_range(first: u32, last: u32) -> Vec<Obj> {
     let top = usize::try_from(last).unwrap_or(MAX_FD).min(MAX_FD - 1);
     if let Some(band) = KINDS.get(first as usize..=top) {
         for k in band {
-            if k.load(Ordering::Relaxed) == CANDIDATE {
+            if matches!(k.load(Ordering::Relaxed), CANDIDATE | INHERITED) {
                 k.store(NONE, Ordering::Relaxed);
             }
         }

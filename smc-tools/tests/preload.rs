@@ -1024,3 +1024,97 @@ fn exec_inetd_style(smcd: &Smcd, how: &str) {
     let loaded = if how == "plain" { "no" } else { "yes" };
     assert!(err.contains(&format!("PRELOADED {loaded}")), "{how}: {err}");
 }
+
+/// A listening socket that is not close-on-exec goes on across `exec` as the socket itself
+/// (nginx's binary upgrade, socket activation, inetd): a Python server listens under smc-run
+/// and `os.execv`s a program that accepts on the inherited number. With the new program
+/// preloaded, a preloaded client's connection is SMC-D (the new image made the socket an SMC
+/// listener again); with `LD_PRELOAD` dropped from its environment it is plain TCP (the old
+/// image withdrew the listener before the `exec`, so no Proposal reaches a program that would
+/// take it for data); the bytes are exact both times, and the close-on-exec listener is gone.
+/// Once with smcd's listener table (intents) and once with the SMC option program.
+#[test]
+fn exec_passes_a_listener_to_the_new_program() {
+    let test = "exec_passes_a_listener_to_the_new_program";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    {
+        let smcd = Smcd::start(BINS);
+        smcd.require_control_plane();
+        for how in ["preloaded", "plain"] {
+            exec_listener(&smcd, how);
+        }
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    smcd.require_control_plane();
+    for how in ["preloaded", "plain"] {
+        exec_listener(&smcd, how);
+    }
+}
+
+/// One run of [`exec_passes_a_listener_to_the_new_program`].
+fn exec_listener(smcd: &Smcd, how: &str) {
+    use std::io::Read;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/exec_listener.py");
+    let script = script.to_str().unwrap();
+    let mut server = smc_run(smcd, python(), &[script, "serve", how])
+        .env("SMC_DEBUG", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let ports: Vec<u16> = line
+        .split_whitespace()
+        .map(|p| p.parse().unwrap_or_else(|_| panic!("ports: {line:?}")))
+        .collect();
+    let (port, gone) = (ports[0], ports[1]);
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "READY", "{how}: the new program did not start");
+    assert!(
+        !listening(gone),
+        "{how}: the close-on-exec listener still listens"
+    );
+    let before = counts(smcd);
+    const LEN: usize = 1 << 20;
+    let client = run_ok(
+        smc_run(
+            smcd,
+            python(),
+            &[script, "client", &port.to_string(), &LEN.to_string()],
+        ),
+        120,
+    );
+    assert!(client.contains("OK"), "{how}: the client says {client}");
+    let (status, err) = common::within(Duration::from_secs(60), move || {
+        let mut err = String::new();
+        let _ = server.stderr.take().unwrap().read_to_string(&mut err);
+        (server.wait().unwrap(), err)
+    })
+    .expect("the exec'd program did not finish");
+    assert!(status.success(), "{how}: {err}");
+    assert!(err.contains(&format!("ECHOED {LEN}")), "{how}: {err}");
+    assert!(
+        err.contains("goes on as its listening socket"),
+        "{how}: {err}"
+    );
+    if how == "plain" {
+        assert!(err.contains("PRELOADED no"), "{how}: {err}");
+        let after = counts(smcd);
+        assert_eq!(
+            after.0, before.0,
+            "{how}: an SMC connection to a plain program\n{err}"
+        );
+    } else {
+        assert!(err.contains("PRELOADED yes"), "{how}: {err}");
+        assert!(err.contains("an inherited TCP listener"), "{how}: {err}");
+        assert_smc_since(smcd, before, 1);
+    }
+}
