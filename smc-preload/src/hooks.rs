@@ -2323,3 +2323,43 @@ pub unsafe extern "C" fn fexecve(
     // SAFETY: passed through.
     exec_with(|| unsafe { real::fexecve(fd, argv, envp) })
 }
+
+// The variadic `execl`, `execle`, `execlp`: the C library's call `execve` inside it, where
+// no hook sees the call. Stable Rust cannot define a C-variadic function, so each exported
+// name is a naked function that jumps, registers and stack untouched, to a C function
+// (`csrc/execl.c`) that gathers the arguments as the C library does and calls `execv`,
+// `execve` or `execvp`: the hooks above. (A cdylib exports only Rust's symbols, so the C
+// functions cannot be the exported names themselves.) On other architectures these are not
+// hooked (docs/smc-run.md).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod variadic_exec {
+    use libc::{c_char, c_int};
+
+    unsafe extern "C" {
+        fn smc_preload_execl(path: *const c_char, arg: *const c_char, ...) -> c_int;
+        fn smc_preload_execle(path: *const c_char, arg: *const c_char, ...) -> c_int;
+        fn smc_preload_execlp(file: *const c_char, arg: *const c_char, ...) -> c_int;
+    }
+
+    /// Defines the exported `$name` as a jump to `$target`.
+    macro_rules! jump_to {
+        ($name:ident, $target:ident) => {
+            /// The variadic exec function of this name (see the module comment).
+            ///
+            /// # Safety
+            /// As the C library's.
+            #[unsafe(no_mangle)]
+            #[unsafe(naked)]
+            pub unsafe extern "C" fn $name() {
+                #[cfg(target_arch = "x86_64")]
+                std::arch::naked_asm!("jmp {}", sym $target);
+                #[cfg(target_arch = "aarch64")]
+                std::arch::naked_asm!("b {}", sym $target);
+            }
+        };
+    }
+
+    jump_to!(execl, smc_preload_execl);
+    jump_to!(execle, smc_preload_execle);
+    jump_to!(execlp, smc_preload_execlp);
+}

@@ -930,7 +930,9 @@ fn nonblocking_connect_in_flight_across_fork() {
 /// goes both ways (the program sees it after our shutdown, we see it when it exits). The
 /// second connection and the listener were close-on-exec: they are gone in the new program,
 /// and the second connection ends for us. Once with the new program preloaded as well, once
-/// with `LD_PRELOAD` dropped from its environment (`execve`).
+/// with `LD_PRELOAD` dropped from its environment (`execve`); then through the C library's
+/// variadic `execl`, `execlp` (preloaded) and `execle` (not), called through ctypes, which the
+/// library defines itself (the C library's call `execve` where no hook sees it).
 #[test]
 fn exec_hands_an_inherited_connection_to_the_new_program() {
     let test = "exec_hands_an_inherited_connection_to_the_new_program";
@@ -939,7 +941,7 @@ fn exec_hands_an_inherited_connection_to_the_new_program() {
     }
     let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
-    for how in ["preloaded", "plain"] {
+    for how in ["preloaded", "plain", "execl", "execle", "execlp"] {
         exec_inetd_style(&smcd, how);
     }
 }
@@ -1021,7 +1023,11 @@ fn exec_inetd_style(smcd: &Smcd, how: &str) {
     assert!(status.success(), "{how}: {err}");
     assert!(err.contains(&format!("ECHOED {LEN}")), "{how}: {err}");
     assert!(err.contains("handed to a keeper"), "{how}: {err}");
-    let loaded = if how == "plain" { "no" } else { "yes" };
+    let loaded = if matches!(how, "plain" | "execle") {
+        "no"
+    } else {
+        "yes"
+    };
     assert!(err.contains(&format!("PRELOADED {loaded}")), "{how}: {err}");
 }
 
