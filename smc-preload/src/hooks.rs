@@ -2324,6 +2324,142 @@ pub unsafe extern "C" fn fexecve(
     exec_with(|| unsafe { real::fexecve(fd, argv, envp) })
 }
 
+// ---------------------------------------------------------------------------------------
+// posix_spawn: its `execve` runs inside the C library, unseen; the connections the new
+// program can see go to a keeper around the call (`crate::exec::spawn_before`).
+
+/// Descriptors of ours that file actions (by their address) `dup2` for a spawned program:
+/// they reach it even when close-on-exec.
+static SPAWN_DUP2: std::sync::Mutex<Vec<(usize, c_int)>> = std::sync::Mutex::new(Vec::new());
+
+fn forget_file_actions(fa: *const libc::posix_spawn_file_actions_t) {
+    SPAWN_DUP2
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(a, _)| *a != fa as usize);
+}
+
+/// `posix_spawn_file_actions_init(3)`.
+///
+/// # Safety
+/// As `posix_spawn_file_actions_init(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn_file_actions_init(
+    fa: *mut libc::posix_spawn_file_actions_t,
+) -> c_int {
+    if !in_lib() {
+        forget_file_actions(fa);
+    }
+    // SAFETY: passed through.
+    unsafe { real::posix_spawn_file_actions_init(fa) }
+}
+
+/// `posix_spawn_file_actions_destroy(3)`.
+///
+/// # Safety
+/// As `posix_spawn_file_actions_destroy(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn_file_actions_destroy(
+    fa: *mut libc::posix_spawn_file_actions_t,
+) -> c_int {
+    if !in_lib() {
+        forget_file_actions(fa);
+    }
+    // SAFETY: passed through.
+    unsafe { real::posix_spawn_file_actions_destroy(fa) }
+}
+
+/// `posix_spawn_file_actions_adddup2(3)`: a `dup2` of one of our connections is noted.
+///
+/// # Safety
+/// As `posix_spawn_file_actions_adddup2(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
+    fa: *mut libc::posix_spawn_file_actions_t,
+    fd: c_int,
+    new: c_int,
+) -> c_int {
+    // SAFETY: passed through.
+    let r = unsafe { real::posix_spawn_file_actions_adddup2(fa, fd, new) };
+    if r == 0 && table::kind(fd) == STREAM && !in_lib() {
+        SPAWN_DUP2
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((fa as usize, fd));
+    }
+    r
+}
+
+/// Runs `posix_spawn` (the real call, which returns an error number) with the connections the
+/// new program can see handed to a keeper around it; errno is kept.
+fn spawn_with(fa: *const libc::posix_spawn_file_actions_t, call: impl FnOnce() -> c_int) -> c_int {
+    if in_lib() || table::all().is_empty() {
+        return call();
+    }
+    let saved = errno();
+    let extra: Vec<c_int> = if fa.is_null() {
+        Vec::new()
+    } else {
+        SPAWN_DUP2
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(a, _)| *a == fa as usize)
+            .map(|(_, fd)| *fd)
+            .collect()
+    };
+    let h = lib(|| Ok(crate::exec::spawn_before(&extra))).ok().flatten();
+    set_errno(saved);
+    let r = call();
+    if let Some(h) = h {
+        let e = errno();
+        let _ = lib(|| {
+            crate::exec::spawn_after(h);
+            Ok(())
+        });
+        set_errno(e);
+    }
+    r
+}
+
+/// `posix_spawn(3)`.
+///
+/// # Safety
+/// As `posix_spawn(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    spawn_with(fa, || unsafe {
+        real::posix_spawn(pid, path, fa, attr, argv, envp)
+    })
+}
+
+/// `posix_spawnp(3)`.
+///
+/// # Safety
+/// As `posix_spawnp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const libc::c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    spawn_with(fa, || unsafe {
+        real::posix_spawnp(pid, file, fa, attr, argv, envp)
+    })
+}
+
 // The variadic `execl`, `execle`, `execlp`: the C library's call `execve` inside it, where
 // no hook sees the call. Stable Rust cannot define a C-variadic function, so each exported
 // name is a naked function that jumps, registers and stack untouched, to a C function

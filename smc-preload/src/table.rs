@@ -8,7 +8,7 @@
 
 use smcd_engine::{SmcListener, SmcStream};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Descriptors at or above this are never taken over (they stay plain TCP).
@@ -43,6 +43,13 @@ pub(crate) struct Stream {
     pub(crate) hold: Hold,
     /// In [`DIRTY`] (its readiness waits to be settled).
     listed: AtomicBool,
+    /// The `AF_UNIX` socket pair `posix_spawn` put at the connection's numbers for the new
+    /// program (`crate::exec::spawn_before`): the near end, which programs it started hold,
+    /// and the far end, which a keeper serves once the last process holding the connection
+    /// let go of it (`crate::exec::keep_spawned`). -1 until then; plain integers, so a
+    /// forked copy is never locked.
+    pub(crate) spawn_near: AtomicI32,
+    pub(crate) spawn_far: AtomicI32,
 }
 
 impl Stream {
@@ -52,6 +59,8 @@ impl Stream {
             nonblocking: nonblocking.into(),
             hold: Hold::new(),
             listed: AtomicBool::new(false),
+            spawn_near: AtomicI32::new(-1),
+            spawn_far: AtomicI32::new(-1),
         })
     }
 }
@@ -301,6 +310,13 @@ pub(crate) fn release(obj: Obj) {
     }
     match hold.slot {
         Some(slot) if !holders::drop_one(slot) => std::mem::forget(obj),
+        _ if matches!(&obj, Obj::Stream(st) if st.spawn_far.load(Ordering::Acquire) >= 0) => {
+            // Programs this process started with `posix_spawn` may hold the connection: a
+            // keeper carries it for them now (or ends it if none does).
+            if let Obj::Stream(st) = obj {
+                crate::exec::keep_spawned(st);
+            }
+        }
         _ => {
             // A connect in flight is held by the connector too: it ends it now.
             if let Obj::Connecting(p) = &obj {

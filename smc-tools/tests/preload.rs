@@ -977,6 +977,9 @@ fn exec_inetd_style(smcd: &Smcd, how: &str) {
         .unwrap_or_else(|_| panic!("port: {line:?}"));
     let e = smcd.engine();
     let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ACCEPTED", "{how}");
     let mut d = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
     assert!(c.is_smc() && d.is_smc(), "{how}: both SMC-D");
     // The close-on-exec one ends for us (its TCP connection closed with the exec).
@@ -1123,4 +1126,118 @@ fn exec_listener(smcd: &Smcd, how: &str) {
         assert!(err.contains("an inherited TCP listener"), "{how}: {err}");
         assert_smc_since(smcd, before, 1);
     }
+}
+
+/// `posix_spawn` runs its `execve` inside the C library, where no hook sees it: for the call,
+/// the numbers of the connections the new program can see are an `AF_UNIX` socket whose other
+/// end a keeper serves once the server lets go of the connection. A Python server accepts
+/// two SMC-D connections and starts a Python echo with the first as its stdin and stdout, once
+/// through file actions that `dup2` it there (`os.posix_spawn`) and once by making 0 and 1 the
+/// connection before `os.posix_spawnp`. The server still holds the connection and talks over it
+/// first (the connection's state is in the server's memory, so the keeper is forked only when
+/// the server let go of it: none of the server's bytes go astray); after it closed them, 1 MiB
+/// goes through the echo and back byte for byte, with end of stream both ways. The other
+/// connection and the listener (close-on-exec) are not in the new program.
+#[test]
+fn posix_spawn_hands_a_connection_to_the_new_program() {
+    let test = "posix_spawn_hands_a_connection_to_the_new_program";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    for how in ["dup2", "inherit"] {
+        spawn_inetd_style(&smcd, how);
+    }
+}
+
+/// One run of [`posix_spawn_hands_a_connection_to_the_new_program`].
+fn spawn_inetd_style(smcd: &Smcd, how: &str) {
+    use smcd_engine::SmcStream;
+    use std::io::{Read, Write};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload");
+    let mut server = smc_run(
+        smcd,
+        python(),
+        &[
+            dir.join("spawn_server.py").to_str().unwrap(),
+            dir.join("exec_echo.py").to_str().unwrap(),
+            how,
+        ],
+    )
+    .env("SMC_DEBUG", "1")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let port: u16 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("port: {line:?}"));
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let e = smcd.engine();
+    let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ACCEPTED", "{how}");
+    let d = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    assert!(c.is_smc() && d.is_smc(), "{how}: both SMC-D");
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut hello = [0u8; 12];
+    (&c).read_exact(&mut hello).unwrap();
+    assert_eq!(&hello, b"parent here\n", "{how}: the parent's line");
+    (&c).write_all(b"for the parent\n").unwrap();
+    let mut log = String::new();
+    loop {
+        let mut l = String::new();
+        let n = err.read_line(&mut l).unwrap();
+        assert!(n > 0, "{how}: the server ended before it closed\n{log}");
+        log.push_str(&l);
+        if l.trim() == "PARENT CLOSED" {
+            break;
+        }
+    }
+    const LEN: usize = 1 << 20;
+    let mut rng = common::Rng::new(17);
+    let data: Vec<u8> = (0..LEN).map(|_| rng.next() as u8).collect();
+    let got = std::thread::scope(|sc| {
+        let w = sc.spawn(|| {
+            (&c).write_all(&data).unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut got = Vec::new();
+        (&c).read_to_end(&mut got).unwrap();
+        w.join().unwrap();
+        got
+    });
+    assert!(
+        got == data,
+        "{how}: echo of {} bytes differs ({} back, starting {:?})\n{log}",
+        LEN,
+        got.len(),
+        String::from_utf8_lossy(&got[..got.len().min(40)])
+    );
+    let (status, rest) = common::within(Duration::from_secs(60), move || {
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+        (server.wait().unwrap(), rest)
+    })
+    .expect("the server did not finish");
+    log.push_str(&rest);
+    assert!(status.success(), "{how}: {log}");
+    assert!(log.contains(&format!("ECHOED {LEN}")), "{how}: {log}");
+    assert!(log.contains("PRELOADED yes"), "{how}: {log}");
+    assert!(
+        log.contains("go to the new program through a socket"),
+        "{how}: {log}"
+    );
+    assert!(
+        log.contains("a connection given to a spawned program: handed to a keeper"),
+        "{how}: {log}"
+    );
+    drop(d);
 }

@@ -1,7 +1,8 @@
 """An inetd-like server (used by tests/preload.rs).
 
 Usage: exec_server.py PROGRAM preloaded|plain|execl|execle|execlp
-Listens on 127.0.0.1 (prints the port) and accepts two connections. The first becomes stdin
+Listens on 127.0.0.1 (prints the port) and accepts two connections (printing "ACCEPTED"
+after the first). The first becomes stdin
 and stdout (os.dup2 makes them inheritable); the second, like every socket Python makes, is
 close-on-exec. An exec of a program that does not exist fails first (ENOENT), after which the
 first connection still works here: it says "still here\n" on it. Then it os.execv's python3
@@ -20,6 +21,9 @@ lsock.bind(("127.0.0.1", 0))
 lsock.listen(4)
 print(lsock.getsockname()[1], flush=True)
 c, _ = lsock.accept()
+# The client connects the second only now: connections that race are accepted in the order
+# their handshakes end, not the order they began.
+print("ACCEPTED", flush=True)
 d, _ = lsock.accept()
 os.dup2(c.fileno(), 0)
 os.dup2(c.fileno(), 1)
