@@ -1241,3 +1241,22 @@ fn spawn_inetd_style(smcd: &Smcd, how: &str) {
     );
     drop(d);
 }
+
+/// `SO_LINGER` `{1, 0}` makes close an abort, as TCP's close then sends a reset: the peer's
+/// next read fails with `ECONNRESET` (`peer_conn_abort`), where an ordinary close gives it the
+/// bytes and then end of stream (`tests/preload/linger_reset.py`, both ends in one Python
+/// process under smc-run, both connections SMC-D).
+#[test]
+fn so_linger_zero_close_is_an_abort() {
+    let test = "so_linger_zero_close_is_an_abort";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/linger_reset.py");
+    let before = counts(&smcd);
+    let out = run_ok(smc_run(&smcd, python(), &[script.to_str().unwrap()]), 120);
+    assert!(out.contains("OK"), "{out}");
+    assert_smc_since(&smcd, before, 2);
+}
