@@ -87,7 +87,11 @@ pub(crate) fn before() -> Option<Handover> {
     drop(all);
     let mut h = Handover::default();
     if !handed.is_empty() {
-        match pairs(handed.len()).and_then(|(near, far)| Ok((spawn_keeper(&handed, far)?, near))) {
+        let keeper = pairs(handed.len()).and_then(|(near, far)| {
+            let raw: Vec<c_int> = near.iter().map(AsRawFd::as_raw_fd).collect();
+            Ok((spawn_keeper(&handed, far, &raw)?, near))
+        });
+        match keeper {
             Ok((go, near)) => {
                 h.go = Some(go);
                 for (x, a) in handed.iter().zip(near) {
@@ -310,7 +314,7 @@ pub(crate) fn keep_spawned(st: Arc<Stream>) {
         st,
         fds: Vec::new(),
     }];
-    match spawn_keeper(&handed, vec![far]) {
+    match spawn_keeper(&handed, vec![far], &[]) {
         Ok(go) => {
             // End of file: go on at once.
             drop(go);
@@ -335,8 +339,9 @@ pub(crate) fn keep_spawned(st: Arc<Stream>) {
 
 /// Forks the keeper (through an intermediate that exits at once, so the keeper is not the new
 /// program's child) for the streams `handed`, each served through the socket `far`; the write
-/// end of the pipe it waits on (end of file: go on; a byte: let go).
-fn spawn_keeper(handed: &[Handed], far: Vec<OwnedFd>) -> io::Result<OwnedFd> {
+/// end of the pipe it waits on (end of file: go on; a byte: let go). `near`: the program's ends,
+/// which the keeper must not hold (it would never see their end of stream).
+fn spawn_keeper(handed: &[Handed], far: Vec<OwnedFd>, near: &[c_int]) -> io::Result<OwnedFd> {
     let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     // SAFETY: fork; the child runs only the code below and leaves with _exit.
     let pid = unsafe { libc::fork() };
@@ -350,6 +355,11 @@ fn spawn_keeper(handed: &[Handed], far: Vec<OwnedFd>) -> io::Result<OwnedFd> {
         let k = unsafe { libc::fork() };
         if k == 0 {
             drop(wr);
+            for &fd in near {
+                // SAFETY: this process's copies of the caller's descriptors; the caller's
+                // frame never runs here.
+                unsafe { real::close(fd) };
+            }
             // A panic must not unwind into the hook that forked this process (it would go
             // on to the program's exec).
             let _ =
