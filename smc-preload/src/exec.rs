@@ -23,11 +23,13 @@
 //! Every other object the process holds is let go of before the `exec` (its process count
 //! drops), so its last holder elsewhere still ends it; one that only this process held ends
 //! when `exec` closes its descriptors (close-on-exec: its TCP socket closes, which the peer
-//! sees). A listener that survives the `exec` goes on as its listening socket
+//! sees). The keeper closes its copies of the program's descriptors and of the TCP sockets
+//! under every object it was not given, so it keeps nothing else alive.
+//!
+//! A listener that survives the `exec` goes on as its listening socket
 //! ([`hand_over_listeners`]). `posix_spawn`, whose `execve` runs inside the C library, gives
 //! connections to the program it starts through a socket pair whose far end a keeper serves
-//! once the spawner let go of the connection ([`spawn_before`], [`keep_spawned`]). The keeper closes its copies of the program's descriptors and of the TCP sockets
-//! under every object it was not given, so it keeps nothing else alive.
+//! once the spawner let go of the connection ([`spawn_before`], [`keep_spawned`]).
 
 use crate::real;
 use crate::table::{self, Obj, Stream};
@@ -251,9 +253,14 @@ pub(crate) fn spawn_before(extra: &[c_int]) -> Option<SpawnHandover> {
             continue;
         }
         if st.spawn_near.load(Ordering::Acquire) < 0 {
-            let Ok((near, far)) = pairs(1) else { continue };
-            let near = smcd_engine::sys::banded(near.into_iter().next()?);
-            let far = smcd_engine::sys::banded(far.into_iter().next()?);
+            let Ok((mut near, mut far)) = pairs(1) else {
+                continue;
+            };
+            let (Some(near), Some(far)) = (near.pop(), far.pop()) else {
+                continue;
+            };
+            let near = smcd_engine::sys::banded(near);
+            let far = smcd_engine::sys::banded(far);
             // O_NONBLOCK belongs to the open file, which the new program shares.
             let nb = st.nonblocking.load(Ordering::Relaxed);
             let _ = rustix::io::ioctl_fionbio(&near, nb);
@@ -295,7 +302,7 @@ pub(crate) fn spawn_after(h: SpawnHandover) {
 /// bytes between the connection and the socket pair's far end, as for `exec`; when none of
 /// those programs holds its end any more, the keeper finds end of stream there at once and
 /// the connection ends as it would have here.
-pub(crate) fn keep_spawned(st: Arc<Stream>) {
+pub(crate) fn keep_spawned(st: &Arc<Stream>) -> io::Result<()> {
     use std::sync::atomic::Ordering;
     let take = |a: &std::sync::atomic::AtomicI32| {
         let fd = a.swap(-1, Ordering::AcqRel);
@@ -305,36 +312,21 @@ pub(crate) fn keep_spawned(st: Arc<Stream>) {
     // This process's copy of the near end goes first (only the programs started hold it).
     drop(take(&st.spawn_near));
     let Some(far) = take(&st.spawn_far) else {
-        return drop(st);
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
     };
-    let obj = Obj::Stream(Arc::clone(&st));
-    // The keeper's count (this process's went with its last descriptor).
-    table::hold_again(&obj);
     let handed = vec![Handed {
-        st,
+        st: Arc::clone(st),
         fds: Vec::new(),
     }];
-    match spawn_keeper(&handed, vec![far], &[]) {
-        Ok(go) => {
-            // End of file: go on at once.
-            drop(go);
-            crate::hooks::debug(format_args!(
-                "a connection given to a spawned program: handed to a keeper"
-            ));
-            drop(handed);
-            // The keeper ends it.
-            std::mem::forget(obj);
-        }
-        Err(e) => {
-            crate::hooks::debug(format_args!("no keeper for a spawned program ({e})"));
-            drop(handed);
-            if table::let_go(&obj) {
-                drop(obj);
-            } else {
-                std::mem::forget(obj);
-            }
-        }
-    }
+    // The keeper takes this process's count over (the caller keeps it: it holds no
+    // descriptor, and the object is not in the table, so the fork does not count it again).
+    let go = spawn_keeper(&handed, vec![far], &[])?;
+    // End of file: go on at once.
+    drop(go);
+    crate::hooks::debug(format_args!(
+        "a connection given to a spawned program: handed to a keeper"
+    ));
+    Ok(())
 }
 
 /// Forks the keeper (through an intermediate that exits at once, so the keeper is not the new

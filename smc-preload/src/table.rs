@@ -260,6 +260,11 @@ mod holders {
         page().map(|p| &p[SLOTS + slot])
     }
 
+    /// Whether exactly one process holds the slot's object.
+    pub(super) fn sole(slot: usize) -> bool {
+        page().is_some_and(|p| p[slot].load(Ordering::Acquire) == 1)
+    }
+
     /// One process fewer; whether it was the last.
     pub(super) fn drop_one(slot: usize) -> bool {
         page().is_none_or(|p| p[slot].fetch_sub(1, Ordering::AcqRel) <= 1)
@@ -308,15 +313,20 @@ pub(crate) fn release(obj: Obj) {
     if hold.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
         return drop(obj);
     }
+    if let Obj::Stream(st) = &obj
+        && st.spawn_far.load(Ordering::Acquire) >= 0
+        && hold.slot.is_none_or(holders::sole)
+    {
+        // The last holder, and programs this process started with `posix_spawn` may hold
+        // the connection: a keeper carries it for them now (or ends it if none does), with
+        // this process's count.
+        match crate::exec::keep_spawned(st) {
+            Ok(()) => return std::mem::forget(obj),
+            Err(e) => crate::hooks::debug(format_args!("no keeper for a spawned program ({e})")),
+        }
+    }
     match hold.slot {
         Some(slot) if !holders::drop_one(slot) => std::mem::forget(obj),
-        _ if matches!(&obj, Obj::Stream(st) if st.spawn_far.load(Ordering::Acquire) >= 0) => {
-            // Programs this process started with `posix_spawn` may hold the connection: a
-            // keeper carries it for them now (or ends it if none does).
-            if let Obj::Stream(st) = obj {
-                crate::exec::keep_spawned(st);
-            }
-        }
         _ => {
             // A connect in flight is held by the connector too: it ends it now.
             if let Obj::Connecting(p) = &obj {
