@@ -158,6 +158,8 @@ fn hand_over_listeners() {
     handed.retain(|(l, _)| inheritable.contains(&(Arc::as_ptr(l) as usize)));
     for (l, fds) in handed {
         l.l.withdraw();
+        // Whoever holds it last here leaves the socket (and the option map) alone.
+        l.set_handed_on();
         let tcp = l.l.tcp_socket().as_raw_fd();
         // Not released: that would end the listener (its last descriptor).
         let mut refs = vec![Obj::Listener(Arc::clone(&l))];

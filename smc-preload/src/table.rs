@@ -148,6 +148,21 @@ impl Listener {
         }
     }
 
+    /// An `exec` passed the socket on to another program (`crate::exec`); every process
+    /// holding the listener sees it (the object's shared word).
+    pub(crate) fn handed_on(&self) -> bool {
+        self.hold
+            .word()
+            .is_some_and(|w| w.load(Ordering::Acquire) == 1)
+    }
+
+    /// Says that an `exec` passed the socket on.
+    pub(crate) fn set_handed_on(&self) {
+        if let Some(w) = self.hold.word() {
+            w.store(1, Ordering::Release);
+        }
+    }
+
     /// This process's view, if it made one.
     pub(crate) fn own_view(&self) -> Option<&SmcListener> {
         let v = self.view.load(Ordering::Acquire);
@@ -328,6 +343,16 @@ pub(crate) fn release(obj: Obj) {
     match hold.slot {
         Some(slot) if !holders::drop_one(slot) => std::mem::forget(obj),
         _ => {
+            // A listener an `exec` passed on (`crate::exec`): the socket lives on in another
+            // program, which may have made it an SMC listener of its own.
+            if let Obj::Listener(l) = &obj
+                && l.handed_on()
+            {
+                l.l.abandon();
+                if let Some(v) = l.own_view() {
+                    v.abandon();
+                }
+            }
             // A connect in flight is held by the connector too: it ends it now.
             if let Obj::Connecting(p) = &obj {
                 p.close();

@@ -1041,7 +1041,9 @@ fn exec_inetd_style(smcd: &Smcd, how: &str) {
 /// listener again); with `LD_PRELOAD` dropped from its environment it is plain TCP (the old
 /// image withdrew the listener before the `exec`, so no Proposal reaches a program that would
 /// take it for data); the bytes are exact both times, and the close-on-exec listener is gone.
-/// Once with smcd's listener table (intents) and once with the SMC option program.
+/// Then a forked child execs the program and the server closes its listener after the exec
+/// (the last holder here): the socket goes on listening there, SMC-D. Once with smcd's
+/// listener table (intents) and once with the SMC option program.
 #[test]
 fn exec_passes_a_listener_to_the_new_program() {
     let test = "exec_passes_a_listener_to_the_new_program";
@@ -1051,7 +1053,7 @@ fn exec_passes_a_listener_to_the_new_program() {
     {
         let smcd = Smcd::start(BINS);
         smcd.require_control_plane();
-        for how in ["preloaded", "plain"] {
+        for how in ["preloaded", "plain", "forked"] {
             exec_listener(&smcd, how);
         }
     }
@@ -1059,7 +1061,7 @@ fn exec_passes_a_listener_to_the_new_program() {
         return;
     };
     smcd.require_control_plane();
-    for how in ["preloaded", "plain"] {
+    for how in ["preloaded", "plain", "forked"] {
         exec_listener(&smcd, how);
     }
 }
@@ -1259,4 +1261,160 @@ fn so_linger_zero_close_is_an_abort() {
     let out = run_ok(smc_run(&smcd, python(), &[script.to_str().unwrap()]), 120);
     assert!(out.contains("OK"), "{out}");
     assert_smc_since(&smcd, before, 2);
+}
+
+/// nginx's binary upgrade (`USR2`: the master forks and execs its binary again, passing its
+/// listening sockets' numbers in `NGINX`; then `QUIT` to the old master) under smc-run, with
+/// the SMC option program: the new master gets the listening socket and serves it, byte for
+/// byte. nginx gives the new binary an environment of `TZ`, `NGINX` and its `env` lines only:
+/// with `env LD_PRELOAD; env SMCD_SOCKET;` in the configuration the new master loads the
+/// library and its connections are SMC-D again (after the old master quit, which leaves the
+/// new master's registration alone); without them it is plain nginx, and its connections are
+/// plain TCP (the listener was withdrawn at the `exec`).
+#[test]
+fn nginx_binary_upgrade_keeps_its_listener() {
+    let test = "nginx_binary_upgrade_keeps_its_listener";
+    if !need(test, &["nginx", "curl"]) {
+        return;
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    smcd.require_control_plane();
+    // The master execs its argv[0]: a path.
+    let nginx = std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("nginx"))
+                .find(|f| f.is_file())
+        })
+        .expect("nginx on PATH");
+    for preload_new in [true, false] {
+        nginx_upgrade(&smcd, &nginx, preload_new);
+    }
+}
+
+/// Polls `f` until it returns `Some` (processes starting and stopping on a busy machine: the
+/// bound only turns a hang into a failure).
+fn wait_long<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops the daemonized masters left in a directory (a failed run leaves them serving) and
+/// removes it.
+struct StopNginx(PathBuf);
+
+impl Drop for StopNginx {
+    fn drop(&mut self) {
+        for f in ["nginx.pid", "nginx.pid.oldbin"] {
+            if let Some(pid) = pid_in(&self.0.join(f)) {
+                // SAFETY: kill(2); TERM makes an nginx master stop its workers.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pid_in(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// One run of [`nginx_binary_upgrade_keeps_its_listener`].
+fn nginx_upgrade(smcd: &Smcd, nginx: &Path, preload_new: bool) {
+    let (dir, data) = site("preload-nginx-upgrade", 64 * 1024 + 5);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    let port = free_port();
+    let conf = dir.join("nginx.conf");
+    let env = if preload_new {
+        "env LD_PRELOAD; env SMCD_SOCKET;"
+    } else {
+        ""
+    };
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon on; worker_processes 1; user nobody nogroup; pid {d}/nginx.pid;\n\
+             error_log {d}/error.log notice; {env}\n\
+             events {{ worker_connections 256; use epoll; }}\n\
+             http {{ access_log off; sendfile on;\n\
+             client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;\n\
+             uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
+             server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let pidfile = dir.join("nginx.pid");
+    let _stop = StopNginx(dir.clone());
+    // Daemonized: nginx ignores USR2 in a master whose parent is still the one it started
+    // with (the old binary must not be running the upgrade already).
+    run_ok(
+        smc_run(
+            smcd,
+            nginx.to_str().unwrap(),
+            &["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()],
+        ),
+        60,
+    );
+    let old = wait_long("nginx's pid file", || pid_in(&pidfile));
+    wait_listening(port);
+    let url = format!("http://127.0.0.1:{port}/blob");
+    let before = counts(smcd);
+    assert!(
+        curl(smcd, std::slice::from_ref(&url), true) == data,
+        "curl before the upgrade"
+    );
+    assert_smc_since(smcd, before, 1);
+    // SAFETY: kill(2) on the master we started.
+    unsafe { libc::kill(old, libc::SIGUSR2) };
+    let new = wait_long("the new master's pid file", || {
+        pid_in(&pidfile).filter(|p| *p != old && alive(*p))
+    });
+    // The new master has started its worker when the old one's pid file is renamed and the
+    // new one written; then the old master goes, gracefully.
+    // SAFETY: as above.
+    unsafe { libc::kill(old, libc::SIGQUIT) };
+    wait_long("the old master to quit", || (!alive(old)).then_some(()));
+    let maps = std::fs::read_to_string(format!("/proc/{new}/maps")).unwrap_or_default();
+    assert_eq!(
+        maps.contains("libsmc_preload"),
+        preload_new,
+        "the new master loads the library: {preload_new}"
+    );
+    let before = counts(smcd);
+    for _ in 0..3 {
+        assert!(
+            curl(smcd, std::slice::from_ref(&url), true) == data,
+            "curl after the upgrade (new binary preloaded: {preload_new})"
+        );
+    }
+    if preload_new {
+        assert_smc_since(smcd, before, 3);
+    } else {
+        let after = counts(smcd);
+        assert_eq!(after.0, before.0, "SMC connections to a plain nginx");
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(new, libc::SIGQUIT) };
+    wait_long("the new master to quit", || (!alive(new)).then_some(()));
+    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+    assert!(!log.contains("[alert]") && !log.contains("[crit]"), "{log}");
 }

@@ -2,10 +2,12 @@
 socket activation and inetd pass theirs.
 
 Usage:
-  exec_listener.py serve preloaded|plain
+  exec_listener.py serve preloaded|plain|forked
       Listens on two ports of 127.0.0.1 and prints "PORT GONEPORT". The first listener is made
       inheritable, the second stays close-on-exec. Then it os.execv's "accept FD GONEFD" of this
-      script (os.execve with an environment without LD_PRELOAD for "plain").
+      script (os.execve with an environment without LD_PRELOAD for "plain"; for "forked" a
+      child does, and this process closes both listeners once the exec is done, then waits for
+      the child: it held the socket last, and the new program's listener must go on).
   exec_listener.py accept FD GONEFD
       Prints "PRELOADED yes|no" on stderr. GONEFD must be gone, FD a listening TCP socket. It
       registers FD with epoll (selectors), prints "READY", accepts one connection, echoes it
@@ -34,6 +36,21 @@ def serve(how):
     os.set_inheritable(lsock.fileno(), True)
     print(lsock.getsockname()[1], gone.getsockname()[1], flush=True)
     args = [sys.executable, sys.argv[0], "accept", str(lsock.fileno()), str(gone.fileno())]
+    if how == "forked":
+        # A child execs the program; this process closes its listener once the exec is done
+        # (end of file on a close-on-exec pipe), so it holds the socket last, then waits.
+        rd, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(rd)
+            os.execv(sys.executable, args)
+        os.close(wr)
+        while os.read(rd, 1):
+            pass
+        lsock.close()
+        gone.close()
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
     if how == "plain":
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         os.execve(sys.executable, args, env)
@@ -53,6 +70,9 @@ def accept(fd, gonefd):
         raise SystemExit(f"close-on-exec listener {gonefd} survived exec: {target}")
     lsock = socket.socket(fileno=fd)
     assert lsock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1, "not listening"
+    # Blocking, as this program wants it: a socket other processes still held at the exec
+    # ("forked") comes non-blocking (their engines need it; docs/smc-run.md).
+    lsock.setblocking(True)
     sel = selectors.DefaultSelector()
     sel.register(lsock, selectors.EVENT_READ)
     print("READY", flush=True)

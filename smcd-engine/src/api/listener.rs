@@ -109,6 +109,13 @@ impl SmcListener {
         self.core.detach();
     }
 
+    /// Stops without touching the socket or its SMC option registration: another program got
+    /// the socket across an `exec` (withdrawn there with [`SmcListener::withdraw`]) and may
+    /// have registered it again. Dropping this afterwards does not shut the socket down.
+    pub fn abandon(&self) {
+        self.core.abandon();
+    }
+
     /// Clients stop being told this socket is an SMC listener (smcd answers its intents with
     /// plain TCP, its SMC option registration is deleted), in every process that holds it;
     /// connections already accepted are told apart as before. See [`SmcListener::detach`].

@@ -1666,6 +1666,17 @@ impl ListenerCore {
         }
     }
 
+    /// The socket went on to another program (an `exec` elsewhere passed it on, and
+    /// [`ListenerCore::withdraw`] was done there): stops as [`ListenerCore::detach`] does, and
+    /// leaves the SMC option program's map alone, since the keys there may be the new
+    /// program's registration of the same socket now.
+    pub fn abandon(&self) {
+        if let Some(r) = lock(&self.option).as_mut() {
+            r.keys.clear();
+        }
+        self.close_inner(false);
+    }
+
     fn close_inner(&self, shut: bool) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
