@@ -117,6 +117,8 @@ fn smcd_socket() -> &'static std::path::Path {
 /// Reads what the library takes from the environment while it is still the one `smc-run` set
 /// (run as a constructor, before the program's `main`).
 pub(crate) extern "C" fn init() {
+    table::note_pid();
+    table::watch_forks();
     debug_on();
     env_size("SMC_SNDBUF");
     smcd_socket();
@@ -1455,7 +1457,7 @@ pub unsafe extern "C" fn sendfile64(
 /// As `close(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if table::kind(fd) == NONE || in_lib() {
+    if table::kind(fd) == NONE || in_lib() || table::borrowed_memory() {
         // SAFETY: passed through.
         return unsafe { real::close(fd) };
     }
@@ -1485,7 +1487,11 @@ pub unsafe extern "C" fn close_range(
 ) -> c_int {
     // SAFETY: passed through.
     let r = unsafe { real::close_range(first, last, flags) };
-    if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && !in_lib() {
+    if r == 0
+        && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0
+        && !in_lib()
+        && !table::borrowed_memory()
+    {
         let saved = errno();
         let objs = table::remove_range(first, last);
         let _ = lib(|| {
@@ -1539,7 +1545,11 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let new = unsafe { real::dup(fd) };
-    if new >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+    if new >= 0
+        && !in_lib()
+        && (table::kind(fd) != NONE || table::kind(new) != NONE)
+        && !table::borrowed_memory()
+    {
         copied(fd, new);
     }
     new
@@ -1554,7 +1564,12 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let r = unsafe { real::dup2(fd, new) };
-    if r >= 0 && fd != new && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+    if r >= 0
+        && fd != new
+        && !in_lib()
+        && (table::kind(fd) != NONE || table::kind(new) != NONE)
+        && !table::borrowed_memory()
+    {
         copied(fd, new);
     }
     r
@@ -1569,7 +1584,11 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let r = unsafe { real::dup3(fd, new, flags) };
-    if r >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+    if r >= 0
+        && !in_lib()
+        && (table::kind(fd) != NONE || table::kind(new) != NONE)
+        && !table::borrowed_memory()
+    {
         copied(fd, new);
     }
     r
@@ -1577,7 +1596,7 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
 
 /// Whether `fd` is ours and the program asked for something we emulate.
 fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
-    if in_lib() {
+    if in_lib() || table::borrowed_memory() {
         return None;
     }
     if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC | libc::F_SETFL) {
@@ -2238,7 +2257,9 @@ fn settle_all() {
 /// Runs `exec` (the real call) with the connections that survive it handed over first, and
 /// everything put back if it returns (it failed; its errno stays).
 fn exec_with(call: impl FnOnce() -> c_int) -> c_int {
-    if in_lib() {
+    // A vfork child (CPython's subprocess) execs in its parent's memory, which holds the
+    // connections on: nothing is handed over (the new program's copies of them are dead).
+    if in_lib() || table::borrowed_memory() {
         return call();
     }
     let saved = errno();
@@ -2393,7 +2414,7 @@ pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
 /// Runs `posix_spawn` (the real call, which returns an error number) with the connections the
 /// new program can see handed to a keeper around it; errno is kept.
 fn spawn_with(fa: *const libc::posix_spawn_file_actions_t, call: impl FnOnce() -> c_int) -> c_int {
-    if in_lib() || table::all().is_empty() {
+    if in_lib() || table::borrowed_memory() || table::all().is_empty() {
         return call();
     }
     let saved = errno();

@@ -410,9 +410,29 @@ extern "C" fn fork_parent() {
 }
 
 extern "C" fn fork_child() {
+    note_pid();
     let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
     let _ = HELD_CONNECTS.try_with(|h| h.borrow_mut().clear());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
+}
+
+/// The process whose memory this is: set when the library is loaded and by `fork`'s child
+/// handler (0 before).
+static MEM_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Notes that this memory is this process's.
+pub(crate) fn note_pid() {
+    MEM_PID.store(std::process::id(), Ordering::Release);
+}
+
+/// Whether this process runs in another process's memory: a `vfork` child (CPython's
+/// `subprocess` makes one, which closes descriptors, `dup2`s and execs through the hooks) or a
+/// `clone(CLONE_VM)`. Its descriptor table is its own, but the table of objects, their
+/// reference counts and everything else here are the parent's: such a process must change
+/// nothing of ours (the parent's descriptors are unchanged), so its hooks pass through.
+pub(crate) fn borrowed_memory() -> bool {
+    let p = MEM_PID.load(Ordering::Acquire);
+    p != 0 && p != std::process::id()
 }
 
 /// Registers the fork handlers (once, before the first object exists).

@@ -1418,3 +1418,22 @@ fn nginx_upgrade(smcd: &Smcd, nginx: &Path, preload_new: bool) {
     let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
     assert!(!log.contains("[alert]") && !log.contains("[crit]"), "{log}");
 }
+
+/// CPython's `subprocess` under smc-run: its `vfork` child closes descriptors, `dup2`s and
+/// execs through the library's hooks in the parent's memory, and must change nothing of the
+/// parent's (before, its `close_range` emptied the parent's table and aborted the child). The
+/// parent's SMC-D connection works after `subprocess.run` and its listener takes another.
+#[test]
+fn subprocess_leaves_the_parents_connections_alone() {
+    let test = "subprocess_leaves_the_parents_connections_alone";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/subprocess_check.py");
+    let before = counts(&smcd);
+    let out = run_ok(smc_run(&smcd, python(), &[script.to_str().unwrap()]), 120);
+    assert!(out.contains("OK"), "{out}");
+    assert_smc_since(&smcd, before, 2);
+}
