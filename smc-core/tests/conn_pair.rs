@@ -398,6 +398,20 @@ fn close_with_unread_data_resets_the_peer() {
     assert_eq!(p.s[0].conn.recv_ready(), Err(AbortKind::Reset));
 }
 
+/// `SO_LINGER` `{1, 0}`: the close is an abort even with nothing unread; the peer's reads fail
+/// with `ECONNRESET`.
+#[test]
+fn close_with_linger_zero_resets_the_peer() {
+    let mut p = Pair::smcd(smcd_cfgs(65504, 65504));
+    p.s[1].closed = true;
+    let eff = p.s[1].conn.close_reset();
+    p.apply(1, eff);
+    assert_eq!(p.s[1].tcp, TcpAction::Abort);
+    p.deliver(0);
+    assert_eq!(p.s[0].conn.error(), Some(AbortKind::Reset));
+    assert_eq!(p.s[0].conn.recv_ready(), Err(AbortKind::Reset));
+}
+
 #[test]
 fn half_close_delivers_everything_then_eof() {
     let mut p = Pair::smcd(smcd_cfgs(16352, 16352));

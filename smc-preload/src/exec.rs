@@ -25,6 +25,11 @@
 //! when `exec` closes its descriptors (close-on-exec: its TCP socket closes, which the peer
 //! sees). The keeper closes its copies of the program's descriptors and of the TCP sockets
 //! under every object it was not given, so it keeps nothing else alive.
+//!
+//! A listener that survives the `exec` goes on as its listening socket
+//! ([`hand_over_listeners`]). `posix_spawn`, whose `execve` runs inside the C library, gives
+//! connections to the program it starts through a socket pair whose far end a keeper serves
+//! once the spawner let go of the connection ([`spawn_before`], [`keep_spawned`]).
 
 use crate::real;
 use crate::table::{self, Obj, Stream};
@@ -59,10 +64,12 @@ fn cloexec(fd: c_int) -> bool {
 /// Before an `exec`: hands the connections that survive it to a keeper, lets go of every
 /// object. `None` when the process has none.
 pub(crate) fn before() -> Option<Handover> {
-    let all = table::all();
-    if all.is_empty() {
+    if table::all().is_empty() {
         return None;
     }
+    // First, so that a keeper forked below holds nothing of theirs.
+    hand_over_listeners();
+    let all = table::all();
     let mut handed: Vec<Handed> = Vec::new();
     for (fd, o) in &all {
         if let Obj::Stream(st) = o
@@ -82,7 +89,11 @@ pub(crate) fn before() -> Option<Handover> {
     drop(all);
     let mut h = Handover::default();
     if !handed.is_empty() {
-        match spawn_keeper(&handed) {
+        let keeper = pairs(handed.len()).and_then(|(near, far)| {
+            let raw: Vec<c_int> = near.iter().map(AsRawFd::as_raw_fd).collect();
+            Ok((spawn_keeper(&handed, far, &raw)?, near))
+        });
+        match keeper {
             Ok((go, near)) => {
                 h.go = Some(go);
                 for (x, a) in handed.iter().zip(near) {
@@ -120,6 +131,73 @@ pub(crate) fn before() -> Option<Handover> {
     Some(h)
 }
 
+/// Listeners with a descriptor that is not close-on-exec: the new program gets the listening
+/// socket itself at their numbers (as the kernel's survives `exec`), so it can accept from it
+/// whether or not it loads the library. Each is withdrawn first (smcd answers intents for it
+/// with plain TCP, its keys leave the SMC option program's map), since the new program may
+/// take a Proposal for data; a new image that loads the library finds it at load time and
+/// makes it an SMC listener again at its first `accept` or `epoll_ctl` (`table::INHERITED`).
+/// This process's own listener on it (or its view, a forked worker's) stops, without shutting
+/// the socket down; what it had accepted and the program had not is closed. The listener is
+/// this process's no longer: if the `exec` fails, the numbers stay the plain listening socket,
+/// made an SMC listener again in the same way.
+fn hand_over_listeners() {
+    let mut handed: Vec<(Arc<table::Listener>, Vec<c_int>)> = Vec::new();
+    let mut inheritable = BTreeSet::new();
+    for (fd, o) in table::all() {
+        if let Obj::Listener(l) = o {
+            if !cloexec(fd) {
+                inheritable.insert(Arc::as_ptr(&l) as usize);
+            }
+            match handed.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &l)) {
+                Some((_, fds)) => fds.push(fd),
+                None => handed.push((l, vec![fd])),
+            }
+        }
+    }
+    handed.retain(|(l, _)| inheritable.contains(&(Arc::as_ptr(l) as usize)));
+    for (l, fds) in handed {
+        l.l.withdraw();
+        // Whoever holds it last here leaves the socket (and the option map) alone.
+        l.set_handed_on();
+        let tcp = l.l.tcp_socket().as_raw_fd();
+        // Not released: that would end the listener (its last descriptor).
+        let mut refs = vec![Obj::Listener(Arc::clone(&l))];
+        for &fd in &fds {
+            let keep_cloexec = cloexec(fd);
+            if crate::hooks::place(tcp, fd, keep_cloexec).is_ok()
+                && let Some(o) = table::remove(fd)
+            {
+                refs.push(o);
+                table::set_kind(fd, table::INHERITED);
+            }
+        }
+        let obj = &refs[0];
+        let last = table::let_go(obj);
+        if last {
+            // O_NONBLOCK is the socket's, which the engine set: the program's own again. (Not
+            // while other processes accept from it: their engines need it.)
+            let nb = l.nonblocking.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = rustix::io::ioctl_fionbio(l.l.tcp_socket(), nb);
+        }
+        if let Some(v) = l.own_view() {
+            v.detach();
+        }
+        crate::hooks::debug(format_args!(
+            "exec: listener on fd {fds:?} goes on as its listening socket"
+        ));
+        if l.pid == std::process::id() {
+            // Detached: its end (the last reference) leaves the socket alone.
+            l.l.detach();
+        } else {
+            // Another process's listener, copied by fork: its state here is not ours to end
+            // (dropping it would shut the socket down).
+            std::mem::forget(refs);
+            std::mem::forget(l);
+        }
+    }
+}
+
 /// The `exec` failed (it returned): everything as it was, the keeper told to go.
 pub(crate) fn failed(h: Handover) {
     for o in &h.let_go {
@@ -133,13 +211,11 @@ pub(crate) fn failed(h: Handover) {
     }
 }
 
-/// Forks the keeper (through an intermediate that exits at once, so the keeper is not the new
-/// program's child); the pipe's write end and the program's ends of the sockets.
-fn spawn_keeper(handed: &[Handed]) -> io::Result<(OwnedFd, Vec<OwnedFd>)> {
-    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+/// `n` socket pairs (close-on-exec): the program's ends, the keeper's ends.
+fn pairs(n: usize) -> io::Result<(Vec<OwnedFd>, Vec<OwnedFd>)> {
     let mut near = Vec::new();
     let mut far = Vec::new();
-    for _ in handed {
+    for _ in 0..n {
         let (a, b) = rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::STREAM,
@@ -149,6 +225,118 @@ fn spawn_keeper(handed: &[Handed]) -> io::Result<(OwnedFd, Vec<OwnedFd>)> {
         near.push(a);
         far.push(b);
     }
+    Ok((near, far))
+}
+
+/// What [`spawn_before`] did, for [`spawn_after`]: program descriptors that are the spawned
+/// program's socket for the call, what they were (a copy), close-on-exec.
+#[derive(Debug)]
+pub(crate) struct SpawnHandover {
+    moved: Vec<(c_int, OwnedFd, bool)>,
+}
+
+/// Before `posix_spawn`, whose `execve` runs inside the C library where no hook sees it: the
+/// connections the new program can see (descriptors that are not close-on-exec, and `extra`:
+/// the ones its file actions `dup2`) get an `AF_UNIX` socket pair each (made at the first
+/// such call, kept with the stream), and for the call their numbers are the pair's near end,
+/// which the new program inherits or copies with its file actions; [`spawn_after`] puts the
+/// connections back. This process goes on holding them and is the only one to use their
+/// engine state (which lives in its memory), so the far end waits, unread, until the last
+/// process holding the connection lets go of it: then a keeper carries it for the programs
+/// started ([`keep_spawned`]). Until then their writes wait in the socket, and they read
+/// nothing.
+pub(crate) fn spawn_before(extra: &[c_int]) -> Option<SpawnHandover> {
+    use std::sync::atomic::Ordering;
+    let mut moved = Vec::new();
+    for (fd, o) in table::all() {
+        let Obj::Stream(st) = o else { continue };
+        let ce = cloexec(fd);
+        if ce && !extra.contains(&fd) {
+            continue;
+        }
+        if st.spawn_near.load(Ordering::Acquire) < 0 {
+            let Ok((mut near, mut far)) = pairs(1) else {
+                continue;
+            };
+            let (Some(near), Some(far)) = (near.pop(), far.pop()) else {
+                continue;
+            };
+            let near = smcd_engine::sys::banded(near);
+            let far = smcd_engine::sys::banded(far);
+            // O_NONBLOCK belongs to the open file, which the new program shares.
+            let nb = st.nonblocking.load(Ordering::Relaxed);
+            let _ = rustix::io::ioctl_fionbio(&near, nb);
+            use rustix::fd::IntoRawFd;
+            st.spawn_far.store(far.into_raw_fd(), Ordering::Release);
+            st.spawn_near.store(near.into_raw_fd(), Ordering::Release);
+        }
+        let near = st.spawn_near.load(Ordering::Acquire);
+        let Ok(saved) = rustix::io::fcntl_dupfd_cloexec(
+            // SAFETY: the program's descriptor, ours (a stream).
+            unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) },
+            smcd_engine::sys::fd_band().max(0),
+        ) else {
+            continue;
+        };
+        if crate::hooks::place(near, fd, ce).is_ok() {
+            moved.push((fd, saved, ce));
+        }
+    }
+    if moved.is_empty() {
+        return None;
+    }
+    crate::hooks::debug(format_args!(
+        "posix_spawn: SMC connection(s) on fd {:?} go to the new program through a socket",
+        moved.iter().map(|m| m.0).collect::<Vec<_>>()
+    ));
+    Some(SpawnHandover { moved })
+}
+
+/// After `posix_spawn`: the connections back at their numbers.
+pub(crate) fn spawn_after(h: SpawnHandover) {
+    for (fd, saved, ce) in &h.moved {
+        let _ = crate::hooks::place(saved.as_raw_fd(), *fd, *ce);
+    }
+}
+
+/// The last process holding a connection that programs started with `posix_spawn` may hold
+/// let go of it: a keeper (forked now, so it has the connection's state as it is) copies
+/// bytes between the connection and the socket pair's far end, as for `exec`; when none of
+/// those programs holds its end any more, the keeper finds end of stream there at once and
+/// the connection ends as it would have here.
+pub(crate) fn keep_spawned(st: &Arc<Stream>) -> io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let take = |a: &std::sync::atomic::AtomicI32| {
+        let fd = a.swap(-1, Ordering::AcqRel);
+        // SAFETY: ours, taken out of the field.
+        (fd >= 0).then(|| unsafe { <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(fd) })
+    };
+    // This process's copy of the near end goes first (only the programs started hold it).
+    drop(take(&st.spawn_near));
+    let Some(far) = take(&st.spawn_far) else {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    };
+    let handed = vec![Handed {
+        st: Arc::clone(st),
+        fds: Vec::new(),
+    }];
+    // The keeper takes this process's count over (the caller keeps it: it holds no
+    // descriptor, and the object is not in the table, so the fork does not count it again).
+    let go = spawn_keeper(&handed, vec![far], &[])?;
+    // End of file: go on at once.
+    drop(go);
+    crate::hooks::debug(format_args!(
+        "a connection given to a spawned program: handed to a keeper"
+    ));
+    Ok(())
+}
+
+/// Forks the keeper (through an intermediate that exits at once, so the keeper is not the new
+/// program's child) for the streams `handed`, each served through the socket `far`; the write
+/// end of the pipe it waits on (end of file: go on; a byte: let go). `near`: the program's ends,
+/// which the keeper must not hold (it would never see their end of stream).
+fn spawn_keeper(handed: &[Handed], far: Vec<OwnedFd>, near: &[c_int]) -> io::Result<OwnedFd> {
+    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     // SAFETY: fork; the child runs only the code below and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -161,7 +349,11 @@ fn spawn_keeper(handed: &[Handed]) -> io::Result<(OwnedFd, Vec<OwnedFd>)> {
         let k = unsafe { libc::fork() };
         if k == 0 {
             drop(wr);
-            drop(near);
+            for &fd in near {
+                // SAFETY: this process's copies of the caller's descriptors; the caller's
+                // frame never runs here.
+                unsafe { real::close(fd) };
+            }
             // A panic must not unwind into the hook that forked this process (it would go
             // on to the program's exec).
             let _ =
@@ -188,7 +380,7 @@ fn spawn_keeper(handed: &[Handed]) -> io::Result<(OwnedFd, Vec<OwnedFd>)> {
     if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         return Err(io::Error::other("the keeper could not be forked"));
     }
-    Ok((wr, near))
+    Ok(wr)
 }
 
 /// The keeper: waits for the `exec`'s outcome, then copies bytes until both directions end.
@@ -227,6 +419,17 @@ fn keeper(go: OwnedFd, far: Vec<OwnedFd>, handed: &[Handed]) -> ! {
     let objs = table::remove_range(0, u32::MAX);
     let mut seen = BTreeSet::new();
     for o in objs {
+        if let Obj::Stream(s) = &o {
+            // Sockets for programs started with posix_spawn: their keepers' (or their last
+            // holder's) to serve, and an end of file there must not wait for this process.
+            for end in [&s.spawn_near, &s.spawn_far] {
+                let fd = end.swap(-1, std::sync::atomic::Ordering::AcqRel);
+                if fd >= 0 {
+                    // SAFETY: this process's copy, out of the field.
+                    unsafe { real::close(fd) };
+                }
+            }
+        }
         let ours = matches!(&o, Obj::Stream(s) if mine.contains(&(Arc::as_ptr(s) as usize)));
         if ours {
             drop(o);

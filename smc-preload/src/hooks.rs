@@ -9,7 +9,7 @@
 
 use crate::pending;
 use crate::real;
-use crate::table::{self, CANDIDATE, CONNECTING, LISTENER, NONE, Obj, STREAM};
+use crate::table::{self, CANDIDATE, CONNECTING, INHERITED, LISTENER, NONE, Obj, STREAM};
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use smcd_engine::driver::listener::ListenOptions;
 use smcd_engine::{Engine, SmcListener, SmcStream};
@@ -117,9 +117,45 @@ fn smcd_socket() -> &'static std::path::Path {
 /// Reads what the library takes from the environment while it is still the one `smc-run` set
 /// (run as a constructor, before the program's `main`).
 pub(crate) extern "C" fn init() {
+    table::note_pid();
+    table::watch_forks();
     debug_on();
     env_size("SMC_SNDBUF");
     smcd_socket();
+    let _ = std::panic::catch_unwind(find_inherited_listeners);
+}
+
+/// Marks the listening TCP sockets this image inherited (`exec`: nginx's binary upgrade,
+/// socket activation, inetd) [`INHERITED`]: each becomes an SMC listener at its first
+/// `accept`, `epoll_ctl` or `listen` here, registered by this image's engine (the image that
+/// made it one withdrew it before its `exec`: `crate::exec`). Run once, when the library is
+/// loaded, before the program can have made a socket of its own.
+fn find_inherited_listeners() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let saved = errno();
+    for fd in dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<c_int>().ok())
+    {
+        if table::in_range(fd) && table::kind(fd) == NONE && is_tcp_listener(fd) {
+            table::set_kind(fd, INHERITED);
+            debug(format_args!("fd {fd}: an inherited TCP listener"));
+        }
+    }
+    set_errno(saved);
+}
+
+/// Whether `fd` is a listening TCP socket (`SO_ACCEPTCONN`).
+fn is_tcp_listener(fd: c_int) -> bool {
+    get_int_opt(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN) == Some(1)
+        && matches!(
+            get_int_opt(fd, libc::SOL_SOCKET, libc::SO_DOMAIN),
+            Some(libc::AF_INET | libc::AF_INET6)
+        )
+        && get_int_opt(fd, libc::SOL_SOCKET, libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+        && get_int_opt(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
 }
 
 fn debug_on() -> bool {
@@ -563,7 +599,7 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     match table::kind(fd) {
         // Listening again (a new backlog): the listener stays as it is.
         LISTENER if !in_lib() => return 0,
-        CANDIDATE if !in_lib() => {}
+        CANDIDATE | INHERITED if !in_lib() => {}
         // SAFETY: passed through.
         _ => return unsafe { real::listen(fd, backlog) },
     }
@@ -573,16 +609,25 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         return r;
     }
     let saved = errno();
+    let backlog = if backlog <= 0 { 128 } else { backlog as u32 };
+    make_listener(fd, backlog);
+    set_errno(saved);
+    0
+}
+
+/// Makes the program's listening socket at `fd` an SMC listener: the socket moves to a
+/// descriptor of the library's (close-on-exec) and the number becomes the listener's
+/// readiness. When that fails the number stays the program's plain TCP listener.
+fn make_listener(fd: c_int, backlog: u32) {
     let (cloexec, nonblocking) = fd_flags(fd);
     let res = lib(|| {
-        // The listening socket moves to a descriptor of the library's (close-on-exec); the
-        // program's number becomes the listener's readiness.
-        let hidden = new_fd(fd, true)?;
-        // SAFETY: `hidden` is a fresh descriptor we own.
-        let tcp = unsafe { std::net::TcpListener::from_raw_fd(hidden) };
-        let backlog = if backlog <= 0 { 128 } else { backlog as u32 };
+        let engine = engine();
+        // SAFETY: `new_fd` gives a fresh descriptor we own; it goes to the engine's band, so
+        // the program's numbers stay as without SMC.
+        let hidden = unsafe { std::os::fd::OwnedFd::from_raw_fd(new_fd(fd, true)?) };
+        let tcp = std::net::TcpListener::from(smcd_engine::sys::banded(hidden));
         let l = SmcListener::from_listening(
-            &engine(),
+            &engine,
             tcp,
             ListenOptions {
                 backlog,
@@ -602,21 +647,51 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         Ok(local)
     });
     match res {
-        Ok(local) => {
-            debug(format_args!("listen fd {fd} on {local}: SMC listener"));
-            set_errno(saved);
-            0
-        }
+        Ok(local) => debug(format_args!("listen fd {fd} on {local}: SMC listener")),
         Err(e) => {
-            // Still the program's listening socket, as plain TCP.
             debug(format_args!(
                 "listen fd {fd}: no SMC listener ({e}), plain TCP"
             ));
             table::set_kind(fd, NONE);
-            set_errno(saved);
-            0
         }
     }
+}
+
+/// An [`INHERITED`] listening socket at `fd` becomes an SMC listener (at the program's first
+/// `accept` or `epoll_ctl` of it), with the backlog it listens with; errno is kept.
+fn adopt_listener(fd: c_int) {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    // Another thread may have made it one meanwhile, or the program closed it.
+    if table::kind(fd) != INHERITED {
+        return;
+    }
+    let saved = errno();
+    if !is_tcp_listener(fd) {
+        table::set_kind(fd, NONE);
+        return set_errno(saved);
+    }
+    // A listener's TCP_INFO says its backlog in tcpi_sacked (the kernel's
+    // sk_max_ack_backlog).
+    // SAFETY: zeroed tcp_info is valid; its size is passed.
+    let backlog = unsafe {
+        let mut ti: libc::tcp_info = std::mem::zeroed();
+        let mut len = size_of::<libc::tcp_info>() as socklen_t;
+        let r = real::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut ti).cast(),
+            &mut len,
+        );
+        if r == 0 && ti.tcpi_sacked > 0 {
+            ti.tcpi_sacked
+        } else {
+            128
+        }
+    };
+    make_listener(fd, backlog);
+    set_errno(saved);
 }
 
 /// `accept4(2)`.
@@ -630,6 +705,9 @@ pub unsafe extern "C" fn accept4(
     len: *mut socklen_t,
     flags: c_int,
 ) -> c_int {
+    if table::kind(fd) == INHERITED && !in_lib() {
+        adopt_listener(fd);
+    }
     let l = if table::kind(fd) == LISTENER && !in_lib() {
         table::listener(fd)
     } else {
@@ -736,7 +814,7 @@ fn local_listener(l: &table::Listener, fd: c_int) -> io::Result<&SmcListener> {
 /// As `accept(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    if table::kind(fd) != LISTENER || in_lib() {
+    if !matches!(table::kind(fd), LISTENER | INHERITED) || in_lib() {
         // SAFETY: passed through.
         return unsafe { real::accept(fd, addr, len) };
     }
@@ -1379,7 +1457,7 @@ pub unsafe extern "C" fn sendfile64(
 /// As `close(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if table::kind(fd) == NONE || in_lib() {
+    if table::kind(fd) == NONE || in_lib() || table::borrowed_memory() {
         // SAFETY: passed through.
         return unsafe { real::close(fd) };
     }
@@ -1409,7 +1487,11 @@ pub unsafe extern "C" fn close_range(
 ) -> c_int {
     // SAFETY: passed through.
     let r = unsafe { real::close_range(first, last, flags) };
-    if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && !in_lib() {
+    if r == 0
+        && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0
+        && !in_lib()
+        && !table::borrowed_memory()
+    {
         let saved = errno();
         let objs = table::remove_range(first, last);
         let _ = lib(|| {
@@ -1432,9 +1514,17 @@ fn copied(old: c_int, new: c_int) {
     let prev = match after {
         Some(o) => table::insert(new, o),
         None => {
-            // A copy of a candidate is a candidate (dup before connect).
+            // A copy of a candidate is a candidate (dup before connect), of an inherited
+            // listener an inherited listener.
             let prev = table::remove(new);
-            table::set_kind(new, if k == CANDIDATE { CANDIDATE } else { NONE });
+            table::set_kind(
+                new,
+                if matches!(k, CANDIDATE | INHERITED) {
+                    k
+                } else {
+                    NONE
+                },
+            );
             prev
         }
     };
@@ -1455,7 +1545,11 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let new = unsafe { real::dup(fd) };
-    if new >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+    if new >= 0
+        && !in_lib()
+        && (table::kind(fd) != NONE || table::kind(new) != NONE)
+        && !table::borrowed_memory()
+    {
         copied(fd, new);
     }
     new
@@ -1470,7 +1564,12 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let r = unsafe { real::dup2(fd, new) };
-    if r >= 0 && fd != new && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+    if r >= 0
+        && fd != new
+        && !in_lib()
+        && (table::kind(fd) != NONE || table::kind(new) != NONE)
+        && !table::borrowed_memory()
+    {
         copied(fd, new);
     }
     r
@@ -1485,7 +1584,11 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let r = unsafe { real::dup3(fd, new, flags) };
-    if r >= 0 && !in_lib() && (table::kind(fd) != NONE || table::kind(new) != NONE) {
+    if r >= 0
+        && !in_lib()
+        && (table::kind(fd) != NONE || table::kind(new) != NONE)
+        && !table::borrowed_memory()
+    {
         copied(fd, new);
     }
     r
@@ -1493,7 +1596,7 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
 
 /// Whether `fd` is ours and the program asked for something we emulate.
 fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
-    if in_lib() {
+    if in_lib() || table::borrowed_memory() {
         return None;
     }
     if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC | libc::F_SETFL) {
@@ -1527,7 +1630,7 @@ fn fcntl_ours(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> Option<c_int> {
                 Err(e) => fail(&e),
             })
         }
-        (STREAM | LISTENER | CANDIDATE, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) => {
+        (STREAM | LISTENER | CANDIDATE | INHERITED, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) => {
             // SAFETY: F_DUPFD* takes an int.
             let new = unsafe { real::fcntl(fd, cmd, arg) };
             if new >= 0 {
@@ -1600,7 +1703,9 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: libc::c_ulong) -> c_int {
     settle(fd);
     let k = table::kind(fd);
-    if (k != STREAM && k != LISTENER) || in_lib() {
+    // FIOCLEX/FIONCLEX (Python's os.set_inheritable) are the number's own flag, not the
+    // socket's: the program's descriptor takes them.
+    if (k != STREAM && k != LISTENER) || in_lib() || matches!(req, libc::FIOCLEX | libc::FIONCLEX) {
         // SAFETY: passed through.
         return unsafe { real::ioctl(fd, req, arg) };
     }
@@ -1961,6 +2066,9 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     event: *mut libc::epoll_event,
 ) -> c_int {
+    if table::kind(fd) == INHERITED && op != libc::EPOLL_CTL_DEL && !in_lib() {
+        adopt_listener(fd);
+    }
     match table::kind(fd) {
         _ if in_lib() => {}
         // Registered or re-armed (EPOLLONESHOT) while another thread may be in epoll_wait on
@@ -2149,7 +2257,9 @@ fn settle_all() {
 /// Runs `exec` (the real call) with the connections that survive it handed over first, and
 /// everything put back if it returns (it failed; its errno stays).
 fn exec_with(call: impl FnOnce() -> c_int) -> c_int {
-    if in_lib() {
+    // A vfork child (CPython's subprocess) execs in its parent's memory, which holds the
+    // connections on: nothing is handed over (the new program's copies of them are dead).
+    if in_lib() || table::borrowed_memory() {
         return call();
     }
     let saved = errno();
@@ -2233,4 +2343,180 @@ pub unsafe extern "C" fn fexecve(
 ) -> c_int {
     // SAFETY: passed through.
     exec_with(|| unsafe { real::fexecve(fd, argv, envp) })
+}
+
+// ---------------------------------------------------------------------------------------
+// posix_spawn: its `execve` runs inside the C library, unseen; the connections the new
+// program can see go to a keeper around the call (`crate::exec::spawn_before`).
+
+/// Descriptors of ours that file actions (by their address) `dup2` for a spawned program:
+/// they reach it even when close-on-exec.
+static SPAWN_DUP2: std::sync::Mutex<Vec<(usize, c_int)>> = std::sync::Mutex::new(Vec::new());
+
+fn forget_file_actions(fa: *const libc::posix_spawn_file_actions_t) {
+    SPAWN_DUP2
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(a, _)| *a != fa as usize);
+}
+
+/// `posix_spawn_file_actions_init(3)`.
+///
+/// # Safety
+/// As `posix_spawn_file_actions_init(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn_file_actions_init(
+    fa: *mut libc::posix_spawn_file_actions_t,
+) -> c_int {
+    if !in_lib() {
+        forget_file_actions(fa);
+    }
+    // SAFETY: passed through.
+    unsafe { real::posix_spawn_file_actions_init(fa) }
+}
+
+/// `posix_spawn_file_actions_destroy(3)`.
+///
+/// # Safety
+/// As `posix_spawn_file_actions_destroy(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn_file_actions_destroy(
+    fa: *mut libc::posix_spawn_file_actions_t,
+) -> c_int {
+    if !in_lib() {
+        forget_file_actions(fa);
+    }
+    // SAFETY: passed through.
+    unsafe { real::posix_spawn_file_actions_destroy(fa) }
+}
+
+/// `posix_spawn_file_actions_adddup2(3)`: a `dup2` of one of our connections is noted.
+///
+/// # Safety
+/// As `posix_spawn_file_actions_adddup2(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
+    fa: *mut libc::posix_spawn_file_actions_t,
+    fd: c_int,
+    new: c_int,
+) -> c_int {
+    // SAFETY: passed through.
+    let r = unsafe { real::posix_spawn_file_actions_adddup2(fa, fd, new) };
+    if r == 0 && table::kind(fd) == STREAM && !in_lib() {
+        SPAWN_DUP2
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((fa as usize, fd));
+    }
+    r
+}
+
+/// Runs `posix_spawn` (the real call, which returns an error number) with the connections the
+/// new program can see handed to a keeper around it; errno is kept.
+fn spawn_with(fa: *const libc::posix_spawn_file_actions_t, call: impl FnOnce() -> c_int) -> c_int {
+    if in_lib() || table::borrowed_memory() || table::all().is_empty() {
+        return call();
+    }
+    let saved = errno();
+    let extra: Vec<c_int> = if fa.is_null() {
+        Vec::new()
+    } else {
+        SPAWN_DUP2
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(a, _)| *a == fa as usize)
+            .map(|(_, fd)| *fd)
+            .collect()
+    };
+    let h = lib(|| Ok(crate::exec::spawn_before(&extra))).ok().flatten();
+    set_errno(saved);
+    let r = call();
+    if let Some(h) = h {
+        let e = errno();
+        let _ = lib(|| {
+            crate::exec::spawn_after(h);
+            Ok(())
+        });
+        set_errno(e);
+    }
+    r
+}
+
+/// `posix_spawn(3)`.
+///
+/// # Safety
+/// As `posix_spawn(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    spawn_with(fa, || unsafe {
+        real::posix_spawn(pid, path, fa, attr, argv, envp)
+    })
+}
+
+/// `posix_spawnp(3)`.
+///
+/// # Safety
+/// As `posix_spawnp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const libc::c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    // SAFETY: passed through.
+    spawn_with(fa, || unsafe {
+        real::posix_spawnp(pid, file, fa, attr, argv, envp)
+    })
+}
+
+// The variadic `execl`, `execle`, `execlp`: the C library's call `execve` inside it, where
+// no hook sees the call. Stable Rust cannot define a C-variadic function, so each exported
+// name is a naked function that jumps, registers and stack untouched, to a C function
+// (`csrc/execl.c`) that gathers the arguments as the C library does and calls `execv`,
+// `execve` or `execvp`: the hooks above. (A cdylib exports only Rust's symbols, so the C
+// functions cannot be the exported names themselves.) On other architectures these are not
+// hooked (docs/smc-run.md).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod variadic_exec {
+    use libc::{c_char, c_int};
+
+    unsafe extern "C" {
+        fn smc_preload_execl(path: *const c_char, arg: *const c_char, ...) -> c_int;
+        fn smc_preload_execle(path: *const c_char, arg: *const c_char, ...) -> c_int;
+        fn smc_preload_execlp(file: *const c_char, arg: *const c_char, ...) -> c_int;
+    }
+
+    /// Defines the exported `$name` as a jump to `$target`.
+    macro_rules! jump_to {
+        ($name:ident, $target:ident) => {
+            /// The variadic exec function of this name (see the module comment).
+            ///
+            /// # Safety
+            /// As the C library's.
+            #[unsafe(no_mangle)]
+            #[unsafe(naked)]
+            pub unsafe extern "C" fn $name() {
+                #[cfg(target_arch = "x86_64")]
+                std::arch::naked_asm!("jmp {}", sym $target);
+                #[cfg(target_arch = "aarch64")]
+                std::arch::naked_asm!("b {}", sym $target);
+            }
+        };
+    }
+
+    jump_to!(execl, smc_preload_execl);
+    jump_to!(execle, smc_preload_execle);
+    jump_to!(execlp, smc_preload_execlp);
 }

@@ -24,8 +24,9 @@
 //!   intercepted for our descriptors and go to the engine (or to the TCP socket under it).
 //!
 //! - `fork` shares every object with the child (process counts in a shared mapping), a connect
-//!   under way included (`pending`); `exec` hands connections that survive it to a keeper
-//!   process (`exec`).
+//!   under way included (`pending`); `exec` (the variadic `execl*` too) hands connections
+//!   that survive it to a keeper process and passes listeners on as their sockets, and
+//!   `posix_spawn` gives connections to the program it starts through a keeper (`exec`).
 //!
 //! Not done yet (docs/smc-run.md): SMC-R.
 

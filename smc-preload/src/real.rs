@@ -111,5 +111,10 @@ reals! {
     execvp: fn(file: *const libc::c_char, argv: *const *const libc::c_char) -> c_int;
     execvpe: fn(file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
     fexecve: fn(fd: c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
+    posix_spawn: fn(pid: *mut libc::pid_t, path: *const libc::c_char, fa: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut libc::c_char, envp: *const *mut libc::c_char) -> c_int;
+    posix_spawnp: fn(pid: *mut libc::pid_t, file: *const libc::c_char, fa: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut libc::c_char, envp: *const *mut libc::c_char) -> c_int;
+    posix_spawn_file_actions_init: fn(fa: *mut libc::posix_spawn_file_actions_t) -> c_int;
+    posix_spawn_file_actions_destroy: fn(fa: *mut libc::posix_spawn_file_actions_t) -> c_int;
+    posix_spawn_file_actions_adddup2: fn(fa: *mut libc::posix_spawn_file_actions_t, fd: c_int, new: c_int) -> c_int;
     __recvfrom_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> isize;
 }

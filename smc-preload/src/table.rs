@@ -8,7 +8,7 @@
 
 use smcd_engine::{SmcListener, SmcStream};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Descriptors at or above this are never taken over (they stay plain TCP).
@@ -26,6 +26,11 @@ pub(crate) const LISTENER: u8 = 3;
 /// A non-blocking connect under way (`crate::pending`): the descriptor is a waiting readiness
 /// pair until it finishes.
 pub(crate) const CONNECTING: u8 = 4;
+/// A listening TCP socket this image has not made an SMC listener of: inherited across
+/// `exec` (found when the library is loaded), or put back by an `exec` that failed. It is
+/// the program's socket, untouched, until its first `accept`, `epoll_ctl` or `listen` makes
+/// it one (`hooks::adopt_listener`).
+pub(crate) const INHERITED: u8 = 5;
 
 static KINDS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(NONE) }; MAX_FD];
 
@@ -38,6 +43,13 @@ pub(crate) struct Stream {
     pub(crate) hold: Hold,
     /// In [`DIRTY`] (its readiness waits to be settled).
     listed: AtomicBool,
+    /// The `AF_UNIX` socket pair `posix_spawn` put at the connection's numbers for the new
+    /// program (`crate::exec::spawn_before`): the near end, which programs it started hold,
+    /// and the far end, which a keeper serves once the last process holding the connection
+    /// let go of it (`crate::exec::keep_spawned`). -1 until then; plain integers, so a
+    /// forked copy is never locked.
+    pub(crate) spawn_near: AtomicI32,
+    pub(crate) spawn_far: AtomicI32,
 }
 
 impl Stream {
@@ -47,6 +59,8 @@ impl Stream {
             nonblocking: nonblocking.into(),
             hold: Hold::new(),
             listed: AtomicBool::new(false),
+            spawn_near: AtomicI32::new(-1),
+            spawn_far: AtomicI32::new(-1),
         })
     }
 }
@@ -131,6 +145,21 @@ impl Listener {
             pid: std::process::id(),
             view: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
             backlog,
+        }
+    }
+
+    /// An `exec` passed the socket on to another program (`crate::exec`); every process
+    /// holding the listener sees it (the object's shared word).
+    pub(crate) fn handed_on(&self) -> bool {
+        self.hold
+            .word()
+            .is_some_and(|w| w.load(Ordering::Acquire) == 1)
+    }
+
+    /// Says that an `exec` passed the socket on.
+    pub(crate) fn set_handed_on(&self) {
+        if let Some(w) = self.hold.word() {
+            w.store(1, Ordering::Release);
         }
     }
 
@@ -246,6 +275,11 @@ mod holders {
         page().map(|p| &p[SLOTS + slot])
     }
 
+    /// Whether exactly one process holds the slot's object.
+    pub(super) fn sole(slot: usize) -> bool {
+        page().is_some_and(|p| p[slot].load(Ordering::Acquire) == 1)
+    }
+
     /// One process fewer; whether it was the last.
     pub(super) fn drop_one(slot: usize) -> bool {
         page().is_none_or(|p| p[slot].fetch_sub(1, Ordering::AcqRel) <= 1)
@@ -294,9 +328,31 @@ pub(crate) fn release(obj: Obj) {
     if hold.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
         return drop(obj);
     }
+    if let Obj::Stream(st) = &obj
+        && st.spawn_far.load(Ordering::Acquire) >= 0
+        && hold.slot.is_none_or(holders::sole)
+    {
+        // The last holder, and programs this process started with `posix_spawn` may hold
+        // the connection: a keeper carries it for them now (or ends it if none does), with
+        // this process's count.
+        match crate::exec::keep_spawned(st) {
+            Ok(()) => return std::mem::forget(obj),
+            Err(e) => crate::hooks::debug(format_args!("no keeper for a spawned program ({e})")),
+        }
+    }
     match hold.slot {
         Some(slot) if !holders::drop_one(slot) => std::mem::forget(obj),
         _ => {
+            // A listener an `exec` passed on (`crate::exec`): the socket lives on in another
+            // program, which may have made it an SMC listener of its own.
+            if let Obj::Listener(l) = &obj
+                && l.handed_on()
+            {
+                l.l.abandon();
+                if let Some(v) = l.own_view() {
+                    v.abandon();
+                }
+            }
             // A connect in flight is held by the connector too: it ends it now.
             if let Obj::Connecting(p) = &obj {
                 p.close();
@@ -359,10 +415,30 @@ extern "C" fn fork_parent() {
 }
 
 extern "C" fn fork_child() {
+    note_pid();
     let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
     let _ = HELD_CONNECTS.try_with(|h| h.borrow_mut().clear());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
     smcd_engine::fork::child();
+}
+
+/// The process whose memory this is: set when the library is loaded and by `fork`'s child
+/// handler (0 before).
+static MEM_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Notes that this memory is this process's.
+pub(crate) fn note_pid() {
+    MEM_PID.store(std::process::id(), Ordering::Release);
+}
+
+/// Whether this process runs in another process's memory: a `vfork` child (CPython's
+/// `subprocess` makes one, which closes descriptors, `dup2`s and execs through the hooks) or a
+/// `clone(CLONE_VM)`. Its descriptor table is its own, but the table of objects, their
+/// reference counts and everything else here are the parent's: such a process must change
+/// nothing of ours (the parent's descriptors are unchanged), so its hooks pass through.
+pub(crate) fn borrowed_memory() -> bool {
+    let p = MEM_PID.load(Ordering::Acquire);
+    p != 0 && p != std::process::id()
 }
 
 /// Registers the fork handlers (once, before the first object exists).
@@ -496,7 +572,7 @@ pub(crate) fn remove_range(first: u32, last: u32) -> Vec<Obj> {
     let top = usize::try_from(last).unwrap_or(MAX_FD).min(MAX_FD - 1);
     if let Some(band) = KINDS.get(first as usize..=top) {
         for k in band {
-            if k.load(Ordering::Relaxed) == CANDIDATE {
+            if matches!(k.load(Ordering::Relaxed), CANDIDATE | INHERITED) {
                 k.store(NONE, Ordering::Relaxed);
             }
         }

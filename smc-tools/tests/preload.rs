@@ -962,7 +962,9 @@ fn nonblocking_connect_in_flight_across_fork() {
 /// goes both ways (the program sees it after our shutdown, we see it when it exits). The
 /// second connection and the listener were close-on-exec: they are gone in the new program,
 /// and the second connection ends for us. Once with the new program preloaded as well, once
-/// with `LD_PRELOAD` dropped from its environment (`execve`).
+/// with `LD_PRELOAD` dropped from its environment (`execve`); then through the C library's
+/// variadic `execl`, `execlp` (preloaded) and `execle` (not), called through ctypes, which the
+/// library defines itself (the C library's call `execve` where no hook sees it).
 #[test]
 fn exec_hands_an_inherited_connection_to_the_new_program() {
     let test = "exec_hands_an_inherited_connection_to_the_new_program";
@@ -971,7 +973,7 @@ fn exec_hands_an_inherited_connection_to_the_new_program() {
     }
     let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
-    for how in ["preloaded", "plain"] {
+    for how in ["preloaded", "plain", "execl", "execle", "execlp"] {
         exec_inetd_style(&smcd, how);
     }
 }
@@ -1007,6 +1009,9 @@ fn exec_inetd_style(smcd: &Smcd, how: &str) {
         .unwrap_or_else(|_| panic!("port: {line:?}"));
     let e = smcd.engine();
     let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ACCEPTED", "{how}");
     let mut d = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
     assert!(c.is_smc() && d.is_smc(), "{how}: both SMC-D");
     // The close-on-exec one ends for us (its TCP connection closed with the exec).
@@ -1053,6 +1058,414 @@ fn exec_inetd_style(smcd: &Smcd, how: &str) {
     assert!(status.success(), "{how}: {err}");
     assert!(err.contains(&format!("ECHOED {LEN}")), "{how}: {err}");
     assert!(err.contains("handed to a keeper"), "{how}: {err}");
-    let loaded = if how == "plain" { "no" } else { "yes" };
+    let loaded = if matches!(how, "plain" | "execle") {
+        "no"
+    } else {
+        "yes"
+    };
     assert!(err.contains(&format!("PRELOADED {loaded}")), "{how}: {err}");
+}
+
+/// A listening socket that is not close-on-exec goes on across `exec` as the socket itself
+/// (nginx's binary upgrade, socket activation, inetd): a Python server listens under smc-run
+/// and `os.execv`s a program that accepts on the inherited number. With the new program
+/// preloaded, a preloaded client's connection is SMC-D (the new image made the socket an SMC
+/// listener again); with `LD_PRELOAD` dropped from its environment it is plain TCP (the old
+/// image withdrew the listener before the `exec`, so no Proposal reaches a program that would
+/// take it for data); the bytes are exact both times, and the close-on-exec listener is gone.
+/// Then a forked child execs the program and the server closes its listener after the exec
+/// (the last holder here): the socket goes on listening there, SMC-D. Once with smcd's
+/// listener table (intents) and once with the SMC option program.
+#[test]
+fn exec_passes_a_listener_to_the_new_program() {
+    let test = "exec_passes_a_listener_to_the_new_program";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    {
+        let smcd = Smcd::start(BINS);
+        smcd.require_control_plane();
+        for how in ["preloaded", "plain", "forked"] {
+            exec_listener(&smcd, how);
+        }
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    smcd.require_control_plane();
+    for how in ["preloaded", "plain", "forked"] {
+        exec_listener(&smcd, how);
+    }
+}
+
+/// One run of [`exec_passes_a_listener_to_the_new_program`].
+fn exec_listener(smcd: &Smcd, how: &str) {
+    use std::io::Read;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/exec_listener.py");
+    let script = script.to_str().unwrap();
+    let mut server = smc_run(smcd, python(), &[script, "serve", how])
+        .env("SMC_DEBUG", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let ports: Vec<u16> = line
+        .split_whitespace()
+        .map(|p| p.parse().unwrap_or_else(|_| panic!("ports: {line:?}")))
+        .collect();
+    let (port, gone) = (ports[0], ports[1]);
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "READY", "{how}: the new program did not start");
+    assert!(
+        !listening(gone),
+        "{how}: the close-on-exec listener still listens"
+    );
+    let before = counts(smcd);
+    const LEN: usize = 1 << 20;
+    let client = run_ok(
+        smc_run(
+            smcd,
+            python(),
+            &[script, "client", &port.to_string(), &LEN.to_string()],
+        ),
+        120,
+    );
+    assert!(client.contains("OK"), "{how}: the client says {client}");
+    let (status, err) = common::within(Duration::from_secs(60), move || {
+        let mut err = String::new();
+        let _ = server.stderr.take().unwrap().read_to_string(&mut err);
+        (server.wait().unwrap(), err)
+    })
+    .expect("the exec'd program did not finish");
+    assert!(status.success(), "{how}: {err}");
+    assert!(err.contains(&format!("ECHOED {LEN}")), "{how}: {err}");
+    assert!(
+        err.contains("goes on as its listening socket"),
+        "{how}: {err}"
+    );
+    if how == "plain" {
+        assert!(err.contains("PRELOADED no"), "{how}: {err}");
+        let after = counts(smcd);
+        assert_eq!(
+            after.0, before.0,
+            "{how}: an SMC connection to a plain program\n{err}"
+        );
+    } else {
+        assert!(err.contains("PRELOADED yes"), "{how}: {err}");
+        assert!(err.contains("an inherited TCP listener"), "{how}: {err}");
+        assert_smc_since(smcd, before, 1);
+    }
+}
+
+/// `posix_spawn` runs its `execve` inside the C library, where no hook sees it: for the call,
+/// the numbers of the connections the new program can see are an `AF_UNIX` socket whose other
+/// end a keeper serves once the server lets go of the connection. A Python server accepts
+/// two SMC-D connections and starts a Python echo with the first as its stdin and stdout, once
+/// through file actions that `dup2` it there (`os.posix_spawn`) and once by making 0 and 1 the
+/// connection before `os.posix_spawnp`. The server still holds the connection and talks over it
+/// first (the connection's state is in the server's memory, so the keeper is forked only when
+/// the server let go of it: none of the server's bytes go astray); after it closed them, 1 MiB
+/// goes through the echo and back byte for byte, with end of stream both ways. The other
+/// connection and the listener (close-on-exec) are not in the new program.
+#[test]
+fn posix_spawn_hands_a_connection_to_the_new_program() {
+    let test = "posix_spawn_hands_a_connection_to_the_new_program";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    for how in ["dup2", "inherit"] {
+        spawn_inetd_style(&smcd, how);
+    }
+}
+
+/// One run of [`posix_spawn_hands_a_connection_to_the_new_program`].
+fn spawn_inetd_style(smcd: &Smcd, how: &str) {
+    use smcd_engine::SmcStream;
+    use std::io::{Read, Write};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload");
+    let mut server = smc_run(
+        smcd,
+        python(),
+        &[
+            dir.join("spawn_server.py").to_str().unwrap(),
+            dir.join("exec_echo.py").to_str().unwrap(),
+            how,
+        ],
+    )
+    .env("SMC_DEBUG", "1")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let port: u16 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("port: {line:?}"));
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let e = smcd.engine();
+    let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ACCEPTED", "{how}");
+    let d = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
+    assert!(c.is_smc() && d.is_smc(), "{how}: both SMC-D");
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut hello = [0u8; 12];
+    (&c).read_exact(&mut hello).unwrap();
+    assert_eq!(&hello, b"parent here\n", "{how}: the parent's line");
+    (&c).write_all(b"for the parent\n").unwrap();
+    let mut log = String::new();
+    loop {
+        let mut l = String::new();
+        let n = err.read_line(&mut l).unwrap();
+        assert!(n > 0, "{how}: the server ended before it closed\n{log}");
+        log.push_str(&l);
+        if l.trim() == "PARENT CLOSED" {
+            break;
+        }
+    }
+    const LEN: usize = 1 << 20;
+    let mut rng = common::Rng::new(17);
+    let data: Vec<u8> = (0..LEN).map(|_| rng.next() as u8).collect();
+    let got = std::thread::scope(|sc| {
+        let w = sc.spawn(|| {
+            (&c).write_all(&data).unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut got = Vec::new();
+        (&c).read_to_end(&mut got).unwrap();
+        w.join().unwrap();
+        got
+    });
+    assert!(
+        got == data,
+        "{how}: echo of {} bytes differs ({} back, starting {:?})\n{log}",
+        LEN,
+        got.len(),
+        String::from_utf8_lossy(&got[..got.len().min(40)])
+    );
+    let (status, rest) = common::within(Duration::from_secs(60), move || {
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+        (server.wait().unwrap(), rest)
+    })
+    .expect("the server did not finish");
+    log.push_str(&rest);
+    assert!(status.success(), "{how}: {log}");
+    assert!(log.contains(&format!("ECHOED {LEN}")), "{how}: {log}");
+    assert!(log.contains("PRELOADED yes"), "{how}: {log}");
+    assert!(
+        log.contains("go to the new program through a socket"),
+        "{how}: {log}"
+    );
+    assert!(
+        log.contains("a connection given to a spawned program: handed to a keeper"),
+        "{how}: {log}"
+    );
+    drop(d);
+}
+
+/// `SO_LINGER` `{1, 0}` makes close an abort, as TCP's close then sends a reset: the peer's
+/// next read fails with `ECONNRESET` (`peer_conn_abort`), where an ordinary close gives it the
+/// bytes and then end of stream (`tests/preload/linger_reset.py`, both ends in one Python
+/// process under smc-run, both connections SMC-D).
+#[test]
+fn so_linger_zero_close_is_an_abort() {
+    let test = "so_linger_zero_close_is_an_abort";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/linger_reset.py");
+    let before = counts(&smcd);
+    let out = run_ok(smc_run(&smcd, python(), &[script.to_str().unwrap()]), 120);
+    assert!(out.contains("OK"), "{out}");
+    assert_smc_since(&smcd, before, 2);
+}
+
+/// nginx's binary upgrade (`USR2`: the master forks and execs its binary again, passing its
+/// listening sockets' numbers in `NGINX`; then `QUIT` to the old master) under smc-run, with
+/// the SMC option program: the new master gets the listening socket and serves it, byte for
+/// byte. nginx gives the new binary an environment of `TZ`, `NGINX` and its `env` lines only:
+/// with `env LD_PRELOAD; env SMCD_SOCKET;` in the configuration the new master loads the
+/// library and its connections are SMC-D again (after the old master quit, which leaves the
+/// new master's registration alone); without them it is plain nginx, and its connections are
+/// plain TCP (the listener was withdrawn at the `exec`).
+#[test]
+fn nginx_binary_upgrade_keeps_its_listener() {
+    let test = "nginx_binary_upgrade_keeps_its_listener";
+    if !need(test, &["nginx", "curl"]) {
+        return;
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    smcd.require_control_plane();
+    // The master execs its argv[0]: a path.
+    let nginx = std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("nginx"))
+                .find(|f| f.is_file())
+        })
+        .expect("nginx on PATH");
+    for preload_new in [true, false] {
+        nginx_upgrade(&smcd, &nginx, preload_new);
+    }
+}
+
+/// Polls `f` until it returns `Some` (processes starting and stopping on a busy machine: the
+/// bound only turns a hang into a failure).
+fn wait_long<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops the daemonized masters left in a directory (a failed run leaves them serving) and
+/// removes it.
+struct StopNginx(PathBuf);
+
+impl Drop for StopNginx {
+    fn drop(&mut self) {
+        for f in ["nginx.pid", "nginx.pid.oldbin"] {
+            if let Some(pid) = pid_in(&self.0.join(f)) {
+                // SAFETY: kill(2); TERM makes an nginx master stop its workers.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pid_in(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// One run of [`nginx_binary_upgrade_keeps_its_listener`].
+fn nginx_upgrade(smcd: &Smcd, nginx: &Path, preload_new: bool) {
+    let (dir, data) = site("preload-nginx-upgrade", 64 * 1024 + 5);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    let port = free_port();
+    let conf = dir.join("nginx.conf");
+    let env = if preload_new {
+        "env LD_PRELOAD; env SMCD_SOCKET;"
+    } else {
+        ""
+    };
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon on; worker_processes 1; user nobody nogroup; pid {d}/nginx.pid;\n\
+             error_log {d}/error.log notice; {env}\n\
+             events {{ worker_connections 256; use epoll; }}\n\
+             http {{ access_log off; sendfile on;\n\
+             client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;\n\
+             uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
+             server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let pidfile = dir.join("nginx.pid");
+    let _stop = StopNginx(dir.clone());
+    // Daemonized: nginx ignores USR2 in a master whose parent is still the one it started
+    // with (the old binary must not be running the upgrade already).
+    run_ok(
+        smc_run(
+            smcd,
+            nginx.to_str().unwrap(),
+            &["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()],
+        ),
+        60,
+    );
+    let old = wait_long("nginx's pid file", || pid_in(&pidfile));
+    wait_listening(port);
+    let url = format!("http://127.0.0.1:{port}/blob");
+    let before = counts(smcd);
+    assert!(
+        curl(smcd, std::slice::from_ref(&url), true) == data,
+        "curl before the upgrade"
+    );
+    assert_smc_since(smcd, before, 1);
+    // SAFETY: kill(2) on the master we started.
+    unsafe { libc::kill(old, libc::SIGUSR2) };
+    let new = wait_long("the new master's pid file", || {
+        pid_in(&pidfile).filter(|p| *p != old && alive(*p))
+    });
+    // The new master has started its worker when the old one's pid file is renamed and the
+    // new one written; then the old master goes, gracefully.
+    // SAFETY: as above.
+    unsafe { libc::kill(old, libc::SIGQUIT) };
+    wait_long("the old master to quit", || (!alive(old)).then_some(()));
+    let maps = std::fs::read_to_string(format!("/proc/{new}/maps")).unwrap_or_default();
+    assert_eq!(
+        maps.contains("libsmc_preload"),
+        preload_new,
+        "the new master loads the library: {preload_new}"
+    );
+    let before = counts(smcd);
+    for _ in 0..3 {
+        assert!(
+            curl(smcd, std::slice::from_ref(&url), true) == data,
+            "curl after the upgrade (new binary preloaded: {preload_new})"
+        );
+    }
+    if preload_new {
+        assert_smc_since(smcd, before, 3);
+    } else {
+        let after = counts(smcd);
+        assert_eq!(after.0, before.0, "SMC connections to a plain nginx");
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(new, libc::SIGQUIT) };
+    wait_long("the new master to quit", || (!alive(new)).then_some(()));
+    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+    assert!(!log.contains("[alert]") && !log.contains("[crit]"), "{log}");
+}
+
+/// CPython's `subprocess` under smc-run: its `vfork` child closes descriptors, `dup2`s and
+/// execs through the library's hooks in the parent's memory, and must change nothing of the
+/// parent's (before, its `close_range` emptied the parent's table and aborted the child). The
+/// parent's SMC-D connection works after `subprocess.run` and its listener takes another.
+#[test]
+fn subprocess_leaves_the_parents_connections_alone() {
+    let test = "subprocess_leaves_the_parents_connections_alone";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/subprocess_check.py");
+    let before = counts(&smcd);
+    let out = run_ok(smc_run(&smcd, python(), &[script.to_str().unwrap()]), 120);
+    assert!(out.contains("OK"), "{out}");
+    assert_smc_since(&smcd, before, 2);
 }

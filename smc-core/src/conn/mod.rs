@@ -654,6 +654,23 @@ impl Connection {
         eff
     }
 
+    /// The application closes with `SO_LINGER` `{1, 0}`: nothing more is sent and the peer
+    /// gets an abnormal close (`peer_conn_abort`, so its reads fail with `ECONNRESET`), as
+    /// TCP's close then sends a reset instead of a FIN; the close machine goes on as for a
+    /// close that discards unread data (`smc_close_final`).
+    pub fn close_reset(&mut self) -> Effects {
+        let mut eff = Effects::default();
+        self.write_shut = true;
+        self.draining = None;
+        let act = self.close.app_close(true);
+        eff.close(act);
+        self.cflags_out = cflags_of(self.close.sent());
+        self.flags_dirty = true;
+        eff.wake_both();
+        self.flush_cdc(&mut eff, false);
+        eff
+    }
+
     /// Whether a shutdown or close is waiting for queued bytes.
     pub fn is_draining(&self) -> bool {
         self.draining.is_some()

@@ -1,13 +1,16 @@
 """An inetd-like server (used by tests/preload.rs).
 
-Usage: exec_server.py PROGRAM preloaded|plain
-Listens on 127.0.0.1 (prints the port) and accepts two connections. The first becomes stdin
+Usage: exec_server.py PROGRAM preloaded|plain|execl|execle|execlp
+Listens on 127.0.0.1 (prints the port) and accepts two connections (printing "ACCEPTED"
+after the first). The first becomes stdin
 and stdout (os.dup2 makes them inheritable); the second, like every socket Python makes, is
 close-on-exec. An exec of a program that does not exist fails first (ENOENT), after which the
 first connection still works here: it says "still here\n" on it. Then it os.execv's python3
 PROGRAM with the numbers of the descriptors that are close-on-exec (both connections' own and
 the listener's): with os.execv (the environment, LD_PRELOAD included, goes on) for "preloaded",
-with os.execve and an environment without LD_PRELOAD for "plain".
+with os.execve and an environment without LD_PRELOAD for "plain"; with the C library's
+variadic execl, execlp (found through PATH) or execle (an environment without LD_PRELOAD),
+called through ctypes, for those.
 """
 import os
 import socket
@@ -18,6 +21,9 @@ lsock.bind(("127.0.0.1", 0))
 lsock.listen(4)
 print(lsock.getsockname()[1], flush=True)
 c, _ = lsock.accept()
+# The client connects the second only now: connections that race are accepted in the order
+# their handshakes end, not the order they began.
+print("ACCEPTED", flush=True)
 d, _ = lsock.accept()
 os.dup2(c.fileno(), 0)
 os.dup2(c.fileno(), 1)
@@ -28,7 +34,25 @@ except FileNotFoundError:
 c.sendall(b"still here\n")
 gone = [str(x.fileno()) for x in (c, d, lsock)]
 args = [sys.executable, sys.argv[1], *gone]
-if sys.argv[2] == "plain":
+how = sys.argv[2]
+if how in ("execl", "execle", "execlp"):
+    # The C library's variadic forms, called as a C program would (through ctypes).
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    cargs = [a.encode() for a in args] + [None]
+    if how == "execl":
+        getattr(libc, how)(sys.executable.encode(), *cargs)
+    elif how == "execlp":
+        # Found through PATH.
+        os.environ["PATH"] = os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "")
+        libc.execlp(os.path.basename(sys.executable).encode(), *cargs)
+    else:
+        env = [f"{k}={v}".encode() for k, v in os.environ.items() if k != "LD_PRELOAD"]
+        envp = (ctypes.c_char_p * (len(env) + 1))(*env, None)
+        libc.execle(sys.executable.encode(), *cargs, envp)
+    raise SystemExit(f"{how} failed: {os.strerror(ctypes.get_errno())}")
+if how == "plain":
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     os.execve(sys.executable, args, env)
 os.execv(sys.executable, args)

@@ -101,6 +101,28 @@ impl SmcListener {
         self.core.set_shared();
     }
 
+    /// Stops being an SMC listener while the socket listens on (a program `exec`s with it
+    /// inherited): deregistered from smcd and the SMC option program, threads stopped,
+    /// connections accepted but not yet taken closed; the socket itself is left alone, and
+    /// dropping this afterwards does not shut it down.
+    pub fn detach(&self) {
+        self.core.detach();
+    }
+
+    /// Stops without touching the socket or its SMC option registration: another program got
+    /// the socket across an `exec` (withdrawn there with [`SmcListener::withdraw`]) and may
+    /// have registered it again. Dropping this afterwards does not shut the socket down.
+    pub fn abandon(&self) {
+        self.core.abandon();
+    }
+
+    /// Clients stop being told this socket is an SMC listener (smcd answers its intents with
+    /// plain TCP, its SMC option registration is deleted), in every process that holds it;
+    /// connections already accepted are told apart as before. See [`SmcListener::detach`].
+    pub fn withdraw(&self) {
+        self.core.withdraw();
+    }
+
     /// The TCP listener itself (for its socket options and names).
     pub fn tcp_socket(&self) -> BorrowedFd<'_> {
         self.core.tcp_socket()

@@ -662,8 +662,24 @@ impl DeviceState {
     /// namespace bound to that address or the wildcard, else one elsewhere bound to exactly
     /// that address (the same rule engines apply to the listener table).
     pub fn find_listener(&self, remote: SocketAddr, netns: u64) -> Option<&Listener> {
+        // A socket that went on to another program (`exec`) keeps its old registration,
+        // marked shared, as long as some process holds its channel: a registration the new
+        // program made for the same socket comes first.
+        self.find_listener_among(remote, netns, true)
+            .or_else(|| self.find_listener_among(remote, netns, false))
+    }
+
+    fn find_listener_among(
+        &self,
+        remote: SocketAddr,
+        netns: u64,
+        unshared_only: bool,
+    ) -> Option<&Listener> {
         let rip = remote.ip().to_canonical();
-        let port_match = |l: &&Listener| l.addr.port() == remote.port();
+        let port_match = |l: &&Listener| {
+            l.addr.port() == remote.port()
+                && !(unshared_only && l.page.as_ref().is_some_and(ListenerPage::shared))
+        };
         let same_ns = self
             .listeners
             .values()

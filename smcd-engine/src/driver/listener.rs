@@ -1655,8 +1655,48 @@ impl ListenerCore {
     /// closed, handshakes waiting for bytes are closed, workers finish what they started and
     /// exit.
     pub fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        if !self.view {
+        self.close_inner(true);
+    }
+
+    /// Stops being an SMC listener without stopping the socket: as [`ListenerCore::close`]
+    /// (registration, option map, threads, queued connections), but the TCP socket keeps
+    /// listening for whoever else holds it (a program `exec`s with it inherited). A later
+    /// `close` does nothing.
+    pub fn detach(&self) {
+        self.withdraw();
+        self.close_inner(false);
+    }
+
+    /// Clients stop being told this listener is SMC-capable, for this process and every other
+    /// one that holds the socket: smcd answers intents for it with plain TCP (the page says
+    /// shared) and its keys leave the SMC option program's map (SYN-ACKs go out without the
+    /// option), while accepted connections are still told apart by the option (the map is
+    /// kept for lookups). For a socket that goes on to a program that may not load the
+    /// library: it registers again if it does.
+    pub fn withdraw(&self) {
+        self.set_shared();
+        if let Some(r) = lock(&self.option).as_mut() {
+            let _ = r.maps.unregister_listener(&r.keys);
+            r.keys.clear();
+        }
+    }
+
+    /// The socket went on to another program (an `exec` elsewhere passed it on, and
+    /// [`ListenerCore::withdraw`] was done there): stops as [`ListenerCore::detach`] does, and
+    /// leaves the SMC option program's map alone, since the keys there may be the new
+    /// program's registration of the same socket now.
+    pub fn abandon(&self) {
+        if let Some(r) = lock(&self.option).as_mut() {
+            r.keys.clear();
+        }
+        self.close_inner(false);
+    }
+
+    fn close_inner(&self, shut: bool) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if shut && !self.view {
             // (A view's socket listens on for the processes that share it.)
             let _ = rustix::net::shutdown(&self.tcp, rustix::net::Shutdown::Read);
         }

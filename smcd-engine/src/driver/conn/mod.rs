@@ -261,6 +261,11 @@ fn from_nanos(ns: u64) -> Option<Duration> {
     (ns != 0).then(|| Duration::from_nanos(ns))
 }
 
+/// Whether `sock` has `SO_LINGER` on with a zero timeout (its close sends a reset).
+fn linger_zero(sock: &TcpStream) -> bool {
+    rustix::net::sockopt::socket_linger(sock).is_ok_and(|l| l == Some(Duration::ZERO))
+}
+
 fn aborted_error(kind: AbortKind) -> io::Error {
     match kind {
         AbortKind::Reset => io::Error::from(io::ErrorKind::ConnectionReset),
@@ -656,13 +661,22 @@ impl<T: Transport> SmcConn<T> {
     /// The application closes: what is written goes out, then the close (or an abort when
     /// received data is left unread). Returns whether the buffer may be reused at once (the
     /// peer has closed too and nothing was aborted).
+    ///
+    /// With `SO_LINGER` `{1, 0}` on the TCP socket (a program's `setsockopt` reaches it) the
+    /// close is an abort: the peer gets `peer_conn_abort` and `ECONNRESET`, and the TCP socket
+    /// sends its reset when it closes, as a TCP connection closed so would.
     pub fn close_now(&self) -> bool {
         // Before the close shuts the TCP connection down (see `unwatch`).
         self.unwatch();
+        let reset = linger_zero(&self.clcsock);
         let mut st = self.lock();
         st.released = true;
         let _ = self.observe(&mut st);
-        let eff = st.core.close(crate::sys::core_now());
+        let eff = if reset {
+            st.core.close_reset()
+        } else {
+            st.core.close(crate::sys::core_now())
+        };
         self.apply(&mut st, eff);
         st.core.state() == SmcState::Closed && !st.core.aborted_locally()
     }
