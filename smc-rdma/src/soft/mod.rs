@@ -50,7 +50,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// AckReq at least every this many packets (rxe's `RXE_MAX_PKT_PER_ACK`).
 pub const PKTS_PER_ACK: u32 = 64;
@@ -143,7 +143,21 @@ struct Dev {
     tasks: Tasks,
     /// The receive thread.
     rx_thread: std::sync::OnceLock<std::thread::ThreadId>,
+    /// When the receive thread wakes for its timers, as it announced before sleeping
+    /// ([`RX_AWAKE`] while it runs, [`RX_NO_TIMER`] when it sleeps until a datagram), in
+    /// nanoseconds after `epoch` plus one: a post that starts a retransmission timer rings
+    /// the bell only when the thread would otherwise sleep past it ([`Dev::timer_started`]).
+    rx_sleep: AtomicU64,
+    /// Bumped by every post that started a timer: the receive thread looks at the timers
+    /// again if it moved while it announced its sleep.
+    timer_gen: AtomicU64,
+    epoch: Instant,
 }
+
+/// [`Dev::rx_sleep`]: the receive thread runs and looks at the timers before it sleeps.
+const RX_AWAKE: u64 = 0;
+/// [`Dev::rx_sleep`]: the receive thread sleeps with no timer.
+const RX_NO_TIMER: u64 = u64::MAX;
 
 /// QPN allocation: from 16 up in the whole 24-bit space alone; `slot << 12 | n` with
 /// steering, numbers of destroyed QPs reused.
@@ -342,6 +356,9 @@ impl SoftDevice {
             ids: Mutex::default(),
             tasks: Tasks::default(),
             rx_thread: std::sync::OnceLock::new(),
+            rx_sleep: AtomicU64::new(RX_AWAKE),
+            timer_gen: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         let d = Arc::clone(&dev);
         let thread = std::thread::Builder::new()
@@ -469,6 +486,30 @@ impl Dev {
         let _ = rustix::io::write(&self.bell, &1u64.to_ne_bytes());
     }
 
+    /// `t` as [`Dev::rx_sleep`] holds it.
+    fn rx_time(&self, t: Instant) -> u64 {
+        (t.saturating_duration_since(self.epoch).as_nanos() as u64).saturating_add(1)
+    }
+
+    /// A post started a retransmission timer due at `t` (the QP's lock let go): the receive
+    /// thread, which runs the timers, is rung only if it sleeps and would wake after `t`.
+    /// Ringing at every post that found no timer running cost a wake-up of the receive
+    /// thread per window of a bulk stream, for a timer that the ACK arriving on that thread
+    /// anyway stops long before it is due.
+    ///
+    /// No timer is lost: the receive thread announces its sleep (`rx_sleep`) between two looks
+    /// at `timer_gen` around its look at the timers (see [`Dev::run`]). Both are `SeqCst`, so
+    /// if this reads the thread awake or asleep with an earlier wake-up, the thread's next
+    /// announcement comes after our bump and it looks again, or its look at the timers came
+    /// after the bump, which follows the timer set under the QP's lock.
+    fn timer_started(&self, t: Instant) {
+        self.timer_gen.fetch_add(1, Ordering::SeqCst);
+        let at = self.rx_sleep.load(Ordering::SeqCst);
+        if at != RX_AWAKE && at > self.rx_time(t) {
+            self.ring();
+        }
+    }
+
     /// Has the receive thread run `h` (a completion queue's handler) once it holds no lock:
     /// after the datagrams it is handling, or at once if it sleeps. Scheduled twice before it
     /// runs, it runs once (it drains its queues).
@@ -575,11 +616,34 @@ impl Dev {
         use rustix::event::{PollFd, PollFlags, poll};
         let _ = self.rx_thread.set(std::thread::current().id());
         let mut buf = vec![0u8; 65536];
+        let (mut gen_seen, mut busy_until) = (0, None::<Instant>);
         while !self.stop.load(Ordering::Acquire) {
-            let next = self.timers(Instant::now());
+            let gen_before = self.timer_gen.load(Ordering::SeqCst);
+            let now = Instant::now();
+            let (mut next, shortest) = self.timers(now);
             // Handlers the timers scheduled (a retry that failed a QP completes its requests
             // with errors) run before the thread sleeps.
             self.run_tasks();
+            // While posts keep starting timers (a stream whose every window is acknowledged
+            // before the next is posted), sleep no longer than the shortest ACK timeout after
+            // the last one seen, even with no timer running: a timer a post starts later is
+            // due after that, and the post need not ring. Idle for that long, the thread
+            // sleeps until a datagram (the next post rings).
+            if gen_before != gen_seen {
+                gen_seen = gen_before;
+                busy_until = shortest.map(|t| now + t);
+            }
+            if next.is_none() {
+                next = busy_until.filter(|&t| t > now);
+            }
+            // Announce the sleep, then make sure no post started a timer since the look above
+            // (see `timer_started`).
+            let until = next.map_or(RX_NO_TIMER, |t| self.rx_time(t));
+            self.rx_sleep.store(until, Ordering::SeqCst);
+            if self.timer_gen.load(Ordering::SeqCst) != gen_before {
+                self.rx_sleep.store(RX_AWAKE, Ordering::SeqCst);
+                continue;
+            }
             let timeout = next.map(|t| {
                 let d = t.saturating_duration_since(Instant::now());
                 rustix::time::Timespec {
@@ -591,7 +655,9 @@ impl Dev {
                 PollFd::new(&self.sock, PollFlags::IN),
                 PollFd::new(&self.bell, PollFlags::IN),
             ];
-            if poll(&mut fds, timeout.as_ref()).is_err() {
+            let polled = poll(&mut fds, timeout.as_ref());
+            self.rx_sleep.store(RX_AWAKE, Ordering::SeqCst);
+            if polled.is_err() {
                 continue;
             }
             if !fds[1].revents().is_empty() {
@@ -654,16 +720,20 @@ impl Dev {
         }
     }
 
-    /// Runs the timers that are due; returns the next one.
+    /// Runs the timers that are due; returns the next one, and the shortest local ACK
+    /// timeout of the QPs that can send.
     ///
     /// Runs under the QP table's read lock, with no copy of the table: this is called after
     /// every batch of datagrams. Nothing that holds a QP's lock takes the table's lock (a QP is
     /// removed from it only when its last handle drops), so the order table → QP is the only one.
-    fn timers(&self, now: Instant) -> Option<Instant> {
-        read(&self.qps)
-            .values()
-            .filter_map(|q| q.on_timer(self, now))
-            .min()
+    fn timers(&self, now: Instant) -> (Option<Instant>, Option<Duration>) {
+        let (mut next, mut shortest) = (None::<Instant>, None::<Duration>);
+        for q in read(&self.qps).values() {
+            let (n, t) = q.on_timer(self, now);
+            next = next.into_iter().chain(n).min();
+            shortest = shortest.into_iter().chain(t).min();
+        }
+        (next, shortest)
     }
 }
 

@@ -402,8 +402,9 @@ impl QpInner {
         }
     }
 
-    /// Due timers; returns the next.
-    pub(super) fn on_timer(&self, dev: &Dev, now: Instant) -> Option<Instant> {
+    /// Due timers; returns the next, and the local ACK timeout of a QP that can send (the
+    /// longest a retransmission timer started later can be ahead of its post).
+    pub(super) fn on_timer(&self, dev: &Dev, now: Instant) -> (Option<Instant>, Option<Duration>) {
         let mut s = lock(&self.s);
         if s.rnr_until.is_some_and(|t| t <= now) {
             s.rnr_until = None;
@@ -417,7 +418,8 @@ impl QpInner {
                 self.retry(dev, &mut s, una);
             }
         }
-        [s.deadline, s.rnr_until].into_iter().flatten().min()
+        let next = [s.deadline, s.rnr_until].into_iter().flatten().min();
+        (next, s.timeout.filter(|_| s.state == QpState::Rts))
     }
 
     // ---- responder ----
@@ -756,9 +758,11 @@ impl QueuePair for SoftQp {
         });
         let had_timer = s.deadline.is_some();
         q.pump(&self.dev, &mut s);
-        if !had_timer && s.deadline.is_some() {
-            // The receive thread may be sleeping without a timeout.
-            self.dev.ring();
+        let started = s.deadline.filter(|_| !had_timer);
+        drop(s);
+        if let Some(t) = started {
+            // The receive thread may be sleeping without a timeout, or a longer one.
+            self.dev.timer_started(t);
         }
         Ok(())
     }
