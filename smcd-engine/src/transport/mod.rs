@@ -111,6 +111,16 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// a signal, or `timeout` (then `Ok(false)`). Returns at once if the announcement was
     /// taken meanwhile.
     fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool>;
+    /// A thread starts a blocking wait on the connection. Until [`Transport::wait_end`] it
+    /// looks at whatever arrives before it returns (the callers of a wait look at the
+    /// connection next), so a transport that would have the connection's processing run
+    /// elsewhere for an arrival ([`Transport::set_service`]) may leave it to that thread.
+    fn wait_begin(&self) {}
+    /// The wait begun by [`Transport::wait_begin`] ends; returns whether anything is pending
+    /// now (then the caller must look at the connection, even when its wait timed out).
+    fn wait_end(&self) -> bool {
+        false
+    }
     /// After a local change: wakes the local waiters for `dir` if they announced waiting.
     fn wake_local(&self, dir: Dir);
     /// The connection's readiness, if the application asked for it.

@@ -57,6 +57,9 @@ struct Side {
     done: Mutex<VecDeque<u16>>,
     /// Entries in `cdcs` + `done`: the data path's cheap look.
     pending: AtomicU32,
+    /// Threads inside a blocking wait on the connection ([`Transport::wait_begin`]): each looks
+    /// at what is pending before it returns, so an arrival needs no other thread to do it.
+    in_wait: AtomicU32,
     /// The link failed under the connection: it sees an abort.
     failed: AtomicBool,
     /// The connection was moved to another link ([`SmcrLink::switch`]): it fails over.
@@ -117,13 +120,20 @@ impl Side {
     }
 
     /// Something arrived for the connection: wakes its waiters; `true` when nothing is left
-    /// to process. A woken waiter is not trusted to process it: an announcement can outlive
-    /// its waiter (a thread that found what it waited for before it slept goes on with its
-    /// bit set, and may close the connection), and then nobody would.
+    /// to process, or a thread inside a blocking wait will process it. An announcement alone
+    /// is not trusted: it can outlive its waiter (a thread that found what it waited for
+    /// before it slept goes on with its bit set, and may close the connection), and an event
+    /// loop that is rung need not read at all; then nobody would. A thread counted in
+    /// `in_wait` has not yet left its wait, and looks at the connection after it. Before it
+    /// was counted, each arrival while a thread slept woke that thread and poked the
+    /// completion thread too, which then raced it for the connection's lock: two wake-ups
+    /// per CDC where one does.
     fn woken(&self) -> bool {
         self.wake(Dir::Rx);
         self.wake(Dir::Tx);
-        self.pending.load(Ordering::SeqCst) == 0
+        // SeqCst with the waiter's leaving (`in_wait` down, then its look at `pending`): a
+        // waiter seen here sees what was pending before this look, and processes it.
+        self.in_wait.load(Ordering::SeqCst) > 0 || self.pending.load(Ordering::SeqCst) == 0
     }
 
     /// Something arrived for the connection: wake its waiters, and run its processing here
@@ -1110,6 +1120,16 @@ impl<D: Device> Transport for SmcrLink<D> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    fn wait_begin(&self) {
+        self.side.in_wait.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn wait_end(&self) -> bool {
+        self.side.in_wait.fetch_sub(1, Ordering::SeqCst);
+        // SeqCst after the decrement (see `Side::woken`).
+        self.side.pending.load(Ordering::SeqCst) != 0
     }
 
     fn wake_local(&self, dir: Dir) {
