@@ -26,6 +26,72 @@ impl SoftQp {
     pub(super) fn new(dev: Arc<Dev>, inner: Arc<QpInner>) -> Self {
         Self { dev, inner }
     }
+
+    /// Takes one send into the send queue (its data copied now); [`QpInner::pump`] sends it.
+    fn queue_send(&self, s: &mut S, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        let q = &self.inner;
+        match s.state {
+            QpState::Rts => {}
+            // As on hardware: accepted, and completed at once as flushed.
+            QpState::Error => {
+                let op = match wr.op {
+                    SendOp::Send => WcOpcode::Send,
+                    SendOp::Write { .. } => WcOpcode::RdmaWrite,
+                };
+                q.send_cq.push(q.wc(wr.wr_id, WcStatus::WrFlushErr, op));
+                return Ok(());
+            }
+            st => return Err(VerbsError::State(st)),
+        }
+        if s.sq.len() >= q.caps.max_send_wr as usize {
+            return Err(VerbsError::Full("send"));
+        }
+        let data = match wr.data {
+            Payload::Inline(d) => {
+                if d.len() > q.caps.max_inline_data as usize {
+                    return Err(VerbsError::Invalid(
+                        "inline data longer than max_inline_data",
+                    ));
+                }
+                d.to_vec()
+            }
+            Payload::Sges(sges) => {
+                if sges.len() > q.caps.max_send_sge as usize {
+                    return Err(VerbsError::Invalid("more SGEs than max_send_sge"));
+                }
+                let total: usize = sges.iter().map(|g| g.len as usize).sum();
+                if total > 1 << 31 {
+                    return Err(VerbsError::Invalid("message longer than 2 GiB"));
+                }
+                let mut v = vec![0u8; total];
+                let mut at = 0;
+                for g in sges {
+                    let (mr, off) = self.dev.resolve(q.pd, g.addr, g.len, g.lkey).ok_or(
+                        VerbsError::Protection("SGE outside its region or wrong key"),
+                    )?;
+                    mr.mem.read(off, &mut v[at..at + g.len as usize]);
+                    at += g.len as usize;
+                }
+                v
+            }
+        };
+        let npkts = data.len().div_ceil(s.mtu).max(1) as u32;
+        let first_psn = s.post_psn;
+        s.post_psn = psn_add(first_psn, npkts);
+        s.sq.push_back(Wqe {
+            wr_id: wr.wr_id,
+            write: match wr.op {
+                SendOp::Send => None,
+                SendOp::Write { remote_addr, rkey } => Some((remote_addr, rkey)),
+            },
+            data,
+            signaled: wr.signaled || q.sig_all,
+            solicited: wr.solicited,
+            first_psn,
+            npkts,
+        });
+        Ok(())
+    }
 }
 
 impl Drop for SoftQp {
@@ -694,69 +760,25 @@ impl QueuePair for SoftQp {
     }
 
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        self.post_send_list(std::slice::from_ref(wr))
+            .map_err(|(_, e)| e)
+    }
+
+    /// One lock and one transmission for the chain: the packets of its requests go out
+    /// together (a WRITE run and the CDC SEND after it in one GSO send when they fit), as an
+    /// RNIC sends a chain posted with one doorbell. The packets are those of posting the
+    /// requests one by one.
+    fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, VerbsError)> {
         let q = &self.inner;
         let mut s = lock(&q.s);
-        match s.state {
-            QpState::Rts => {}
-            // As on hardware: accepted, and completed at once as flushed.
-            QpState::Error => {
-                let op = match wr.op {
-                    SendOp::Send => WcOpcode::Send,
-                    SendOp::Write { .. } => WcOpcode::RdmaWrite,
-                };
-                q.send_cq.push(q.wc(wr.wr_id, WcStatus::WrFlushErr, op));
-                return Ok(());
-            }
-            st => return Err(VerbsError::State(st)),
-        }
-        if s.sq.len() >= q.caps.max_send_wr as usize {
-            return Err(VerbsError::Full("send"));
-        }
-        let data = match wr.data {
-            Payload::Inline(d) => {
-                if d.len() > q.caps.max_inline_data as usize {
-                    return Err(VerbsError::Invalid(
-                        "inline data longer than max_inline_data",
-                    ));
-                }
-                d.to_vec()
-            }
-            Payload::Sges(sges) => {
-                if sges.len() > q.caps.max_send_sge as usize {
-                    return Err(VerbsError::Invalid("more SGEs than max_send_sge"));
-                }
-                let total: usize = sges.iter().map(|g| g.len as usize).sum();
-                if total > 1 << 31 {
-                    return Err(VerbsError::Invalid("message longer than 2 GiB"));
-                }
-                let mut v = vec![0u8; total];
-                let mut at = 0;
-                for g in sges {
-                    let (mr, off) = self.dev.resolve(q.pd, g.addr, g.len, g.lkey).ok_or(
-                        VerbsError::Protection("SGE outside its region or wrong key"),
-                    )?;
-                    mr.mem.read(off, &mut v[at..at + g.len as usize]);
-                    at += g.len as usize;
-                }
-                v
-            }
-        };
-        let npkts = data.len().div_ceil(s.mtu).max(1) as u32;
-        let first_psn = s.post_psn;
-        s.post_psn = psn_add(first_psn, npkts);
-        s.sq.push_back(Wqe {
-            wr_id: wr.wr_id,
-            write: match wr.op {
-                SendOp::Send => None,
-                SendOp::Write { remote_addr, rkey } => Some((remote_addr, rkey)),
-            },
-            data,
-            signaled: wr.signaled || q.sig_all,
-            solicited: wr.solicited,
-            first_psn,
-            npkts,
-        });
         let had_timer = s.deadline.is_some();
+        let mut r = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.queue_send(&mut s, wr) {
+                r = Err((i, e));
+                break;
+            }
+        }
         q.pump(&self.dev, &mut s);
         let started = s.deadline.filter(|_| !had_timer);
         drop(s);
@@ -764,7 +786,7 @@ impl QueuePair for SoftQp {
             // The receive thread may be sleeping without a timeout, or a longer one.
             self.dev.timer_started(t);
         }
-        Ok(())
+        r
     }
 
     fn post_recv(&self, wr: &RecvWr) -> Result<(), VerbsError> {

@@ -72,6 +72,20 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// `cons_changed` only its producer cursor differs from the CDC before
     /// ([`smc_core::conn::Effects::cdc_cons_changed`]).
     fn send_cdc(&self, cdc: &HostCdc, cons_changed: bool) -> io::Result<()>;
+    /// The RDMA WRITEs of one push, then its CDC: what [`Transport::write_remote`] for each
+    /// and [`Transport::send_cdc`] do, in that order; a transport may post them together (one
+    /// doorbell for the chain).
+    fn post_writes_and_cdc(
+        &self,
+        writes: &[RemoteWrite],
+        cdc: &HostCdc,
+        cons_changed: bool,
+    ) -> io::Result<()> {
+        for w in writes {
+            self.write_remote(w)?;
+        }
+        self.send_cdc(cdc, cons_changed)
+    }
     /// The peer's next CDC, if there is one the connection has not seen (SMC-D: the words in
     /// the local DMB changed).
     fn recv_cdc(&self) -> Option<HostCdc>;
