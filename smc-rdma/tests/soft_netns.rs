@@ -281,8 +281,10 @@ fn a_lost_request_is_retried_by_its_timer_whenever_it_was_posted() {
             .into_iter()
             .enumerate()
         {
-            // timeout 10: ≈ 4 ms, 2 retries.
-            let (ea, eb) = pair(&a, &b, 4096, 10, 2);
+            // timeout 14: ≈ 67 ms (shorter than the pauses), 7 retries: a starved receive
+            // thread on a busy machine does not fail the requests before the cut (timeout 10,
+            // ≈ 4 ms with 2 retries, did beside a load of 11).
+            let (ea, eb) = pair(&a, &b, 4096, 14, 7);
             for k in 0..before {
                 ea.qp
                     .post_send(&SendWr {

@@ -562,6 +562,20 @@ impl Dev {
         self.gso.load(Ordering::Relaxed)
     }
 
+    fn sock(&self) -> rustix::fd::BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// Counts `count` packets sent, by a system call of their own (`call`) or with others.
+    fn count_sent(&self, count: usize, call: bool) {
+        self.stats
+            .tx_packets
+            .fetch_add(count as u64, Ordering::Relaxed);
+        if call {
+            SoftStats::inc(&self.stats.tx_sends);
+        }
+    }
+
     /// Sends `count` packets of `seg` bytes (the last may be shorter) that lie back to back
     /// in `buf`, packet `k` stamped for IPv4 identification `k`: one GSO send. A kernel that
     /// refuses GSO here gets them one datagram each, stamped again for identification 0, and
@@ -569,12 +583,7 @@ impl Dev {
     fn send_run(&self, buf: &mut [u8], seg: usize, count: usize, peer: Ipv4Addr) {
         let gso = (count > 1).then_some(seg as u16);
         match udp::send(self.sock.as_fd(), buf, gso, peer) {
-            Ok(_) => {
-                self.stats
-                    .tx_packets
-                    .fetch_add(count as u64, Ordering::Relaxed);
-                SoftStats::inc(&self.stats.tx_sends);
-            }
+            Ok(_) => self.count_sent(count, true),
             // What udp_send_skb answers when it cannot segment here (EINVAL: the segment
             // size against the path, EIO: no checksum offload); a full buffer (EAGAIN,
             // ENOBUFS) is a loss like any other.
@@ -616,6 +625,7 @@ impl Dev {
         use rustix::event::{PollFd, PollFlags, poll};
         let _ = self.rx_thread.set(std::thread::current().id());
         let mut buf = vec![0u8; 65536];
+        let mut acks: Vec<Arc<qp::QpInner>> = Vec::new();
         let (mut gen_seen, mut busy_until) = (0, None::<Instant>);
         while !self.stop.load(Ordering::Acquire) {
             let gen_before = self.timer_gen.load(Ordering::SeqCst);
@@ -673,10 +683,10 @@ impl Dev {
                             // A GSO run kept whole: segment k had identification k.
                             Some(seg) => {
                                 for (k, pkt) in d.chunks(seg).enumerate() {
-                                    self.datagram(pkt, r.from, k as u16);
+                                    self.datagram(pkt, r.from, k as u16, &mut acks);
                                 }
                             }
-                            None => self.datagram(d, r.from, 0),
+                            None => self.datagram(d, r.from, 0, &mut acks),
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::InvalidData => {
@@ -685,12 +695,18 @@ impl Dev {
                     Err(_) => break,
                 }
             }
+            // One ACK per QP for the requests of the batch (`QpInner::flush_ack`), before the
+            // completions' handlers run.
+            for q in acks.drain(..) {
+                q.flush_ack(&self);
+            }
             self.run_tasks();
         }
     }
 
     /// One packet from `from`, expected with IPv4 identification `id` (wire module docs).
-    fn datagram(&self, d: &[u8], from: SocketAddrV4, id: u16) {
+    /// The QP it was for joins `acks` (its ACK may be due at the end of the batch).
+    fn datagram(&self, d: &[u8], from: SocketAddrV4, id: u16, acks: &mut Vec<Arc<qp::QpInner>>) {
         let hdr = Ipv4Udp {
             src: *from.ip(),
             dst: self.addr,
@@ -717,6 +733,9 @@ impl Dev {
             SoftStats::inc(&self.stats.rx_packets);
         } else {
             SoftStats::inc(&self.stats.rx_dropped);
+        }
+        if !acks.iter().any(|q| Arc::ptr_eq(q, &qp)) {
+            acks.push(qp);
         }
     }
 

@@ -198,6 +198,10 @@ struct S {
     epsn: u32,
     msn: u32,
     nak_sent: bool,
+    /// The PSN of the last request executed with AckReq whose ACK has not gone out yet: the
+    /// receive thread sends one ACK for the datagrams it took in one go
+    /// ([`QpInner::flush_ack`]).
+    ack_due: Option<u32>,
     rq: VecDeque<RecvWr>,
     cur: Option<InMsg>,
     /// Packets `pump` is about to send.
@@ -253,6 +257,7 @@ impl QpInner {
                 epsn: 0,
                 msn: 0,
                 nak_sent: false,
+                ack_due: None,
                 rq: VecDeque::new(),
                 cur: None,
                 tx: Default::default(),
@@ -292,6 +297,7 @@ impl QpInner {
                 .push(self.wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv));
         }
         s.state = QpState::Error;
+        s.ack_due = None;
         s.deadline = None;
         s.rnr_until = None;
         s.rnr_psn = None;
@@ -490,7 +496,33 @@ impl QpInner {
 
     // ---- responder ----
 
-    fn answer(&self, dev: &Dev, s: &S, syndrome: Syndrome, psn: u32) {
+    /// Sends the ACK of the requests executed since the last one, if any asked for it.
+    ///
+    /// ACKs are coalesced per batch of received datagrams: ACKs are cumulative (an ACK
+    /// acknowledges every request up to its PSN, IBA 9.7.5.1.2, and rxe's completer treats
+    /// it so), so the ACK of the last request that asked for one in a batch answers the
+    /// earlier ones too, as RNICs coalesce ACKs. rxe itself sends one per AckReq packet; here
+    /// that cost a `sendmsg` per message (an RDMA WRITE and the CDC SEND behind it, arriving
+    /// together, got two ACKs). Any other answer (a NAK, a duplicate's ACK) sends the due ACK
+    /// first, so the requester sees the same sequence of PSNs, only fewer ACKs.
+    pub(super) fn flush_ack(&self, dev: &Dev) {
+        let mut s = lock(&self.s);
+        self.send_due_ack(dev, &mut s);
+    }
+
+    fn send_due_ack(&self, dev: &Dev, s: &mut S) {
+        if let Some(psn) = s.ack_due.take() {
+            self.send_answer(dev, s, Syndrome::Ack { credits: 0x1f }, psn);
+        }
+    }
+
+    /// An answer to the requester, after the ACK that is due.
+    fn answer(&self, dev: &Dev, s: &mut S, syndrome: Syndrome, psn: u32) {
+        self.send_due_ack(dev, s);
+        self.send_answer(dev, s, syndrome, psn);
+    }
+
+    fn send_answer(&self, dev: &Dev, s: &S, syndrome: Syndrome, psn: u32) {
         let Some(peer) = s.peer else { return };
         let bth = Bth::new(Opcode::Ack, s.dest_qpn, psn);
         let aeth = Aeth {
@@ -522,7 +554,7 @@ impl QpInner {
             SoftStats::inc(&dev.stats.duplicates);
             if p.bth.ack_req {
                 let prev = psn_add(s.epsn, MASK24);
-                self.answer(dev, &s, Syndrome::Ack { credits: 0x1f }, prev);
+                self.answer(dev, &mut s, Syndrome::Ack { credits: 0x1f }, prev);
             }
             return true;
         }
@@ -532,7 +564,7 @@ impl QpInner {
                 s.nak_sent = true;
                 SoftStats::inc(&dev.stats.seq_naks_sent);
                 let e = s.epsn;
-                self.answer(dev, &s, Syndrome::Nak(NakCode::PsnSequence), e);
+                self.answer(dev, &mut s, Syndrome::Nak(NakCode::PsnSequence), e);
             }
             return true;
         }
@@ -541,16 +573,17 @@ impl QpInner {
             Ok(()) => {
                 s.epsn = psn_add(psn, 1);
                 if p.bth.ack_req {
-                    self.answer(dev, &s, Syndrome::Ack { credits: 0x1f }, psn);
+                    // Sent when the receive thread has taken the datagrams that are here.
+                    s.ack_due = Some(psn);
                 }
             }
             Err(Refuse::Rnr) => {
                 SoftStats::inc(&dev.stats.rnr_naks_sent);
                 let t = s.min_rnr_timer;
-                self.answer(dev, &s, Syndrome::RnrNak { timer: t }, psn);
+                self.answer(dev, &mut s, Syndrome::RnrNak { timer: t }, psn);
             }
             Err(Refuse::Nak(code)) => {
-                self.answer(dev, &s, Syndrome::Nak(code), psn);
+                self.answer(dev, &mut s, Syndrome::Nak(code), psn);
                 self.fail(&mut s, None);
             }
         }
@@ -752,6 +785,7 @@ impl QueuePair for SoftQp {
                 s.next_wqe = 0;
                 s.next_pkt = 0;
                 s.peer = None;
+                s.ack_due = None;
                 s.state = QpState::Reset;
             }
             (st, _) => return Err(VerbsError::State(st)),
