@@ -18,7 +18,10 @@
 //! - The responder executes only the expected PSN. An earlier PSN is a duplicate: acknowledged
 //!   again (when it asks) and not executed. A later PSN is a gap: one PSN-sequence NAK per gap,
 //!   then silence until the expected PSN arrives. A SEND with no posted receive gets an RNR NAK.
-//! - ACKs are cumulative. A sequence NAK or the local ACK timeout (4.096 µs × 2^timeout) rewinds
+//! - ACKs are cumulative, and (unlike rxe, like RNICs) coalesced: the receive thread sends
+//!   one per QP for the requests of a batch of datagrams that asked for one
+//!   (`QpInner::flush_ack`), any other answer after the due ACK.
+//! - A sequence NAK or the local ACK timeout (4.096 µs × 2^timeout) rewinds
 //!   the requester to the first unacknowledged PSN (go-back-N); after `retry_cnt` rewinds
 //!   without progress the request fails with `RetryExcErr`, after `rnr_retry` RNR NAKs (7:
 //!   never) with `RnrRetryExcErr`, and the QP goes to ERROR, flushing the rest.
