@@ -540,6 +540,16 @@ pub trait QueuePair: Send + Sync + std::fmt::Debug {
     /// Posts a send (RTS only). The data is taken now; the request completes when the peer
     /// acknowledged it.
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError>;
+    /// Posts several sends in order, as `ibv_post_send` takes a chain of work requests (one
+    /// doorbell). On an error, the requests before the failing one are posted: its index
+    /// comes with the error (`bad_wr`). A device may send the chain's packets together;
+    /// what goes on the wire is what posting them one by one would send.
+    fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, VerbsError)> {
+        for (i, wr) in wrs.iter().enumerate() {
+            self.post_send(wr).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
     /// Posts a receive (from INIT on).
     fn post_recv(&self, wr: &RecvWr) -> Result<(), VerbsError>;
 }

@@ -259,6 +259,80 @@ fn writes_survive_random_loss_and_fail_cleanly_when_the_wire_is_cut() {
     });
 }
 
+/// The receive thread runs the retransmission timers and a post rings it only when it would
+/// sleep past the timer the post starts: idle (asleep with no timer), just after traffic
+/// (asleep no longer than an ACK timeout), and busy, a request whose every datagram is lost
+/// is retried by its timer and fails with RetryExcErr; none waits for a datagram that never
+/// comes.
+#[test]
+fn a_lost_request_is_retried_by_its_timer_whenever_it_was_posted() {
+    let test = "a_lost_request_is_retried_by_its_timer_whenever_it_was_posted";
+    if !can_run(test) {
+        return;
+    }
+    let ns = Netns::new("timer");
+    ns.nft("add table inet smctimer");
+    ns.nft("add chain inet smctimer input { type filter hook input priority 0 ; }");
+    let ns_name = ns.0.clone();
+    ns.run(move || {
+        let (a, b) = (open(1), open(2));
+        // (pause after the last acknowledged request, requests acknowledged before it)
+        for (i, (pause_ms, before)) in [(300u64, 1usize), (0, 1), (0, 50), (300, 0)]
+            .into_iter()
+            .enumerate()
+        {
+            // timeout 14: ≈ 67 ms (shorter than the pauses), 7 retries: a starved receive
+            // thread on a busy machine does not fail the requests before the cut (timeout 10,
+            // ≈ 4 ms with 2 retries, did beside a load of 11).
+            let (ea, eb) = pair(&a, &b, 4096, 14, 7);
+            for k in 0..before {
+                ea.qp
+                    .post_send(&SendWr {
+                        wr_id: k as u64,
+                        op: SendOp::Write {
+                            remote_addr: eb.mr.addr(),
+                            rkey: eb.mr.rkey(),
+                        },
+                        data: Payload::Inline(b"hello"),
+                        signaled: true,
+                        solicited: false,
+                    })
+                    .unwrap();
+                let wc = poll_one(&ea.scq, Duration::from_secs(5));
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            }
+            std::thread::sleep(Duration::from_millis(pause_ms));
+            assert!(sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns_name,
+                "nft",
+                "add rule inet smctimer input udp dport 4791 drop"
+            ]));
+            ea.qp
+                .post_send(&SendWr {
+                    wr_id: 77,
+                    op: SendOp::Send,
+                    data: Payload::Inline(b"anyone?"),
+                    signaled: true,
+                    solicited: false,
+                })
+                .unwrap();
+            let wc = poll_one(&ea.scq, Duration::from_secs(10));
+            assert_eq!((i, wc.wr_id, wc.status), (i, 77, WcStatus::RetryExcErr));
+            assert!(sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns_name,
+                "nft",
+                "flush chain inet smctimer input"
+            ]));
+        }
+    });
+}
+
 fn poll_dummy() -> Wc {
     Wc {
         wr_id: 0,

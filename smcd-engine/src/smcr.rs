@@ -145,6 +145,13 @@ pub struct SmcrConfig {
     /// Offer and accept SMC-R v1 over a RoCE v1 device on the netdev of `addr` (off by
     /// default; needs `CAP_NET_RAW`). With `roce_v2` too, a server offered both takes v2.
     pub roce_v1: bool,
+    /// The engine's pipeline chunk (`Settings::tx_chunk`) for SMC-R connections: 0 by default,
+    /// so a write is pushed at the kernel's points only (autosplit cut, full window, end of
+    /// the write), as `smc_tx_sendmsg` does. The engine's SMC-D default (8 KiB) pays there
+    /// because an SMC-D publication is one store; on SMC-R each is an RDMA WRITE, a CDC
+    /// SEND, their acknowledgement and a completion, and a 64 KiB write cut into eight
+    /// pushes made the peer's window open 8 KiB at a time.
+    pub tx_chunk: usize,
 }
 
 impl SmcrConfig {
@@ -165,6 +172,7 @@ impl SmcrConfig {
             inline: true,
             roce_v2: true,
             roce_v1: false,
+            tx_chunk: 0,
         }
     }
 }
@@ -319,6 +327,8 @@ struct Ep {
     settings: Settings,
     /// `SmcrConfig::inline`.
     inline: bool,
+    /// `SmcrConfig::tx_chunk`.
+    tx_chunk: usize,
     option: Option<Maps>,
     groups: Mutex<Vec<Arc<Group>>>,
     next_lgr: AtomicU32,
@@ -621,6 +631,7 @@ impl SmcrEndpoint {
                     ..cfg.settings.clone()
                 },
                 inline: cfg.inline,
+                tx_chunk: cfg.tx_chunk,
                 option,
                 groups: Mutex::new(Vec::new()),
                 next_lgr: AtomicU32::new(random_u32() & 0xffff_ff00 | 1),
@@ -1013,7 +1024,7 @@ impl Ep {
         Config {
             autocorking_size: s.autocorking_size as usize,
             autosplit_size: s.autosplit_size as usize,
-            tx_chunk: s.tx_chunk as usize,
+            tx_chunk: self.tx_chunk,
             wnd_rule: s.wnd_update_rule,
             ..Config::smcr(self.ring, peer_rmb, self.ring)
         }

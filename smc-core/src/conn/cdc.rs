@@ -214,9 +214,12 @@ impl Connection {
             self.push_data(&mut eff);
         }
         self.drained(&mut eff);
-        // smc_cdc_msg_recv_action: a blocked writer, a request or pending urgent data makes
-        // the consumer cursor go out now, but only if there is something to confirm.
-        let answer = (c.pflags.write_blocked()
+        // smc_cdc_msg_recv_action: a request or pending urgent data makes the consumer
+        // cursor go out now, but only if there is something to confirm. SMC-D also answers
+        // a blocked writer at once (its CDC is two stores); with completions (SMC-R) a blocked
+        // writer is answered by the window rule when the reader reads, as in the kernel, where
+        // `write_blocked` enters only `smc_tx_consumer_update`.
+        let answer = ((c.pflags.write_blocked() && !self.cfg.completions)
             || c.pflags.cons_curs_upd_req()
             || c.pflags.urg_data_pending())
             && self.consumed > self.confirmed

@@ -231,13 +231,21 @@ impl Connection {
     }
 
     /// The transmit buffer is full and the writer is about to wait: everything written goes
-    /// out, and the peer is asked for its consumer cursor (`write_blocked` and
-    /// `cons_curs_upd_req`), which it answers as soon as it has read anything.
+    /// out. Without completions (SMC-D) the peer is also asked for its consumer cursor
+    /// (`write_blocked` and `cons_curs_upd_req`), which it answers as soon as it has read
+    /// anything: there a CDC is two stores. With completions (SMC-R) this side does what
+    /// the kernel's `smc_tx_sendmsg` does, which never sets `cons_curs_upd_req` and sends
+    /// nothing when it blocks: the push that filled the peer's window carried
+    /// `write_blocked`, and the peer's window rule (`smc_tx_consumer_update`) answers it.
+    /// The request cost a CDC SEND, its ACK and a wake-up of the peer per blocked write,
+    /// and made the peer answer every read, however small.
     pub fn send_blocked(&mut self) -> Effects {
         let mut eff = Effects::default();
         if self.send_check().is_ok() {
-            self.flags_dirty |= !self.upd_req;
-            self.upd_req = true;
+            if !self.cfg.completions {
+                self.flags_dirty |= !self.upd_req;
+                self.upd_req = true;
+            }
             self.push_data(&mut eff);
         }
         self.flush_cdc(&mut eff, false);

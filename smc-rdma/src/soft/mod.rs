@@ -18,7 +18,10 @@
 //! - The responder executes only the expected PSN. An earlier PSN is a duplicate: acknowledged
 //!   again (when it asks) and not executed. A later PSN is a gap: one PSN-sequence NAK per gap,
 //!   then silence until the expected PSN arrives. A SEND with no posted receive gets an RNR NAK.
-//! - ACKs are cumulative. A sequence NAK or the local ACK timeout (4.096 µs × 2^timeout) rewinds
+//! - ACKs are cumulative, and (unlike rxe, like RNICs) coalesced: the receive thread sends
+//!   one per QP for the requests of a batch of datagrams that asked for one
+//!   (`QpInner::flush_ack`), any other answer after the due ACK.
+//! - A sequence NAK or the local ACK timeout (4.096 µs × 2^timeout) rewinds
 //!   the requester to the first unacknowledged PSN (go-back-N); after `retry_cnt` rewinds
 //!   without progress the request fails with `RetryExcErr`, after `rnr_retry` RNR NAKs (7:
 //!   never) with `RnrRetryExcErr`, and the QP goes to ERROR, flushing the rest.
@@ -61,7 +64,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// AckReq at least every this many packets (rxe's `RXE_MAX_PKT_PER_ACK`).
 pub const PKTS_PER_ACK: u32 = 64;
@@ -157,6 +160,15 @@ struct Dev {
     tasks: Tasks,
     /// The receive thread.
     rx_thread: std::sync::OnceLock<std::thread::ThreadId>,
+    /// When the receive thread wakes for its timers, as it announced before sleeping
+    /// ([`RX_AWAKE`] while it runs, [`RX_NO_TIMER`] when it sleeps until a datagram), in
+    /// nanoseconds after `epoch` plus one: a post that starts a retransmission timer rings
+    /// the bell only when the thread would otherwise sleep past it ([`Dev::timer_started`]).
+    rx_sleep: AtomicU64,
+    /// Bumped by every post that started a timer: the receive thread looks at the timers
+    /// again if it moved while it announced its sleep.
+    timer_gen: AtomicU64,
+    epoch: Instant,
 }
 
 /// What a RoCE v1 device adds (module docs).
@@ -166,6 +178,11 @@ struct V1Port {
     /// Held for the device's life: the QPN slot is ours while it is bound (`eth.rs`).
     _slot: std::os::unix::net::UnixDatagram,
 }
+
+/// [`Dev::rx_sleep`]: the receive thread runs and looks at the timers before it sleeps.
+const RX_AWAKE: u64 = 0;
+/// [`Dev::rx_sleep`]: the receive thread sleeps with no timer.
+const RX_NO_TIMER: u64 = u64::MAX;
 
 /// QPN allocation: from 16 up in the whole 24-bit space alone; `slot << 12 | n` with
 /// steering, numbers of destroyed QPs reused.
@@ -370,6 +387,9 @@ impl SoftDevice {
             ids: Mutex::default(),
             tasks: Tasks::default(),
             rx_thread: std::sync::OnceLock::new(),
+            rx_sleep: AtomicU64::new(RX_AWAKE),
+            timer_gen: AtomicU64::new(0),
+            epoch: Instant::now(),
         })
     }
 
@@ -412,6 +432,9 @@ impl SoftDevice {
             ids: Mutex::default(),
             tasks: Tasks::default(),
             rx_thread: std::sync::OnceLock::new(),
+            rx_sleep: AtomicU64::new(RX_AWAKE),
+            timer_gen: AtomicU64::new(0),
+            epoch: Instant::now(),
         })
     }
 
@@ -559,6 +582,30 @@ impl Dev {
         let _ = rustix::io::write(&self.bell, &1u64.to_ne_bytes());
     }
 
+    /// `t` as [`Dev::rx_sleep`] holds it.
+    fn rx_time(&self, t: Instant) -> u64 {
+        (t.saturating_duration_since(self.epoch).as_nanos() as u64).saturating_add(1)
+    }
+
+    /// A post started a retransmission timer due at `t` (the QP's lock let go): the receive
+    /// thread, which runs the timers, is rung only if it sleeps and would wake after `t`.
+    /// Ringing at every post that found no timer running cost a wake-up of the receive
+    /// thread per window of a bulk stream, for a timer that the ACK arriving on that thread
+    /// anyway stops long before it is due.
+    ///
+    /// No timer is lost: the receive thread announces its sleep (`rx_sleep`) between two looks
+    /// at `timer_gen` around its look at the timers (see [`Dev::run`]). Both are `SeqCst`, so
+    /// if this reads the thread awake or asleep with an earlier wake-up, the thread's next
+    /// announcement comes after our bump and it looks again, or its look at the timers came
+    /// after the bump, which follows the timer set under the QP's lock.
+    fn timer_started(&self, t: Instant) {
+        self.timer_gen.fetch_add(1, Ordering::SeqCst);
+        let at = self.rx_sleep.load(Ordering::SeqCst);
+        if at != RX_AWAKE && at > self.rx_time(t) {
+            self.ring();
+        }
+    }
+
     /// Has the receive thread run `h` (a completion queue's handler) once it holds no lock:
     /// after the datagrams it is handling, or at once if it sleeps. Scheduled twice before it
     /// runs, it runs once (it drains its queues).
@@ -660,6 +707,20 @@ impl Dev {
         self.gso.load(Ordering::Relaxed)
     }
 
+    fn sock(&self) -> rustix::fd::BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// Counts `count` packets sent, by a system call of their own (`call`) or with others.
+    fn count_sent(&self, count: usize, call: bool) {
+        self.stats
+            .tx_packets
+            .fetch_add(count as u64, Ordering::Relaxed);
+        if call {
+            SoftStats::inc(&self.stats.tx_sends);
+        }
+    }
+
     /// Sends `count` packets of `seg` bytes (the last may be shorter) that lie back to back
     /// in `buf`, packet `k` stamped for IPv4 identification `k`: one GSO send. A kernel that
     /// refuses GSO here gets them one datagram each, stamped again for identification 0, and
@@ -681,12 +742,7 @@ impl Dev {
         let ip = peer.to_ipv4().unwrap_or(Ipv4Addr::UNSPECIFIED);
         let gso = (count > 1).then_some(seg as u16);
         match udp::send(self.sock.as_fd(), buf, gso, ip) {
-            Ok(_) => {
-                self.stats
-                    .tx_packets
-                    .fetch_add(count as u64, Ordering::Relaxed);
-                SoftStats::inc(&self.stats.tx_sends);
-            }
+            Ok(_) => self.count_sent(count, true),
             // What udp_send_skb answers when it cannot segment here (EINVAL: the segment
             // size against the path, EIO: no checksum offload); a full buffer (EAGAIN,
             // ENOBUFS) is a loss like any other.
@@ -728,11 +784,35 @@ impl Dev {
         use rustix::event::{PollFd, PollFlags, poll};
         let _ = self.rx_thread.set(std::thread::current().id());
         let mut buf = vec![0u8; 65536];
+        let mut acks: Vec<Arc<qp::QpInner>> = Vec::new();
+        let (mut gen_seen, mut busy_until) = (0, None::<Instant>);
         while !self.stop.load(Ordering::Acquire) {
-            let next = self.timers(Instant::now());
+            let gen_before = self.timer_gen.load(Ordering::SeqCst);
+            let now = Instant::now();
+            let (mut next, shortest) = self.timers(now);
             // Handlers the timers scheduled (a retry that failed a QP completes its requests
             // with errors) run before the thread sleeps.
             self.run_tasks();
+            // While posts keep starting timers (a stream whose every window is acknowledged
+            // before the next is posted), sleep no longer than the shortest ACK timeout after
+            // the last one seen, even with no timer running: a timer a post starts later is
+            // due after that, and the post need not ring. Idle for that long, the thread
+            // sleeps until a datagram (the next post rings).
+            if gen_before != gen_seen {
+                gen_seen = gen_before;
+                busy_until = shortest.map(|t| now + t);
+            }
+            if next.is_none() {
+                next = busy_until.filter(|&t| t > now);
+            }
+            // Announce the sleep, then make sure no post started a timer since the look above
+            // (see `timer_started`).
+            let until = next.map_or(RX_NO_TIMER, |t| self.rx_time(t));
+            self.rx_sleep.store(until, Ordering::SeqCst);
+            if self.timer_gen.load(Ordering::SeqCst) != gen_before {
+                self.rx_sleep.store(RX_AWAKE, Ordering::SeqCst);
+                continue;
+            }
             let timeout = next.map(|t| {
                 let d = t.saturating_duration_since(Instant::now());
                 rustix::time::Timespec {
@@ -744,7 +824,9 @@ impl Dev {
                 PollFd::new(&self.sock, PollFlags::IN),
                 PollFd::new(&self.bell, PollFlags::IN),
             ];
-            if poll(&mut fds, timeout.as_ref()).is_err() {
+            let polled = poll(&mut fds, timeout.as_ref());
+            self.rx_sleep.store(RX_AWAKE, Ordering::SeqCst);
+            if polled.is_err() {
                 continue;
             }
             if !fds[1].revents().is_empty() {
@@ -755,13 +837,16 @@ impl Dev {
             if self.v1.is_some() {
                 for _ in 0..256 {
                     match eth::recv(self.sock.as_fd(), &mut buf) {
-                        Ok(Some(n)) => self.frame(&buf[..n]),
+                        Ok(Some(n)) => self.frame(&buf[..n], &mut acks),
                         Ok(None) => {}
                         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                             SoftStats::inc(&self.stats.rx_dropped)
                         }
                         Err(_) => break,
                     }
+                }
+                for q in acks.drain(..) {
+                    q.flush_ack(&self);
                 }
                 self.run_tasks();
                 continue;
@@ -774,10 +859,10 @@ impl Dev {
                             // A GSO run kept whole: segment k had identification k.
                             Some(seg) => {
                                 for (k, pkt) in d.chunks(seg).enumerate() {
-                                    self.datagram(pkt, r.from, k as u16);
+                                    self.datagram(pkt, r.from, k as u16, &mut acks);
                                 }
                             }
-                            None => self.datagram(d, r.from, 0),
+                            None => self.datagram(d, r.from, 0, &mut acks),
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::InvalidData => {
@@ -786,12 +871,17 @@ impl Dev {
                     Err(_) => break,
                 }
             }
+            // One ACK per QP for the requests of the batch (`QpInner::flush_ack`), before the
+            // completions' handlers run.
+            for q in acks.drain(..) {
+                q.flush_ack(&self);
+            }
             self.run_tasks();
         }
     }
 
     /// One packet from `from`, expected with IPv4 identification `id` (wire module docs).
-    fn datagram(&self, d: &[u8], from: SocketAddrV4, id: u16) {
+    fn datagram(&self, d: &[u8], from: SocketAddrV4, id: u16, acks: &mut Vec<Arc<qp::QpInner>>) {
         let hdr = Ipv4Udp {
             src: *from.ip(),
             dst: self.addr,
@@ -811,12 +901,12 @@ impl Dev {
             }
             Err(_) => return SoftStats::inc(&self.stats.rx_dropped),
         };
-        self.deliver(&p, Gid::from_ipv4(*from.ip()));
+        self.deliver(&p, Gid::from_ipv4(*from.ip()), acks);
     }
 
     /// One RoCE v1 frame for this host: it must be addressed to our GID, and its source MAC
     /// must be the one its source GID names (a link-local GID says which MAC sent it).
-    fn frame(&self, d: &[u8]) {
+    fn frame(&self, d: &[u8], acks: &mut Vec<Arc<qp::QpInner>>) {
         let Ok(f) = Frame::parse(d) else {
             return SoftStats::inc(&self.stats.rx_dropped);
         };
@@ -824,11 +914,12 @@ impl Dev {
         if Gid(f.grh.dgid) != self.gid() || sgid.to_mac() != Some(f.src_mac) {
             return SoftStats::inc(&self.stats.rx_dropped);
         }
-        self.deliver(&f.packet, sgid);
+        self.deliver(&f.packet, sgid, acks);
     }
 
-    /// A packet from the port with GID `from`, to the QP it names.
-    fn deliver(&self, p: &Packet<'_>, from: Gid) {
+    /// A packet from the port with GID `from`, to the QP it names, which joins `acks` (its
+    /// ACK may be due at the end of the batch).
+    fn deliver(&self, p: &Packet<'_>, from: Gid, acks: &mut Vec<Arc<qp::QpInner>>) {
         let Some(qp) = read(&self.qps).get(&p.bth.dest_qpn).cloned() else {
             return SoftStats::inc(&self.stats.rx_dropped);
         };
@@ -837,18 +928,25 @@ impl Dev {
         } else {
             SoftStats::inc(&self.stats.rx_dropped);
         }
+        if !acks.iter().any(|q| Arc::ptr_eq(q, &qp)) {
+            acks.push(qp);
+        }
     }
 
-    /// Runs the timers that are due; returns the next one.
+    /// Runs the timers that are due; returns the next one, and the shortest local ACK
+    /// timeout of the QPs that can send.
     ///
     /// Runs under the QP table's read lock, with no copy of the table: this is called after
     /// every batch of datagrams. Nothing that holds a QP's lock takes the table's lock (a QP is
     /// removed from it only when its last handle drops), so the order table → QP is the only one.
-    fn timers(&self, now: Instant) -> Option<Instant> {
-        read(&self.qps)
-            .values()
-            .filter_map(|q| q.on_timer(self, now))
-            .min()
+    fn timers(&self, now: Instant) -> (Option<Instant>, Option<Duration>) {
+        let (mut next, mut shortest) = (None::<Instant>, None::<Duration>);
+        for q in read(&self.qps).values() {
+            let (n, t) = q.on_timer(self, now);
+            next = next.into_iter().chain(n).min();
+            shortest = shortest.into_iter().chain(t).min();
+        }
+        (next, shortest)
     }
 }
 

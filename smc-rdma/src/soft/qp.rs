@@ -25,6 +25,72 @@ impl SoftQp {
     pub(super) fn new(dev: Arc<Dev>, inner: Arc<QpInner>) -> Self {
         Self { dev, inner }
     }
+
+    /// Takes one send into the send queue (its data copied now); [`QpInner::pump`] sends it.
+    fn queue_send(&self, s: &mut S, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        let q = &self.inner;
+        match s.state {
+            QpState::Rts => {}
+            // As on hardware: accepted, and completed at once as flushed.
+            QpState::Error => {
+                let op = match wr.op {
+                    SendOp::Send => WcOpcode::Send,
+                    SendOp::Write { .. } => WcOpcode::RdmaWrite,
+                };
+                q.send_cq.push(q.wc(wr.wr_id, WcStatus::WrFlushErr, op));
+                return Ok(());
+            }
+            st => return Err(VerbsError::State(st)),
+        }
+        if s.sq.len() >= q.caps.max_send_wr as usize {
+            return Err(VerbsError::Full("send"));
+        }
+        let data = match wr.data {
+            Payload::Inline(d) => {
+                if d.len() > q.caps.max_inline_data as usize {
+                    return Err(VerbsError::Invalid(
+                        "inline data longer than max_inline_data",
+                    ));
+                }
+                d.to_vec()
+            }
+            Payload::Sges(sges) => {
+                if sges.len() > q.caps.max_send_sge as usize {
+                    return Err(VerbsError::Invalid("more SGEs than max_send_sge"));
+                }
+                let total: usize = sges.iter().map(|g| g.len as usize).sum();
+                if total > 1 << 31 {
+                    return Err(VerbsError::Invalid("message longer than 2 GiB"));
+                }
+                let mut v = vec![0u8; total];
+                let mut at = 0;
+                for g in sges {
+                    let (mr, off) = self.dev.resolve(q.pd, g.addr, g.len, g.lkey).ok_or(
+                        VerbsError::Protection("SGE outside its region or wrong key"),
+                    )?;
+                    mr.mem.read(off, &mut v[at..at + g.len as usize]);
+                    at += g.len as usize;
+                }
+                v
+            }
+        };
+        let npkts = data.len().div_ceil(s.mtu).max(1) as u32;
+        let first_psn = s.post_psn;
+        s.post_psn = psn_add(first_psn, npkts);
+        s.sq.push_back(Wqe {
+            wr_id: wr.wr_id,
+            write: match wr.op {
+                SendOp::Send => None,
+                SendOp::Write { remote_addr, rkey } => Some((remote_addr, rkey)),
+            },
+            data,
+            signaled: wr.signaled || q.sig_all,
+            solicited: wr.solicited,
+            first_psn,
+            npkts,
+        });
+        Ok(())
+    }
 }
 
 impl Drop for SoftQp {
@@ -131,6 +197,10 @@ struct S {
     epsn: u32,
     msn: u32,
     nak_sent: bool,
+    /// The PSN of the last request executed with AckReq whose ACK has not gone out yet: the
+    /// receive thread sends one ACK for the datagrams it took in one go
+    /// ([`QpInner::flush_ack`]).
+    ack_due: Option<u32>,
     rq: VecDeque<RecvWr>,
     cur: Option<InMsg>,
     /// Packets `pump` is about to send.
@@ -186,6 +256,7 @@ impl QpInner {
                 epsn: 0,
                 msn: 0,
                 nak_sent: false,
+                ack_due: None,
                 rq: VecDeque::new(),
                 cur: None,
                 tx: Default::default(),
@@ -225,6 +296,7 @@ impl QpInner {
                 .push(self.wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv));
         }
         s.state = QpState::Error;
+        s.ack_due = None;
         s.deadline = None;
         s.rnr_until = None;
         s.rnr_psn = None;
@@ -401,8 +473,9 @@ impl QpInner {
         }
     }
 
-    /// Due timers; returns the next.
-    pub(super) fn on_timer(&self, dev: &Dev, now: Instant) -> Option<Instant> {
+    /// Due timers; returns the next, and the local ACK timeout of a QP that can send (the
+    /// longest a retransmission timer started later can be ahead of its post).
+    pub(super) fn on_timer(&self, dev: &Dev, now: Instant) -> (Option<Instant>, Option<Duration>) {
         let mut s = lock(&self.s);
         if s.rnr_until.is_some_and(|t| t <= now) {
             s.rnr_until = None;
@@ -416,12 +489,39 @@ impl QpInner {
                 self.retry(dev, &mut s, una);
             }
         }
-        [s.deadline, s.rnr_until].into_iter().flatten().min()
+        let next = [s.deadline, s.rnr_until].into_iter().flatten().min();
+        (next, s.timeout.filter(|_| s.state == QpState::Rts))
     }
 
     // ---- responder ----
 
-    fn answer(&self, dev: &Dev, s: &S, syndrome: Syndrome, psn: u32) {
+    /// Sends the ACK of the requests executed since the last one, if any asked for it.
+    ///
+    /// ACKs are coalesced per batch of received datagrams: ACKs are cumulative (an ACK
+    /// acknowledges every request up to its PSN, IBA 9.7.5.1.2, and rxe's completer treats
+    /// it so), so the ACK of the last request that asked for one in a batch answers the
+    /// earlier ones too, as RNICs coalesce ACKs. rxe itself sends one per AckReq packet; here
+    /// that cost a `sendmsg` per message (an RDMA WRITE and the CDC SEND behind it, arriving
+    /// together, got two ACKs). Any other answer (a NAK, a duplicate's ACK) sends the due ACK
+    /// first, so the requester sees the same sequence of PSNs, only fewer ACKs.
+    pub(super) fn flush_ack(&self, dev: &Dev) {
+        let mut s = lock(&self.s);
+        self.send_due_ack(dev, &mut s);
+    }
+
+    fn send_due_ack(&self, dev: &Dev, s: &mut S) {
+        if let Some(psn) = s.ack_due.take() {
+            self.send_answer(dev, s, Syndrome::Ack { credits: 0x1f }, psn);
+        }
+    }
+
+    /// An answer to the requester, after the ACK that is due.
+    fn answer(&self, dev: &Dev, s: &mut S, syndrome: Syndrome, psn: u32) {
+        self.send_due_ack(dev, s);
+        self.send_answer(dev, s, syndrome, psn);
+    }
+
+    fn send_answer(&self, dev: &Dev, s: &S, syndrome: Syndrome, psn: u32) {
         let Some(peer) = s.peer else { return };
         let bth = Bth::new(Opcode::Ack, s.dest_qpn, psn);
         let aeth = Aeth {
@@ -453,7 +553,7 @@ impl QpInner {
             SoftStats::inc(&dev.stats.duplicates);
             if p.bth.ack_req {
                 let prev = psn_add(s.epsn, MASK24);
-                self.answer(dev, &s, Syndrome::Ack { credits: 0x1f }, prev);
+                self.answer(dev, &mut s, Syndrome::Ack { credits: 0x1f }, prev);
             }
             return true;
         }
@@ -463,7 +563,7 @@ impl QpInner {
                 s.nak_sent = true;
                 SoftStats::inc(&dev.stats.seq_naks_sent);
                 let e = s.epsn;
-                self.answer(dev, &s, Syndrome::Nak(NakCode::PsnSequence), e);
+                self.answer(dev, &mut s, Syndrome::Nak(NakCode::PsnSequence), e);
             }
             return true;
         }
@@ -472,16 +572,17 @@ impl QpInner {
             Ok(()) => {
                 s.epsn = psn_add(psn, 1);
                 if p.bth.ack_req {
-                    self.answer(dev, &s, Syndrome::Ack { credits: 0x1f }, psn);
+                    // Sent when the receive thread has taken the datagrams that are here.
+                    s.ack_due = Some(psn);
                 }
             }
             Err(Refuse::Rnr) => {
                 SoftStats::inc(&dev.stats.rnr_naks_sent);
                 let t = s.min_rnr_timer;
-                self.answer(dev, &s, Syndrome::RnrNak { timer: t }, psn);
+                self.answer(dev, &mut s, Syndrome::RnrNak { timer: t }, psn);
             }
             Err(Refuse::Nak(code)) => {
-                self.answer(dev, &s, Syndrome::Nak(code), psn);
+                self.answer(dev, &mut s, Syndrome::Nak(code), psn);
                 self.fail(&mut s, None);
             }
         }
@@ -688,6 +789,7 @@ impl QueuePair for SoftQp {
                 s.next_wqe = 0;
                 s.next_pkt = 0;
                 s.peer = None;
+                s.ack_due = None;
                 s.state = QpState::Reset;
             }
             (st, _) => return Err(VerbsError::State(st)),
@@ -696,75 +798,33 @@ impl QueuePair for SoftQp {
     }
 
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        self.post_send_list(std::slice::from_ref(wr))
+            .map_err(|(_, e)| e)
+    }
+
+    /// One lock and one transmission for the chain: the packets of its requests go out
+    /// together (a WRITE run and the CDC SEND after it in one GSO send when they fit), as an
+    /// RNIC sends a chain posted with one doorbell. The packets are those of posting the
+    /// requests one by one.
+    fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, VerbsError)> {
         let q = &self.inner;
         let mut s = lock(&q.s);
-        match s.state {
-            QpState::Rts => {}
-            // As on hardware: accepted, and completed at once as flushed.
-            QpState::Error => {
-                let op = match wr.op {
-                    SendOp::Send => WcOpcode::Send,
-                    SendOp::Write { .. } => WcOpcode::RdmaWrite,
-                };
-                q.send_cq.push(q.wc(wr.wr_id, WcStatus::WrFlushErr, op));
-                return Ok(());
-            }
-            st => return Err(VerbsError::State(st)),
-        }
-        if s.sq.len() >= q.caps.max_send_wr as usize {
-            return Err(VerbsError::Full("send"));
-        }
-        let data = match wr.data {
-            Payload::Inline(d) => {
-                if d.len() > q.caps.max_inline_data as usize {
-                    return Err(VerbsError::Invalid(
-                        "inline data longer than max_inline_data",
-                    ));
-                }
-                d.to_vec()
-            }
-            Payload::Sges(sges) => {
-                if sges.len() > q.caps.max_send_sge as usize {
-                    return Err(VerbsError::Invalid("more SGEs than max_send_sge"));
-                }
-                let total: usize = sges.iter().map(|g| g.len as usize).sum();
-                if total > 1 << 31 {
-                    return Err(VerbsError::Invalid("message longer than 2 GiB"));
-                }
-                let mut v = vec![0u8; total];
-                let mut at = 0;
-                for g in sges {
-                    let (mr, off) = self.dev.resolve(q.pd, g.addr, g.len, g.lkey).ok_or(
-                        VerbsError::Protection("SGE outside its region or wrong key"),
-                    )?;
-                    mr.mem.read(off, &mut v[at..at + g.len as usize]);
-                    at += g.len as usize;
-                }
-                v
-            }
-        };
-        let npkts = data.len().div_ceil(s.mtu).max(1) as u32;
-        let first_psn = s.post_psn;
-        s.post_psn = psn_add(first_psn, npkts);
-        s.sq.push_back(Wqe {
-            wr_id: wr.wr_id,
-            write: match wr.op {
-                SendOp::Send => None,
-                SendOp::Write { remote_addr, rkey } => Some((remote_addr, rkey)),
-            },
-            data,
-            signaled: wr.signaled || q.sig_all,
-            solicited: wr.solicited,
-            first_psn,
-            npkts,
-        });
         let had_timer = s.deadline.is_some();
-        q.pump(&self.dev, &mut s);
-        if !had_timer && s.deadline.is_some() {
-            // The receive thread may be sleeping without a timeout.
-            self.dev.ring();
+        let mut r = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.queue_send(&mut s, wr) {
+                r = Err((i, e));
+                break;
+            }
         }
-        Ok(())
+        q.pump(&self.dev, &mut s);
+        let started = s.deadline.filter(|_| !had_timer);
+        drop(s);
+        if let Some(t) = started {
+            // The receive thread may be sleeping without a timeout, or a longer one.
+            self.dev.timer_started(t);
+        }
+        r
     }
 
     fn post_recv(&self, wr: &RecvWr) -> Result<(), VerbsError> {

@@ -21,12 +21,33 @@ const GSO_MAX_BYTES: usize = 65_535 - 20 - 8;
 /// Segments per GSO send (`UDP_MAX_SEGMENTS` was 64 before Linux 6.3 and is 128 since).
 const GSO_MAX_SEGS: usize = 64;
 
-/// Packets of one queue pair on their way out: a run of packets to one peer, all of one size
-/// except a shorter last one, which the kernel can send as one GSO datagram.
+/// Runs one flush sends with one `sendmmsg` at most.
+const MAX_RUNS: usize = 8;
+
+/// One run of a [`TxBatch`]: `count` packets of `seg` bytes (the last may be shorter) at
+/// `start..end` of its buffer, to `peer`.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    start: usize,
+    end: usize,
+    seg: usize,
+    count: usize,
+    peer: Gid,
+}
+
+/// Packets of one queue pair on their way out: runs of packets to one peer, all of one size
+/// except a shorter last one, which the kernel can send as one GSO datagram each; the runs of
+/// one flush go out in one `sendmmsg` (a multi-packet RDMA WRITE is two runs, its first
+/// packet carrying the RETH being longer than the rest; the CDC SEND after it joins the
+/// second as its short last packet).
 #[derive(Debug, Default)]
 pub(super) struct TxBatch {
     buf: Vec<u8>,
+    /// Runs complete before the current one.
+    runs: Vec<Run>,
     peer: Option<Gid>,
+    /// Where the current run starts in `buf`.
+    start: usize,
     /// The size of every segment but the last.
     seg: usize,
     count: usize,
@@ -35,7 +56,7 @@ pub(super) struct TxBatch {
 }
 
 impl TxBatch {
-    /// Adds `p` for `peer`, sending the run before it first when `p` cannot join it.
+    /// Adds `p` for `peer`, ending the current run first when `p` cannot join it.
     /// (On a RoCE v1 device GSO is off: every run is one frame.)
     pub(super) fn push(&mut self, dev: &super::Dev, p: &Packet<'_>, peer: Gid) {
         let len = p.buffer_len();
@@ -44,12 +65,16 @@ impl TxBatch {
             && !self.closed
             && len <= self.seg
             && self.count < GSO_MAX_SEGS
-            && self.buf.len() + len <= GSO_MAX_BYTES
+            && self.buf.len() - self.start + len <= GSO_MAX_BYTES
             && dev.gso();
         if self.count > 0 && !joins {
-            self.flush(dev);
+            self.end_run();
+            if self.runs.len() >= MAX_RUNS {
+                self.flush(dev);
+            }
         }
         if self.count == 0 {
+            self.start = self.buf.len();
             self.seg = len;
             self.peer = Some(peer);
         } else if len < self.seg {
@@ -62,14 +87,110 @@ impl TxBatch {
         self.count += 1;
     }
 
-    /// Sends what is waiting.
-    pub(super) fn flush(&mut self, dev: &super::Dev) {
+    fn end_run(&mut self) {
         if let Some(peer) = self.peer.filter(|_| self.count > 0) {
-            dev.send_run(&mut self.buf, self.seg, self.count, &peer);
+            self.runs.push(Run {
+                start: self.start,
+                end: self.buf.len(),
+                seg: self.seg,
+                count: self.count,
+                peer,
+            });
         }
-        self.buf.clear();
         self.count = 0;
         self.closed = false;
+    }
+
+    /// Sends what is waiting: one run as one send, several with one `sendmmsg`.
+    pub(super) fn flush(&mut self, dev: &super::Dev) {
+        self.end_run();
+        match self.runs.len() {
+            0 => {}
+            1 => {
+                let r = self.runs[0];
+                dev.send_run(&mut self.buf[r.start..r.end], r.seg, r.count, &r.peer);
+            }
+            // RoCE v1 frames go one by one (`Dev::send_run`).
+            _ if dev.v1.is_some() => {
+                for r in &self.runs {
+                    dev.send_run(&mut self.buf[r.start..r.end], r.seg, r.count, &r.peer);
+                }
+            }
+            _ => {
+                let sent = send_many(dev.sock(), &self.buf, &self.runs).unwrap_or(0);
+                for (i, r) in self.runs.iter().enumerate() {
+                    if i < sent {
+                        dev.count_sent(r.count, i == 0);
+                    } else {
+                        // What sendmmsg did not take goes as send_run sends it (its errors
+                        // are handled there: GSO refused, a full buffer).
+                        dev.send_run(&mut self.buf[r.start..r.end], r.seg, r.count, &r.peer);
+                    }
+                }
+            }
+        }
+        self.runs.clear();
+        self.buf.clear();
+        self.start = 0;
+    }
+}
+
+/// Sends `runs` of `buf` with one `sendmmsg` (each a datagram, or a GSO send of several);
+/// returns how many the kernel took.
+fn send_many(sock: BorrowedFd<'_>, buf: &[u8], runs: &[Run]) -> io::Result<usize> {
+    let n = runs.len().min(MAX_RUNS);
+    let mut addrs = [sockaddr(Ipv4Addr::UNSPECIFIED); MAX_RUNS];
+    // SAFETY: all-zero iovecs and mmsghdrs are valid empty ones.
+    let mut iovs: [libc::iovec; MAX_RUNS] = unsafe { zeroed() };
+    let mut cbufs = [[0u64; 4]; MAX_RUNS];
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; MAX_RUNS] = unsafe { zeroed() };
+    for (i, r) in runs[..n].iter().enumerate() {
+        addrs[i] = sockaddr(r.peer.to_ipv4().unwrap_or(Ipv4Addr::UNSPECIFIED));
+        iovs[i] = libc::iovec {
+            iov_base: buf[r.start..].as_ptr() as *mut libc::c_void,
+            iov_len: r.end - r.start,
+        };
+    }
+    for i in 0..n {
+        let m = &mut msgs[i].msg_hdr;
+        m.msg_name = (&addrs[i] as *const libc::sockaddr_in).cast_mut().cast();
+        m.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        m.msg_iov = &mut iovs[i];
+        m.msg_iovlen = 1;
+        if runs[i].count > 1 {
+            set_segment(m, &mut cbufs[i], runs[i].seg as u16);
+        }
+    }
+    // SAFETY: every pointer in `msgs` points at a live local or at `buf` for the call.
+    let r = unsafe {
+        libc::sendmmsg(
+            sock.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Puts a `UDP_SEGMENT` control message of `seg` into `msg`, in `cbuf`.
+fn set_segment(msg: &mut libc::msghdr, cbuf: &mut [u64; 4], seg: u16) {
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+    // SAFETY: msg_control points at `cbuf`, which is at least CMSG_SPACE(2) bytes and
+    // aligned for cmsghdr, so the first header and its data are inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(msg);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = libc::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
     }
 }
 
@@ -94,18 +215,7 @@ pub(super) fn send(
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     if let Some(seg) = seg {
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE only computes a size.
-        msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
-        // SAFETY: msg_control points at `cbuf`, which is at least CMSG_SPACE(2) bytes and
-        // aligned for cmsghdr, so the first header and its data are inside it.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = libc::UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
-        }
+        set_segment(&mut msg, &mut cbuf, seg);
     }
     // SAFETY: every pointer in `msg` points at a live local or at `buf` for the call.
     let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };

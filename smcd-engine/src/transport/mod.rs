@@ -72,6 +72,20 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// `cons_changed` only its producer cursor differs from the CDC before
     /// ([`smc_core::conn::Effects::cdc_cons_changed`]).
     fn send_cdc(&self, cdc: &HostCdc, cons_changed: bool) -> io::Result<()>;
+    /// The RDMA WRITEs of one push, then its CDC: what [`Transport::write_remote`] for each
+    /// and [`Transport::send_cdc`] do, in that order; a transport may post them together (one
+    /// doorbell for the chain).
+    fn post_writes_and_cdc(
+        &self,
+        writes: &[RemoteWrite],
+        cdc: &HostCdc,
+        cons_changed: bool,
+    ) -> io::Result<()> {
+        for w in writes {
+            self.write_remote(w)?;
+        }
+        self.send_cdc(cdc, cons_changed)
+    }
     /// The peer's next CDC, if there is one the connection has not seen (SMC-D: the words in
     /// the local DMB changed).
     fn recv_cdc(&self) -> Option<HostCdc>;
@@ -111,6 +125,16 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// a signal, or `timeout` (then `Ok(false)`). Returns at once if the announcement was
     /// taken meanwhile.
     fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool>;
+    /// A thread starts a blocking wait on the connection. Until [`Transport::wait_end`] it
+    /// looks at whatever arrives before it returns (the callers of a wait look at the
+    /// connection next), so a transport that would have the connection's processing run
+    /// elsewhere for an arrival ([`Transport::set_service`]) may leave it to that thread.
+    fn wait_begin(&self) {}
+    /// The wait begun by [`Transport::wait_begin`] ends; returns whether anything is pending
+    /// now (then the caller must look at the connection, even when its wait timed out).
+    fn wait_end(&self) -> bool {
+        false
+    }
     /// After a local change: wakes the local waiters for `dir` if they announced waiting.
     fn wake_local(&self, dir: Dir);
     /// Before the readiness for `dir` is cleared: waits for bells still being rung for

@@ -57,6 +57,9 @@ struct Side {
     done: Mutex<VecDeque<u16>>,
     /// Entries in `cdcs` + `done`: the data path's cheap look.
     pending: AtomicU32,
+    /// Threads inside a blocking wait on the connection ([`Transport::wait_begin`]): each looks
+    /// at what is pending before it returns, so an arrival needs no other thread to do it.
+    in_wait: AtomicU32,
     /// The link failed under the connection: it sees an abort.
     failed: AtomicBool,
     /// The connection was moved to another link ([`SmcrLink::switch`]): it fails over.
@@ -117,13 +120,20 @@ impl Side {
     }
 
     /// Something arrived for the connection: wakes its waiters; `true` when nothing is left
-    /// to process. A woken waiter is not trusted to process it: an announcement can outlive
-    /// its waiter (a thread that found what it waited for before it slept goes on with its
-    /// bit set, and may close the connection), and then nobody would.
+    /// to process, or a thread inside a blocking wait will process it. An announcement alone
+    /// is not trusted: it can outlive its waiter (a thread that found what it waited for
+    /// before it slept goes on with its bit set, and may close the connection), and an event
+    /// loop that is rung need not read at all; then nobody would. A thread counted in
+    /// `in_wait` has not yet left its wait, and looks at the connection after it. Before it
+    /// was counted, each arrival while a thread slept woke that thread and poked the
+    /// completion thread too, which then raced it for the connection's lock: two wake-ups
+    /// per CDC where one does.
     fn woken(&self) -> bool {
         self.wake(Dir::Rx);
         self.wake(Dir::Tx);
-        self.pending.load(Ordering::SeqCst) == 0
+        // SeqCst with the waiter's leaving (`in_wait` down, then its look at `pending`): a
+        // waiter seen here sees what was pending before this look, and processes it.
+        self.in_wait.load(Ordering::SeqCst) > 0 || self.pending.load(Ordering::SeqCst) == 0
     }
 
     /// Something arrived for the connection: wake its waiters, and run its processing here
@@ -361,12 +371,20 @@ impl<D: Device> RoceLink<D> {
     /// Posts a send, waiting for a free slot at most [`SLOT_WAIT`] (the send queue frees as
     /// the peer acknowledges).
     fn post(&self, wr: &SendWr<'_>) -> io::Result<()> {
+        self.post_list(std::slice::from_ref(wr))
+    }
+
+    /// Posts sends in order with one doorbell ([`QueuePair::post_send_list`]), waiting for
+    /// free slots as [`RoceLink::post`] does when the queue is full part way.
+    fn post_list(&self, wrs: &[SendWr<'_>]) -> io::Result<()> {
         let deadline = Instant::now() + SLOT_WAIT;
+        let mut done = 0;
         loop {
             let gen_before = self.slot_gen.load(Ordering::SeqCst);
-            match self.qp.post_send(wr) {
+            match self.qp.post_send_list(&wrs[done..]) {
                 Ok(()) => return Ok(()),
-                Err(smc_rdma::verbs::VerbsError::Full(_)) if Instant::now() < deadline => {
+                Err((k, smc_rdma::verbs::VerbsError::Full(_))) if Instant::now() < deadline => {
+                    done += k;
                     // A device frees send slots as their completions are polled: poll here
                     // rather than wait for the completion thread (which may be the caller).
                     if self.drain(&*self.scq, Drainer::Poster) > 0 {
@@ -391,7 +409,7 @@ impl<D: Device> RoceLink<D> {
                     );
                     self.slot_waiters.fetch_sub(1, Ordering::SeqCst);
                 }
-                Err(e) => return Err(io::Error::other(e)),
+                Err((_, e)) => return Err(io::Error::other(e)),
             }
         }
     }
@@ -903,6 +921,130 @@ impl<D: Device> SmcrLink<D> {
         ))
     }
 
+    /// Posts up to two RDMA WRITEs and then a CDC SEND with one doorbell (their packets go
+    /// out together); a failed post on a managed link is the group's to handle.
+    fn post_step(&self, writes: &[RemoteWrite], cdc: Option<&HostCdc>) -> io::Result<()> {
+        let b = self.binding();
+        if b.link.failed() {
+            return self.dead_link(&b);
+        }
+        let mut sges = [[Sge {
+            addr: 0,
+            len: 0,
+            lkey: 0,
+        }; 2]; 2];
+        let mut small = [[0u8; INLINE_MAX]; 2];
+        let mut wrs: [Option<SendWr<'_>>; 3] = [None, None, None];
+        let mut n = 0;
+        for ((w, sg), sm) in writes.iter().zip(&mut sges).zip(&mut small) {
+            wrs[n] = Some(self.write_wr(&b, w, sg, sm)?);
+            n += 1;
+        }
+        let mut bytes = [0u8; smc_proto::cdc::SMCR_CDC_LEN];
+        let mut cdc_sge = [Sge {
+            addr: 0,
+            len: 0,
+            lkey: 0,
+        }];
+        if let Some(c) = cdc {
+            wrs[n] = Some(self.cdc_wr(&b, c, &mut bytes, &mut cdc_sge));
+            n += 1;
+        }
+        let list: Vec<SendWr<'_>> = wrs.into_iter().flatten().collect();
+        debug_assert_eq!(list.len(), n);
+        match b.link.post_list(&list) {
+            Err(_) if b.link.managed() => self.dead_link(&b),
+            r => r,
+        }
+    }
+
+    /// The RDMA WRITE of `w` into the peer's RMB: from the send buffer (`sges`), or inline
+    /// (copied into `small`) when it is no longer than the QP's inline limit
+    /// (`smc_tx_rdma_write`'s IB_SEND_INLINE for small writes).
+    fn write_wr<'a>(
+        &self,
+        b: &Binding<D>,
+        w: &RemoteWrite,
+        sges: &'a mut [Sge; 2],
+        small: &'a mut [u8; INLINE_MAX],
+    ) -> io::Result<SendWr<'a>> {
+        if w.dst + w.len() > self.peer_len {
+            return Err(io::Error::other("RDMA WRITE past the peer's buffer"));
+        }
+        let (addr, lkey) = b.sndbuf;
+        let inline = self.inline && w.len() <= INLINE_MAX && w.len() as u32 <= b.link.inline_max;
+        let data = if inline {
+            let mut at = 0;
+            for (off, n) in w.src {
+                self.sndbuf.read(off, &mut small[at..at + n]);
+                at += n;
+            }
+            Payload::Inline(&small[..at])
+        } else {
+            let mut k = 0;
+            for (off, n) in w.src {
+                if n > 0 {
+                    sges[k] = Sge {
+                        addr: addr + off as u64,
+                        len: n as u32,
+                        lkey,
+                    };
+                    k += 1;
+                }
+            }
+            Payload::Sges(&sges[..k])
+        };
+        Ok(SendWr {
+            wr_id: WR_WRITE | (u64::from(self.token) << 16),
+            op: SendOp::Write {
+                remote_addr: b.peer.0 + w.dst as u64,
+                rkey: b.peer.1,
+            },
+            data,
+            signaled: false,
+            solicited: false,
+        })
+    }
+
+    /// The CDC SEND: inline, or from the connection's CDC slot for its sequence number.
+    fn cdc_wr<'a>(
+        &self,
+        b: &Binding<D>,
+        cdc: &HostCdc,
+        bytes: &'a mut [u8; smc_proto::cdc::SMCR_CDC_LEN],
+        sge: &'a mut [Sge; 1],
+    ) -> SendWr<'a> {
+        *bytes = SmcrCdcRepr {
+            seqno: cdc.seqno,
+            token: self.peer_token,
+            prod: cdc.prod,
+            cons: cdc.cons,
+            prod_flags: cdc.pflags,
+            conn_flags: cdc.cflags,
+        }
+        .to_bytes();
+        let data = match &self.cdc_mem {
+            Some(mem) if !self.inline => {
+                let off = usize::from(cdc.seqno) % self.cdc_slots * CDC_SLOT;
+                mem.write(off, &bytes[..]);
+                sge[0] = Sge {
+                    addr: b.cdc.0 + off as u64,
+                    len: bytes.len() as u32,
+                    lkey: b.cdc.1,
+                };
+                Payload::Sges(&sge[..])
+            }
+            _ => Payload::Inline(&bytes[..]),
+        };
+        SendWr {
+            wr_id: WR_CDC | (u64::from(self.token) << 16) | u64::from(cdc.seqno),
+            op: SendOp::Send,
+            data,
+            signaled: true,
+            solicited: true,
+        }
+    }
+
     fn wrapped(len: usize, offset: usize, n: usize) -> [(usize, usize); 2] {
         let first = n.min(len - offset % len);
         [(offset % len, first), (0, n - first)]
@@ -936,95 +1078,20 @@ impl<D: Device> Transport for SmcrLink<D> {
     }
 
     fn write_remote(&self, w: &RemoteWrite) -> io::Result<()> {
-        let b = self.binding();
-        if b.link.failed() {
-            return self.dead_link(&b);
-        }
-        if w.dst + w.len() > self.peer_len {
-            return Err(io::Error::other("RDMA WRITE past the peer's buffer"));
-        }
-        let (addr, lkey) = b.sndbuf;
-        let mut sges = [Sge { addr, len: 0, lkey }; 2];
-        let mut k = 0;
-        for (off, n) in w.src {
-            if n > 0 {
-                sges[k] = Sge {
-                    addr: addr + off as u64,
-                    len: n as u32,
-                    lkey,
-                };
-                k += 1;
-            }
-        }
-        // A write no longer than the QP's inline limit goes inline (smc_tx_rdma_write's
-        // IB_SEND_INLINE for small writes).
-        let mut small = [0u8; INLINE_MAX];
-        let inline = self.inline && w.len() <= INLINE_MAX && w.len() as u32 <= b.link.inline_max;
-        let data = if inline {
-            let mut at = 0;
-            for (off, n) in w.src {
-                self.sndbuf.read(off, &mut small[at..at + n]);
-                at += n;
-            }
-            Payload::Inline(&small[..at])
-        } else {
-            Payload::Sges(&sges[..k])
-        };
-        let r = b.link.post(&SendWr {
-            wr_id: WR_WRITE | (u64::from(self.token) << 16),
-            op: SendOp::Write {
-                remote_addr: b.peer.0 + w.dst as u64,
-                rkey: b.peer.1,
-            },
-            data,
-            signaled: false,
-            solicited: false,
-        });
-        match r {
-            Err(_) if b.link.managed() => self.dead_link(&b),
-            r => r,
-        }
+        self.post_step(std::slice::from_ref(w), None)
     }
 
     fn send_cdc(&self, cdc: &HostCdc, _cons_changed: bool) -> io::Result<()> {
-        let b = self.binding();
-        if b.link.failed() {
-            return self.dead_link(&b);
-        }
-        let bytes = SmcrCdcRepr {
-            seqno: cdc.seqno,
-            token: self.peer_token,
-            prod: cdc.prod,
-            cons: cdc.cons,
-            prod_flags: cdc.pflags,
-            conn_flags: cdc.cflags,
-        }
-        .to_bytes();
-        let sge;
-        let data = match &self.cdc_mem {
-            Some(mem) if !self.inline => {
-                let off = usize::from(cdc.seqno) % self.cdc_slots * CDC_SLOT;
-                mem.write(off, &bytes);
-                sge = [Sge {
-                    addr: b.cdc.0 + off as u64,
-                    len: bytes.len() as u32,
-                    lkey: b.cdc.1,
-                }];
-                Payload::Sges(&sge)
-            }
-            _ => Payload::Inline(&bytes),
-        };
-        let r = b.link.post(&SendWr {
-            wr_id: WR_CDC | (u64::from(self.token) << 16) | u64::from(cdc.seqno),
-            op: SendOp::Send,
-            data,
-            signaled: true,
-            solicited: true,
-        });
-        match r {
-            Err(_) if b.link.managed() => self.dead_link(&b),
-            r => r,
-        }
+        self.post_step(&[], Some(cdc))
+    }
+
+    fn post_writes_and_cdc(
+        &self,
+        writes: &[RemoteWrite],
+        cdc: &HostCdc,
+        _cons_changed: bool,
+    ) -> io::Result<()> {
+        self.post_step(writes, Some(cdc))
     }
 
     fn recv_cdc(&self) -> Option<HostCdc> {
@@ -1110,6 +1177,16 @@ impl<D: Device> Transport for SmcrLink<D> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    fn wait_begin(&self) {
+        self.side.in_wait.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn wait_end(&self) -> bool {
+        self.side.in_wait.fetch_sub(1, Ordering::SeqCst);
+        // SeqCst after the decrement (see `Side::woken`).
+        self.side.pending.load(Ordering::SeqCst) != 0
     }
 
     fn wake_local(&self, dir: Dir) {

@@ -265,7 +265,7 @@ fn open_smcr(addr: std::net::Ipv4Addr, set: &[String]) -> anyhow::Result<()> {
         match k {
             "autocorking_size" => cfg.settings.autocorking_size = v,
             "autosplit_size" => cfg.settings.autosplit_size = v,
-            "tx_chunk" => cfg.settings.tx_chunk = v,
+            "tx_chunk" => cfg.tx_chunk = v as usize,
             "rmem" => cfg.ring = v as usize,
             "inline" => cfg.inline = v != 0,
             // 16 is SMC-Rv2.1's least (SMC_CONN_PER_LGR_MIN): the endpoint would raise a

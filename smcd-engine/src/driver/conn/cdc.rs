@@ -6,11 +6,17 @@ use crate::device::Dir;
 use crate::layout::status::{Curs, RmbEvent};
 use crate::transport::Transport;
 use smc_core::close::{AbortKind, SmcState};
-use smc_core::conn::{Effects, TcpAction};
+use smc_core::conn::{Effects, RemoteWrite, TcpAction};
 use std::io;
 use std::net::Shutdown;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// Fills an unused slot of the writes array.
+const EMPTY_WRITE: RemoteWrite = RemoteWrite {
+    dst: 0,
+    src: [(0, 0), (0, 0)],
+};
 
 impl<T: Transport> SmcConn<T> {
     /// Feeds the core what arrived: completed sends, then the peer's CDCs. A CDC that breaks
@@ -113,15 +119,27 @@ impl<T: Transport> SmcConn<T> {
             // The buffers are another connection's now (see `SmcConn::retire`).
             return;
         }
-        if eff.writes() && !self.post_writes(st) {
+        if eff.writes() && !eff.cdc() && !self.post_writes(st) {
             return;
         }
         if eff.cdc() {
-            if let Err(e) = self
-                .link
-                .send_cdc(st.core.cdc_out(), eff.cdc_cons_changed())
+            // The writes of this push and its CDC go to the link together (one doorbell:
+            // the soft device sends their packets in one system call).
+            let writes = if eff.writes() {
+                st.core.take_writes()
+            } else {
+                [None, None]
+            };
+            let (mut ws, mut n) = ([EMPTY_WRITE; 2], 0);
+            for w in writes.iter().flatten() {
+                ws[n] = *w;
+                n += 1;
+            }
+            if let Err(e) =
+                self.link
+                    .post_writes_and_cdc(&ws[..n], st.core.cdc_out(), eff.cdc_cons_changed())
             {
-                return self.link_failed(st, "CDC send", &e);
+                return self.link_failed(st, "RDMA WRITE or CDC send", &e);
             }
             // What smcss shows as txprod and rxcons; the sent and finished cursors are the
             // producer's with a no-copy transport, and prepared differs only while corked (the

@@ -274,6 +274,7 @@ fn aborted_error(kind: AbortKind) -> io::Error {
 }
 
 /// What a wait ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Woken {
     /// Something may have changed: look again.
     Again,
@@ -729,6 +730,19 @@ impl<T: Transport> SmcConn<T> {
     /// another thread of ours changes something, or the TCP connection ends (looked at after
     /// [`UNWATCHED_LOOK`], then seen by the watcher). No lock is held.
     fn wait(&self, dir: Dir, deadline: Option<Instant>) -> Woken {
+        // Counted as waiting until it returns: what arrives meanwhile is this thread's to
+        // look at (both callers look at the connection after `Woken::Again`), so the transport
+        // need not have another thread do it. A wait that ends otherwise looks here.
+        self.link.wait_begin();
+        let woken = self.wait_counted(dir, deadline);
+        if self.link.wait_end() && woken != Woken::Again {
+            let mut st = self.lock();
+            let _ = self.observe(&mut st);
+        }
+        woken
+    }
+
+    fn wait_counted(&self, dir: Dir, deadline: Option<Instant>) -> Woken {
         if !self.params.spin.is_zero()
             && let Some(slot) = SpinSlot::take()
         {
