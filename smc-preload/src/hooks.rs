@@ -2262,14 +2262,24 @@ fn exec_with(call: impl FnOnce() -> c_int) -> c_int {
     if in_lib() || table::borrowed_memory() {
         return call();
     }
+    around(crate::exec::before, call, crate::exec::failed)
+}
+
+/// Runs `call` (a real `exec` or spawn) between the library's `before`, whose hand-over
+/// `after` takes back once `call` returned; errno is the program's before and `call`'s after.
+fn around<H>(
+    before: impl FnOnce() -> Option<H>,
+    call: impl FnOnce() -> c_int,
+    after: impl FnOnce(H),
+) -> c_int {
     let saved = errno();
-    let h = lib(|| Ok(crate::exec::before())).ok().flatten();
+    let h = lib(|| Ok(before())).ok().flatten();
     set_errno(saved);
     let r = call();
     if let Some(h) = h {
         let e = errno();
         let _ = lib(|| {
-            crate::exec::failed(h);
+            after(h);
             Ok(())
         });
         set_errno(e);
@@ -2417,7 +2427,6 @@ fn spawn_with(fa: *const libc::posix_spawn_file_actions_t, call: impl FnOnce() -
     if in_lib() || table::borrowed_memory() || table::all().is_empty() {
         return call();
     }
-    let saved = errno();
     let extra: Vec<c_int> = if fa.is_null() {
         Vec::new()
     } else {
@@ -2429,18 +2438,11 @@ fn spawn_with(fa: *const libc::posix_spawn_file_actions_t, call: impl FnOnce() -
             .map(|(_, fd)| *fd)
             .collect()
     };
-    let h = lib(|| Ok(crate::exec::spawn_before(&extra))).ok().flatten();
-    set_errno(saved);
-    let r = call();
-    if let Some(h) = h {
-        let e = errno();
-        let _ = lib(|| {
-            crate::exec::spawn_after(h);
-            Ok(())
-        });
-        set_errno(e);
-    }
-    r
+    around(
+        || crate::exec::spawn_before(&extra),
+        call,
+        crate::exec::spawn_after,
+    )
 }
 
 /// `posix_spawn(3)`.

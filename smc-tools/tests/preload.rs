@@ -978,18 +978,19 @@ fn exec_hands_an_inherited_connection_to_the_new_program() {
     }
 }
 
-/// One run of [`exec_hands_an_inherited_connection_to_the_new_program`]: the new program
-/// loads the library too (`preloaded`) or not (`plain`: `LD_PRELOAD` dropped from its
-/// environment; the keeper needs nothing of it).
-fn exec_inetd_style(smcd: &Smcd, how: &str) {
-    use smcd_engine::SmcStream;
-    use std::io::{Read, Write};
+/// A Python server script of `tests/preload` under smc-run (with `SMC_DEBUG`), handing
+/// connections to `exec_echo.py` as `how` says; it prints its port first.
+fn script_server(
+    smcd: &Smcd,
+    script: &str,
+    how: &str,
+) -> (Child, BufReader<std::process::ChildStdout>, u16) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload");
     let mut server = smc_run(
         smcd,
         python(),
         &[
-            dir.join("exec_server.py").to_str().unwrap(),
+            dir.join(script).to_str().unwrap(),
             dir.join("exec_echo.py").to_str().unwrap(),
             how,
         ],
@@ -1006,7 +1007,38 @@ fn exec_inetd_style(smcd: &Smcd, how: &str) {
     let port: u16 = line
         .trim()
         .parse()
-        .unwrap_or_else(|_| panic!("port: {line:?}"));
+        .unwrap_or_else(|_| panic!("{script} port: {line:?}"));
+    (server, out, port)
+}
+
+/// Writes `len` pattern bytes (seed `seed`) to `c`, shuts its write side, and reads
+/// everything back (an echo program at the far end): what was sent and what came back.
+fn echo_through(c: &smcd_engine::SmcStream, len: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut rng = common::Rng::new(seed);
+    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let got = std::thread::scope(|sc| {
+        let w = sc.spawn(|| {
+            (&*c).write_all(&data).unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut got = Vec::new();
+        (&*c).read_to_end(&mut got).unwrap();
+        w.join().unwrap();
+        got
+    });
+    (data, got)
+}
+
+/// One run of [`exec_hands_an_inherited_connection_to_the_new_program`]: the new program
+/// loads the library too (`preloaded`) or not (`plain`: `LD_PRELOAD` dropped from its
+/// environment; the keeper needs nothing of it).
+fn exec_inetd_style(smcd: &Smcd, how: &str) {
+    use smcd_engine::SmcStream;
+    use std::io::Read;
+    let (mut server, mut out, port) = script_server(smcd, "exec_server.py", how);
+    let mut line = String::new();
     let e = smcd.engine();
     let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
     line.clear();
@@ -1030,19 +1062,7 @@ fn exec_inetd_style(smcd: &Smcd, how: &str) {
     (&c).read_exact(&mut hello).unwrap();
     assert_eq!(&hello, b"still here\n", "after the failed exec");
     const LEN: usize = 1 << 20;
-    let mut rng = common::Rng::new(13);
-    let data: Vec<u8> = (0..LEN).map(|_| rng.next() as u8).collect();
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let got = std::thread::scope(|sc| {
-        let w = sc.spawn(|| {
-            (&c).write_all(&data).unwrap();
-            c.shutdown(std::net::Shutdown::Write).unwrap();
-        });
-        let mut got = Vec::new();
-        (&c).read_to_end(&mut got).unwrap();
-        w.join().unwrap();
-        got
-    });
+    let (data, got) = echo_through(&c, LEN, 13);
     assert!(
         got == data,
         "echo of {} bytes differs ({} back)",
@@ -1189,29 +1209,8 @@ fn posix_spawn_hands_a_connection_to_the_new_program() {
 fn spawn_inetd_style(smcd: &Smcd, how: &str) {
     use smcd_engine::SmcStream;
     use std::io::{Read, Write};
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload");
-    let mut server = smc_run(
-        smcd,
-        python(),
-        &[
-            dir.join("spawn_server.py").to_str().unwrap(),
-            dir.join("exec_echo.py").to_str().unwrap(),
-            how,
-        ],
-    )
-    .env("SMC_DEBUG", "1")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let (mut server, mut out, port) = script_server(smcd, "spawn_server.py", how);
     let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let port: u16 = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("port: {line:?}"));
     let mut err = BufReader::new(server.stderr.take().unwrap());
     let e = smcd.engine();
     let c = SmcStream::connect_with(&e, ("127.0.0.1", port)).unwrap();
@@ -1236,18 +1235,7 @@ fn spawn_inetd_style(smcd: &Smcd, how: &str) {
         }
     }
     const LEN: usize = 1 << 20;
-    let mut rng = common::Rng::new(17);
-    let data: Vec<u8> = (0..LEN).map(|_| rng.next() as u8).collect();
-    let got = std::thread::scope(|sc| {
-        let w = sc.spawn(|| {
-            (&c).write_all(&data).unwrap();
-            c.shutdown(std::net::Shutdown::Write).unwrap();
-        });
-        let mut got = Vec::new();
-        (&c).read_to_end(&mut got).unwrap();
-        w.join().unwrap();
-        got
-    });
+    let (data, got) = echo_through(&c, LEN, 17);
     assert!(
         got == data,
         "{how}: echo of {} bytes differs ({} back, starting {:?})\n{log}",
