@@ -36,9 +36,9 @@
 //! bytes are in its ring (a read that empties it only notes the stream for the settle), and a
 //! stream the program read from is settled before the next kernel wait exactly as before. The
 //! only thing that sleeps is the kernel's `epoll_wait`, reached through the unchanged path
-//! (settle: clear, announce with a `SeqCst` store, look at the cursors again, ring ourselves if
-//! they moved; the peer publishes its cursor, then takes the announcement with a `SeqCst`
-//! read-modify-write and rings): so the argument in `docs/architecture.md` (readiness) holds
+//! (settle: clear, announce with a `SeqCst` `fetch_or`, look at the cursors again, ring
+//! ourselves if they moved; the peer publishes its cursor, then a `SeqCst` fence, then takes the
+//! announcement and rings): so the argument in `docs/architecture.md` (readiness) holds
 //! unchanged. What is reported here is what a read or a write would do now: a level-triggered
 //! report of a socket, which the kernel could have made at the same moment.
 //!
