@@ -2054,8 +2054,15 @@ unsafe fn epoll_ctl_inner(
     match table::kind(fd) {
         _ if in_lib() => {}
         // Registered or re-armed (EPOLLONESHOT) while another thread may be in epoll_wait on
-        // the set already: what a read left readable is settled first.
-        STREAM if op != libc::EPOLL_CTL_DEL => settle_all(),
+        // the set already: what a read left readable is settled first. Not for a
+        // level-triggered registration in a set followed in user space: a waiter there takes
+        // such readability out of what the kernel reports (`crate::ep::filter`), and an
+        // event loop that changes its registrations per request (redis-benchmark, wrk) would
+        // otherwise drain and announce, and have the peer ring, each time.
+        // SAFETY: the program's event, valid for ADD and MOD.
+        STREAM if op != libc::EPOLL_CTL_DEL && !unsafe { ep::filtered(epfd, event) } => {
+            settle_all()
+        }
         CONNECTING => {
             if let Some(r) = table::connecting(fd).and_then(|p| p.epoll_ctl(epfd, op, event)) {
                 return r;
