@@ -467,23 +467,28 @@ fn sole_stream(set: &Set, data: u64) -> Option<Arc<Stream>> {
     }
 }
 
-/// Whether a registration with `ev` in `ep` is one [`filter`] keeps exact: a level-triggered
-/// one (not one-shot) in a set followed here (so the settle before it can wait for the
-/// program's next wait).
+/// Whether a registration of `fd` with `ev` in `ep` is one [`filter`] keeps exact: a
+/// level-triggered one (not one-shot) in a set followed here, with a data word no other
+/// registration of the set has (so the settle before it can wait for the program's next
+/// wait).
 ///
 /// # Safety
 /// `ev` is null or valid for reading.
-pub(crate) unsafe fn filtered(ep: i32, ev: *const libc::epoll_event) -> bool {
+pub(crate) unsafe fn filtered(ep: i32, fd: i32, ev: *const libc::epoll_event) -> bool {
     if ev.is_null() || !any_sets() {
         return false;
     }
     // SAFETY: the caller's promise.
-    let events = unsafe { std::ptr::read_unaligned(ev) }.events;
-    if events & !PLAIN != 0 {
+    let ev = unsafe { std::ptr::read_unaligned(ev) };
+    if ev.events & !PLAIN != 0 {
         return false;
     }
+    let data = ev.u64;
     let mut g = Guard::lock();
-    g.map()
-        .get(&ep)
-        .is_some_and(|s| !s.shared && s.forks == FORKS.load(Ordering::Relaxed))
+    g.map().get(&ep).is_some_and(|s| {
+        !s.shared
+            && s.forks == FORKS.load(Ordering::Relaxed)
+            && !s.entries.iter().any(|e| e.fd != fd && e.data == data)
+            && !s.others.iter().any(|(f, d)| *f != fd && *d == data)
+    })
 }

@@ -2060,7 +2060,7 @@ unsafe fn epoll_ctl_inner(
         // event loop that changes its registrations per request (redis-benchmark, wrk) would
         // otherwise drain and announce, and have the peer ring, each time.
         // SAFETY: the program's event, valid for ADD and MOD.
-        STREAM if op != libc::EPOLL_CTL_DEL && !unsafe { ep::filtered(epfd, event) } => {
+        STREAM if op != libc::EPOLL_CTL_DEL && !unsafe { ep::filtered(epfd, fd, event) } => {
             settle_all()
         }
         CONNECTING => {
