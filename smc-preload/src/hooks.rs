@@ -2245,8 +2245,13 @@ pub unsafe extern "C" fn epoll_pwait2(
     };
     // SAFETY: the program's arguments, passed through.
     unsafe {
+        let mut first = true;
         epoll_kernel(ep, events, Timeout::of_ts(timeout), |t| {
-            real::epoll_pwait2(ep, events, max, t.ts_ptr(&mut ts), mask)
+            // The program's own timeout the first time (an invalid one gets the kernel's
+            // EINVAL); what is left of it after a wait whose events were all taken out.
+            let p = if first { timeout } else { t.ts_ptr(&mut ts) };
+            first = false;
+            real::epoll_pwait2(ep, events, max, p, mask)
         })
     }
 }
@@ -2291,7 +2296,7 @@ impl Timeout {
             (Ok(s), Ok(ns)) if ns < 1_000_000_000 => {
                 Timeout::Ts(Some(std::time::Duration::new(s, ns)))
             }
-            // Invalid: the kernel says EINVAL, as it will for the first wait.
+            // Invalid: the first wait passes the program's own, and the kernel says EINVAL.
             _ => Timeout::Ts(Some(std::time::Duration::ZERO)),
         }
     }
