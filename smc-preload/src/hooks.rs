@@ -7,6 +7,7 @@
 //! - `errno` is only written when the call fails;
 //! - no panic leaves a hook: it becomes `EIO` for that call.
 
+use crate::ep;
 use crate::pending;
 use crate::real;
 use crate::table::{self, CANDIDATE, CONNECTING, INHERITED, LISTENER, NONE, Obj, STREAM};
@@ -120,6 +121,7 @@ pub(crate) extern "C" fn init() {
     table::note_pid();
     table::watch_forks();
     debug_on();
+    ep::init();
     env_size("SMC_SNDBUF");
     smcd_socket();
     let _ = std::panic::catch_unwind(find_inherited_listeners);
@@ -1457,6 +1459,9 @@ pub unsafe extern "C" fn sendfile64(
 /// As `close(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if ep::any_sets() && !in_lib() && !table::borrowed_memory() {
+        ep::closed(fd);
+    }
     if table::kind(fd) == NONE || in_lib() || table::borrowed_memory() {
         // SAFETY: passed through.
         return unsafe { real::close(fd) };
@@ -1492,6 +1497,7 @@ pub unsafe extern "C" fn close_range(
         && !in_lib()
         && !table::borrowed_memory()
     {
+        ep::closed_range(first, last);
         let saved = errno();
         let objs = table::remove_range(first, last);
         let _ = lib(|| {
@@ -1545,6 +1551,9 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let new = unsafe { real::dup(fd) };
+    if new >= 0 && ep::any_sets() && !in_lib() && !table::borrowed_memory() {
+        ep::copied(fd, new);
+    }
     if new >= 0
         && !in_lib()
         && (table::kind(fd) != NONE || table::kind(new) != NONE)
@@ -1564,6 +1573,9 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let r = unsafe { real::dup2(fd, new) };
+    if r >= 0 && fd != new && ep::any_sets() && !in_lib() && !table::borrowed_memory() {
+        ep::copied(fd, new);
+    }
     if r >= 0
         && fd != new
         && !in_lib()
@@ -1584,6 +1596,9 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     settle(fd);
     // SAFETY: passed through.
     let r = unsafe { real::dup3(fd, new, flags) };
+    if r >= 0 && ep::any_sets() && !in_lib() && !table::borrowed_memory() {
+        ep::copied(fd, new);
+    }
     if r >= 0
         && !in_lib()
         && (table::kind(fd) != NONE || table::kind(new) != NONE)
@@ -1592,6 +1607,14 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
         copied(fd, new);
     }
     r
+}
+
+/// `fd` (not ours) was copied to `new`: if it is an epoll set, the set is no longer
+/// answered for in user space (`crate::ep::copied`).
+fn epoll_set_copied(fd: c_int, new: c_int) {
+    if ep::any_sets() && !in_lib() {
+        ep::copied(fd, new);
+    }
 }
 
 /// Whether `fd` is ours and the program asked for something we emulate.
@@ -1675,7 +1698,11 @@ fn set_nonblocking(fd: c_int, nb: bool) -> io::Result<()> {
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
     if table::kind(fd) == NONE {
         // SAFETY: passed through.
-        return unsafe { real::fcntl(fd, cmd, arg) };
+        let r = unsafe { real::fcntl(fd, cmd, arg) };
+        if r >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+            epoll_set_copied(fd, r);
+        }
+        return r;
     }
     // SAFETY: passed through.
     fcntl_ours(fd, cmd, arg).unwrap_or_else(|| unsafe { real::fcntl(fd, cmd, arg) })
@@ -1689,7 +1716,11 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_i
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
     if table::kind(fd) == NONE {
         // SAFETY: passed through.
-        return unsafe { real::fcntl64(fd, cmd, arg) };
+        let r = unsafe { real::fcntl64(fd, cmd, arg) };
+        if r >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+            epoll_set_copied(fd, r);
+        }
+        return r;
     }
     // SAFETY: passed through.
     fcntl_ours(fd, cmd, arg).unwrap_or_else(|| unsafe { real::fcntl64(fd, cmd, arg) })
@@ -2066,14 +2097,80 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     event: *mut libc::epoll_event,
 ) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { epoll_ctl_inner(epfd, op, fd, event) };
+    if r == 0 && ep::any_sets() && !in_lib() {
+        let saved = errno();
+        // SAFETY: the event the kernel just read.
+        let _ = lib(|| unsafe {
+            ep::ctl(epfd, op, fd, event);
+            Ok(())
+        });
+        set_errno(saved);
+    }
+    r
+}
+
+/// `epoll_create(2)`: the set is followed for the user-space answers of `epoll_wait`
+/// (`crate::ep`).
+///
+/// # Safety
+/// As `epoll_create(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
+    // SAFETY: passed through.
+    let ep = unsafe { real::epoll_create(size) };
+    epoll_created(ep)
+}
+
+/// `epoll_create1(2)`, as [`epoll_create`].
+///
+/// # Safety
+/// As `epoll_create1(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
+    // SAFETY: passed through.
+    let ep = unsafe { real::epoll_create1(flags) };
+    epoll_created(ep)
+}
+
+fn epoll_created(ep: c_int) -> c_int {
+    if ep >= 0 && !in_lib() {
+        let saved = errno();
+        let _ = lib(|| {
+            ep::created(ep);
+            Ok(())
+        });
+        set_errno(saved);
+    }
+    ep
+}
+
+/// The program's `epoll_ctl`, before the set is followed.
+///
+/// # Safety
+/// As `epoll_ctl(2)`.
+unsafe fn epoll_ctl_inner(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    event: *mut libc::epoll_event,
+) -> c_int {
     if table::kind(fd) == INHERITED && op != libc::EPOLL_CTL_DEL && !in_lib() {
         adopt_listener(fd);
     }
     match table::kind(fd) {
         _ if in_lib() => {}
         // Registered or re-armed (EPOLLONESHOT) while another thread may be in epoll_wait on
-        // the set already: what a read left readable is settled first.
-        STREAM if op != libc::EPOLL_CTL_DEL => settle_all(),
+        // the set already: what a read left readable is settled first. Not for a
+        // level-triggered registration in a set followed in user space: a waiter there takes
+        // such readability out of what the kernel reports (`crate::ep::filter`), and an
+        // event loop that changes its registrations per request (redis-benchmark, wrk) would
+        // otherwise drain and announce, and have the peer ring, each time.
+        // SAFETY: the program's event, valid for ADD and MOD.
+        STREAM if op != libc::EPOLL_CTL_DEL && !unsafe { ep::filtered(epfd, fd, event) } => {
+            settle_all()
+        }
         CONNECTING => {
             if let Some(r) = table::connecting(fd).and_then(|p| p.epoll_ctl(epfd, op, event)) {
                 return r;
@@ -2198,9 +2295,16 @@ pub unsafe extern "C" fn epoll_wait(
     max: c_int,
     timeout: c_int,
 ) -> c_int {
-    settle_all();
-    // SAFETY: passed through.
-    unsafe { real::epoll_wait(ep, events, max, timeout) }
+    // SAFETY: the program's buffer of `max` events.
+    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+        return n;
+    }
+    // SAFETY: the program's arguments, passed through.
+    unsafe {
+        epoll_kernel(ep, events, Timeout::Ms(timeout), |t| {
+            real::epoll_wait(ep, events, max, t.ms())
+        })
+    }
 }
 
 /// `epoll_pwait(2)`.
@@ -2215,9 +2319,16 @@ pub unsafe extern "C" fn epoll_pwait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    settle_all();
-    // SAFETY: passed through.
-    unsafe { real::epoll_pwait(ep, events, max, timeout, mask) }
+    // SAFETY: the program's buffer of `max` events.
+    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+        return n;
+    }
+    // SAFETY: the program's arguments, passed through.
+    unsafe {
+        epoll_kernel(ep, events, Timeout::Ms(timeout), |t| {
+            real::epoll_pwait(ep, events, max, t.ms(), mask)
+        })
+    }
 }
 
 /// `epoll_pwait2(2)`.
@@ -2232,9 +2343,143 @@ pub unsafe extern "C" fn epoll_pwait2(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    settle_all();
-    // SAFETY: passed through.
-    unsafe { real::epoll_pwait2(ep, events, max, timeout, mask) }
+    // SAFETY: the program's buffer of `max` events.
+    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+        return n;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: the program's arguments, passed through.
+    unsafe {
+        let mut first = true;
+        epoll_kernel(ep, events, Timeout::of_ts(timeout), |t| {
+            // The program's own timeout the first time (an invalid one gets the kernel's
+            // EINVAL); what is left of it after a wait whose events were all taken out.
+            let p = if first { timeout } else { t.ts_ptr(&mut ts) };
+            first = false;
+            real::epoll_pwait2(ep, events, max, p, mask)
+        })
+    }
+}
+
+/// What an `epoll_wait` on `ep` can answer without the kernel (`crate::ep`): the SMC
+/// streams of the set that are ready in shared memory, while the program is busy. A pending
+/// signal is then not delivered by this call, as the kernel's `epoll_pwait` delivers none
+/// when it has events to return.
+///
+/// # Safety
+/// `events` is the program's buffer for `max` events.
+unsafe fn epoll_ready(ep: c_int, events: *mut libc::epoll_event, max: c_int) -> Option<c_int> {
+    if !ep::any_sets() || max <= 0 || events.is_null() || in_lib() {
+        return None;
+    }
+    let saved = errno();
+    // SAFETY: the caller's buffer.
+    let n = lib(|| Ok(unsafe { ep::collect(ep, events, max as usize) }))
+        .ok()
+        .flatten();
+    set_errno(saved);
+    n.map(|n| n as c_int)
+}
+
+/// An `epoll_wait` timeout: milliseconds (negative: none) or a `timespec` (null: none).
+#[derive(Clone, Copy)]
+enum Timeout {
+    Ms(c_int),
+    Ts(Option<std::time::Duration>),
+}
+
+impl Timeout {
+    /// # Safety
+    /// `ts` is null or valid for reading.
+    unsafe fn of_ts(ts: *const libc::timespec) -> Timeout {
+        if ts.is_null() {
+            return Timeout::Ts(None);
+        }
+        // SAFETY: the caller's.
+        let t = unsafe { std::ptr::read(ts) };
+        match (u64::try_from(t.tv_sec), u32::try_from(t.tv_nsec)) {
+            (Ok(s), Ok(ns)) if ns < 1_000_000_000 => {
+                Timeout::Ts(Some(std::time::Duration::new(s, ns)))
+            }
+            // Invalid: the first wait passes the program's own, and the kernel says EINVAL.
+            _ => Timeout::Ts(Some(std::time::Duration::ZERO)),
+        }
+    }
+
+    fn ms(self) -> c_int {
+        match self {
+            Timeout::Ms(ms) => ms,
+            Timeout::Ts(_) => -1,
+        }
+    }
+
+    fn ts_ptr(self, buf: &mut libc::timespec) -> *const libc::timespec {
+        match self {
+            Timeout::Ts(Some(d)) => {
+                buf.tv_sec = d.as_secs() as libc::time_t;
+                buf.tv_nsec = libc::c_long::from(d.subsec_nanos() as i32);
+                buf
+            }
+            _ => std::ptr::null(),
+        }
+    }
+
+    /// What is left of it at `started` + the time gone; `None` when it ran out.
+    fn left(self, started: std::time::Instant) -> Option<Timeout> {
+        let gone = started.elapsed();
+        match self {
+            Timeout::Ms(ms) if ms < 0 => Some(self),
+            Timeout::Ms(ms) => {
+                let left = u128::try_from(ms)
+                    .unwrap_or(0)
+                    .checked_sub(gone.as_millis())?;
+                (left > 0).then_some(Timeout::Ms(left as c_int))
+            }
+            Timeout::Ts(None) => Some(self),
+            Timeout::Ts(Some(d)) => {
+                let left = d.checked_sub(gone)?;
+                (!left.is_zero()).then_some(Timeout::Ts(Some(left)))
+            }
+        }
+    }
+}
+
+/// The kernel's wait, after the settle; then, for a set followed in user space, events the
+/// kernel reported for an SMC stream that a read would not serve (the peer's ring of a bell
+/// landed after the program had read what it rang for: `crate::ep::filter`) are taken out,
+/// and when nothing is left the wait goes on for the rest of the timeout.
+///
+/// # Safety
+/// `events` is the program's buffer; `wait` is the real call with the program's arguments.
+unsafe fn epoll_kernel(
+    ep: c_int,
+    events: *mut libc::epoll_event,
+    timeout: Timeout,
+    mut wait: impl FnMut(Timeout) -> c_int,
+) -> c_int {
+    let started = std::time::Instant::now();
+    let mut t = timeout;
+    loop {
+        settle_all();
+        let r = wait(t);
+        if r <= 0 || !ep::any_sets() || in_lib() {
+            return r;
+        }
+        let saved = errno();
+        // SAFETY: the kernel wrote `r` events there.
+        let n = lib(|| Ok(unsafe { ep::filter(ep, events, r as usize) })).unwrap_or(r as usize);
+        set_errno(saved);
+        if n > 0 {
+            return n as c_int;
+        }
+        match t.left(started) {
+            Some(rest) => t = rest,
+            None => return 0,
+        }
+    }
 }
 
 /// Settles every stream a read left readable (one atomic load when there is none, as for a

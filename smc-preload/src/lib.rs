@@ -18,7 +18,9 @@
 //! - The readiness socket shows what a TCP socket would (readable, writable, `POLLRDHUP`,
 //!   `POLLHUP`), so `poll`, `select` and every form of `epoll` do their work on it in the
 //!   kernel, with edge triggering, one-shot and exclusive wake-ups; the library's hooks for
-//!   them only settle first what reads left readable (`SmcStream::set_deferred_readiness`).
+//!   them settle first what reads left readable (`SmcStream::set_deferred_readiness`), and
+//!   `epoll_wait` first reports the level-triggered SMC streams of the set that are ready in
+//!   shared memory, without entering the kernel (`ep`).
 //! - Data calls (`read`, `write`, `recv*`, `send*`, vectors, `sendfile`, the `_chk` forms),
 //!   `shutdown`, `close`, `dup*`, `fcntl`, `ioctl` and the socket options and names are
 //!   intercepted for our descriptors and go to the engine (or to the TCP socket under it).
@@ -30,6 +32,7 @@
 //!
 //! Not done yet (docs/smc-run.md): SMC-R.
 
+mod ep;
 mod exec;
 mod hooks;
 mod pending;

@@ -94,6 +94,8 @@ reals! {
     getsockname: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     getpeername: fn(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     sendfile: fn(out: c_int, inp: c_int, off: *mut libc::off_t, n: usize) -> isize;
+    epoll_create: fn(size: c_int) -> c_int;
+    epoll_create1: fn(flags: c_int) -> c_int;
     epoll_ctl: fn(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int;
     epoll_wait: fn(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int;
     epoll_pwait: fn(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int;

@@ -466,6 +466,10 @@ pub(crate) fn set_kind(fd: i32, k: u8) {
     if let Some(slot) = usize::try_from(fd).ok().and_then(|i| KINDS.get(i)) {
         slot.store(k, Ordering::Release);
     }
+    if k == NONE {
+        // No longer ours: epoll entries made for what it was are stale (`crate::ep`).
+        crate::ep::fd_changed(fd);
+    }
 }
 
 /// Whether `fd` can be ours at all.
@@ -515,6 +519,13 @@ pub(crate) fn insert(fd: i32, obj: Obj) -> Option<Obj> {
         .unwrap_or_else(|e| e.into_inner())
         .insert(fd, obj);
     set_kind(fd, k);
+    // A connect under way that became its stream is the same open file (`crate::ep`).
+    if old
+        .as_ref()
+        .is_some_and(|o| !(matches!(o, Obj::Connecting(_)) && k == STREAM))
+    {
+        crate::ep::fd_changed(fd);
+    }
     old
 }
 

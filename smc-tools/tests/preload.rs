@@ -299,6 +299,44 @@ fn socket_api_under_python() {
     assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
 }
 
+/// `epoll_wait` answered from shared memory while the program is busy
+/// (`tests/preload/epoll_user.py`, `smc-preload/src/ep.rs`): exact reports under a busy loop,
+/// other descriptors still reported, EPOLLOUT, RDHUP, deleted and closed descriptors, a set
+/// changed through a duplicate, a set from before a fork.
+#[test]
+fn epoll_answered_in_user_space() {
+    let test = "epoll_answered_in_user_space";
+    if skip_unless_tool(test, "python3") {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/epoll_user.py");
+    let before = counts(&smcd);
+    let child = smc_run(&smcd, python(), &[script.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = common::within(Duration::from_secs(120), move || {
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    });
+    let (st, out, err) = status.expect("epoll_user.py did not finish within 120 s");
+    assert!(st.success(), "epoll_user.py failed: {st:?}\n{out}\n{err}");
+    assert!(out.contains("OK 5 connections"), "{out}");
+    let after = counts(&smcd);
+    assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
+    assert!(
+        after.0 >= before.0 + 10,
+        "SMC connections: {before:?} -> {after:?}"
+    );
+}
+
 // ------------------------------------------------------------------------------------------
 // Debian's servers and load generators, unmodified, with smc-run on both ends.
 

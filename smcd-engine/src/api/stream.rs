@@ -417,6 +417,23 @@ impl SmcStream {
         }
     }
 
+    /// Whether a read would return bytes and a write would take some, from the connection's
+    /// own state and with no system call, when that is all there is to say (`None`
+    /// otherwise, and always for a plain TCP stream): see `SmcConn::quick_poll`.
+    pub fn quick_poll(&self) -> Option<(bool, bool)> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.quick_poll(),
+            Kind::Tcp { .. } => None,
+        }
+    }
+
+    /// Settles the readiness now, noted or not (see `SmcConn::settle_readiness_now`).
+    pub fn settle_readiness_now(&self) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.settle_readiness_now();
+        }
+    }
+
     /// Makes the readiness what the stream's state is, after deferred reads.
     pub fn settle_readiness(&self) {
         if let Kind::Smc { conn, .. } = &self.inner.kind {

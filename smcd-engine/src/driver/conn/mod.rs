@@ -468,6 +468,40 @@ impl<T: Transport> SmcConn<T> {
         }
     }
 
+    /// [`SmcConn::settle_readiness`] whether or not a read noted the connection: its
+    /// readiness said readable while the ring is empty (a bell rung for bytes already read).
+    pub fn settle_readiness_now(&self) {
+        self.rx_dirty.store(true, Ordering::Release);
+        self.settle_readiness();
+    }
+
+    /// What an event loop's wait done without the readiness descriptor may report (the
+    /// preload library's `epoll_wait`, which looks here before it enters the kernel): whether
+    /// a read would return bytes and a write would take some, when that is all there is to
+    /// say. `None` when anything else is (end of stream, a shutdown, an error, the end of the
+    /// connection): then only the descriptor, where the engine shows it, tells it right.
+    /// Processes the peer's CDC first, as a read does; never makes a system call.
+    pub fn quick_poll(&self) -> Option<(bool, bool)> {
+        if self.over.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut st = self.lock();
+        if st.released || st.retired {
+            return None;
+        }
+        self.observe(&mut st).ok()?;
+        if st.shown_eof || st.shown_end || st.core.read_is_shut() || st.core.write_is_shut() {
+            return None;
+        }
+        let readable = match st.core.recv_ready() {
+            Ok(smc_core::conn::RecvReady::Data(n)) => n > 0,
+            Ok(smc_core::conn::RecvReady::Empty) => false,
+            _ => return None,
+        };
+        st.core.send_check().ok()?;
+        Some((readable, st.core.send_space() > 0))
+    }
+
     /// Interruptible blocking calls (see the field).
     pub fn set_interruptible(&self, on: bool) {
         self.interruptible.store(on, Ordering::Relaxed);

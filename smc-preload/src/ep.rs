@@ -1,0 +1,494 @@
+//! Readiness of the program's epoll sets answered from user space, while the program is busy.
+//!
+//! The kernel's `epoll_wait` sees an SMC connection through its readiness socket, and keeping
+//! that socket exact costs system calls per message: before the program waits again, every
+//! stream a read emptied is settled (its readiness drained and the wait announced, a `recv`),
+//! and the peer that then writes rings the bell (a `send`), as TCP costs a read and a write.
+//! So the `epoll_wait` hooks first look at the connections themselves: this module keeps, per
+//! epoll set the program made, the SMC streams it registered (from the `epoll_ctl` hook), and
+//! [`collect`] reports the ones that a read or a write would serve now, from the cursors in
+//! shared memory (`SmcStream::quick_poll`), without entering the kernel. While that finds
+//! something the program's event loop makes no system call for its SMC connections: nothing
+//! is settled, so nothing is announced, so the peer rings nobody.
+//!
+//! # When the kernel answers instead
+//!
+//! The kernel's own `epoll_wait` (after the settle, as before) runs when:
+//! - no registered stream is ready in user space (the program is about to sleep: only the
+//!   settle's announcement makes the peers ring, and it is made only then);
+//! - [`KERNEL_EVERY`] calls in a row were answered here: the set's other descriptors
+//!   (listeners, plain TCP, pipes, timers, nested sets) and streams whose connect is still
+//!   under way are seen at least that often, and they are level-triggered in the kernel, so
+//!   nothing they report is lost, only later by at most that many turns of the loop;
+//! - a registered stream has anything but bytes and room to say (end of stream, shutdown,
+//!   error, the end): its readiness socket shows that, with `EPOLLRDHUP`/`EPOLLHUP`;
+//! - any SMC stream of the set is registered edge-triggered, `EPOLLONESHOT`,
+//!   `EPOLLEXCLUSIVE`, `EPOLLWAKEUP` or with events beyond `IN|OUT|RDHUP` (`EPOLLPRI`): those
+//!   states live in the kernel's item, which only the kernel can keep;
+//! - the set existed when the process forked (the other process may change it; a set made
+//!   after the fork, as nginx's workers make theirs, is answered here again), or its
+//!   descriptor was duplicated (a change through the other number would not be seen here).
+//!
+//! # Why no wake-up is lost
+//!
+//! Answering here never changes what the kernel would report: nothing is drained, nothing is
+//! announced, nothing is taken from the peer. A stream's readiness socket stays readable while
+//! bytes are in its ring (a read that empties it only notes the stream for the settle), and a
+//! stream the program read from is settled before the next kernel wait exactly as before. The
+//! only thing that sleeps is the kernel's `epoll_wait`, reached through the unchanged path
+//! (settle: clear, announce with a `SeqCst` `fetch_or`, look at the cursors again, ring
+//! ourselves if they moved; the peer publishes its cursor, then a `SeqCst` fence, then takes the
+//! announcement and rings): so the argument in `docs/architecture.md` (readiness) holds
+//! unchanged. What is reported here is what a read or a write would do now: a level-triggered
+//! report of a socket, which the kernel could have made at the same moment.
+//!
+//! # Identity
+//!
+//! An entry is the descriptor number the program registered. Every change of what a number of
+//! ours refers to (`table::insert`, `table::remove`) bumps the number's generation
+//! ([`fd_changed`]); an entry whose generation moved is not answered for here (the kernel
+//! has the truth: a closed descriptor's item is gone, or lives on through a duplicate). The
+//! one change that keeps the generation is a connect under way becoming its stream: it is the
+//! same open file (the readiness pair made for the connect is the stream's).
+
+use crate::table::{self, CONNECTING, MAX_FD, STREAM, Stream};
+use std::cell::UnsafeCell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+/// After this many calls in a row answered here, the next one goes to the kernel.
+pub(crate) const KERNEL_EVERY: u32 = 8;
+
+/// Events a level-triggered registration may ask for and still be answered here.
+const PLAIN: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP) as u32;
+
+#[derive(Debug)]
+struct Entry {
+    fd: i32,
+    events: u32,
+    data: u64,
+    gen_: u32,
+    /// Taken when the descriptor is a stream (at registration, or when its connect ended).
+    /// Weak: a program may close a registered descriptor without deleting it from the set
+    /// (nginx does), and the entry must not keep the connection alive.
+    stream: Option<Weak<Stream>>,
+}
+
+#[derive(Debug)]
+struct Set {
+    /// [`FORKS`] when the set was made.
+    forks: u64,
+    /// Its descriptor was duplicated: never answered here.
+    shared: bool,
+    entries: Vec<Entry>,
+    /// The data words of the set's other registrations (made through the hook), by
+    /// descriptor: an event is taken for an SMC stream's only when no other has its word.
+    others: BTreeMap<i32, u64>,
+    /// Where the next look starts (round robin, so every ready stream gets its turn when more
+    /// are ready than the program takes).
+    next: usize,
+    /// Calls in a row answered here.
+    run: u32,
+}
+
+/// The sets, behind a lock of our own (a spin lock, so that a forked child can make a fresh
+/// one: see `fork_child`).
+struct Sets {
+    locked: AtomicBool,
+    map: UnsafeCell<BTreeMap<i32, Set>>,
+}
+
+// SAFETY: `map` is only reached through `Guard`, which holds `locked`.
+unsafe impl Sync for Sets {}
+
+static SETS: Sets = Sets {
+    locked: AtomicBool::new(false),
+    map: UnsafeCell::new(BTreeMap::new()),
+};
+/// How many sets exist (a program without epoll pays one load per hooked call).
+static N_SETS: AtomicUsize = AtomicUsize::new(0);
+/// How many entries exist in all sets (`epoll_wait` looks only when there is one).
+static N_ENTRIES: AtomicUsize = AtomicUsize::new(0);
+/// Forks this process made or came from (both sides count).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+/// Each descriptor number's generation (see the module docs).
+static GEN: [AtomicU32; MAX_FD] = [const { AtomicU32::new(0) }; MAX_FD];
+
+struct Guard;
+
+impl Guard {
+    fn lock() -> Guard {
+        let mut spins = 0u32;
+        while SETS
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        Guard
+    }
+
+    fn map(&mut self) -> &mut BTreeMap<i32, Set> {
+        // SAFETY: we hold the lock; the borrow ends with the guard's.
+        unsafe { &mut *SETS.map.get() }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        SETS.locked.store(false, Ordering::Release);
+    }
+}
+
+extern "C" fn fork_parent() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+extern "C" fn fork_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+    // The only thread now. A thread of the parent may have held the lock in the middle of a
+    // change: the sets from before the fork are of no use here anyway (see `collect`), so the
+    // map is replaced without looking at it (the old one is leaked) and the lock is free.
+    // SAFETY: no other thread exists to hold a reference into the map.
+    unsafe { std::ptr::write(SETS.map.get(), BTreeMap::new()) };
+    N_SETS.store(0, Ordering::Relaxed);
+    N_ENTRIES.store(0, Ordering::Relaxed);
+    SETS.locked.store(false, Ordering::Release);
+}
+
+fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: plain functions that live as long as the library. No lock is held across
+        // the fork (the table's handlers hold its own, which `collect` takes under ours).
+        unsafe { libc::pthread_atfork(None, Some(fork_parent), Some(fork_child)) };
+    });
+}
+
+/// `SMC_EPOLL_FAST=0` in the environment when the library is loaded: no set is followed,
+/// every `epoll_wait` goes to the kernel as before (for comparisons, and a way out).
+static OFF: AtomicBool = AtomicBool::new(false);
+
+/// Reads the environment (the library's constructor).
+pub(crate) fn init() {
+    OFF.store(
+        std::env::var_os("SMC_EPOLL_FAST").is_some_and(|v| v == "0"),
+        Ordering::Relaxed,
+    );
+}
+
+/// What `fd` refers to changed (called by the table).
+#[inline]
+pub(crate) fn fd_changed(fd: i32) {
+    if let Some(g) = usize::try_from(fd).ok().and_then(|i| GEN.get(i)) {
+        g.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn gen_of(fd: i32) -> u32 {
+    usize::try_from(fd)
+        .ok()
+        .and_then(|i| GEN.get(i))
+        .map_or(u32::MAX, |g| g.load(Ordering::Acquire))
+}
+
+/// Whether the program made an epoll set (one relaxed load).
+#[inline]
+pub(crate) fn any_sets() -> bool {
+    N_SETS.load(Ordering::Relaxed) != 0
+}
+
+/// The program made the epoll set `ep` (`epoll_create*`): a set at that number before is
+/// gone.
+pub(crate) fn created(ep: i32) {
+    if OFF.load(Ordering::Relaxed) {
+        return;
+    }
+    watch_forks();
+    let mut g = Guard::lock();
+    let old = g.map().insert(
+        ep,
+        Set {
+            forks: FORKS.load(Ordering::Relaxed),
+            shared: false,
+            entries: Vec::new(),
+            others: BTreeMap::new(),
+            next: 0,
+            run: 0,
+        },
+    );
+    match old {
+        Some(s) => {
+            N_ENTRIES.fetch_sub(s.entries.len(), Ordering::Relaxed);
+        }
+        None => {
+            N_SETS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `fd` was closed: if it was a set, the set is forgotten (the number may be reused).
+pub(crate) fn closed(fd: i32) {
+    if !any_sets() {
+        return;
+    }
+    let mut g = Guard::lock();
+    if let Some(s) = g.map().remove(&fd) {
+        N_SETS.fetch_sub(1, Ordering::Relaxed);
+        N_ENTRIES.fetch_sub(s.entries.len(), Ordering::Relaxed);
+    }
+}
+
+/// `close_range(first, last)` closed these.
+pub(crate) fn closed_range(first: u32, last: u32) {
+    if !any_sets() {
+        return;
+    }
+    let mut g = Guard::lock();
+    let gone: Vec<i32> = g
+        .map()
+        .range(i32::try_from(first).unwrap_or(i32::MAX)..)
+        .map(|(k, _)| *k)
+        .take_while(|k| u32::try_from(*k).is_ok_and(|k| k <= last))
+        .collect();
+    for k in gone {
+        if let Some(s) = g.map().remove(&k) {
+            N_SETS.fetch_sub(1, Ordering::Relaxed);
+            N_ENTRIES.fetch_sub(s.entries.len(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// `new` became a copy of `old` (`dup*`, `F_DUPFD*`): a set at `new` is gone, and a set at
+/// `old` can now be changed through another number, which is not followed: it is not
+/// answered for here again.
+pub(crate) fn copied(old: i32, new: i32) {
+    if !any_sets() {
+        return;
+    }
+    closed(new);
+    let mut g = Guard::lock();
+    if let Some(s) = g.map().get_mut(&old) {
+        s.shared = true;
+    }
+}
+
+/// After a successful `epoll_ctl(ep, op, fd, ev)` of the program.
+///
+/// # Safety
+/// `ev` is null or the program's event, valid for reading (it was for the kernel).
+pub(crate) unsafe fn ctl(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event) {
+    if !any_sets() {
+        return;
+    }
+    let k = table::kind(fd);
+    let stream = if k == STREAM {
+        table::stream(fd).map(|s| Arc::downgrade(&s))
+    } else {
+        None
+    };
+    let gen_ = gen_of(fd);
+    let mut g = Guard::lock();
+    let Some(set) = g.map().get_mut(&ep) else {
+        return;
+    };
+    let before = set.entries.len();
+    set.entries.retain(|e| e.fd != fd);
+    set.others.remove(&fd);
+    if op != libc::EPOLL_CTL_DEL && !ev.is_null() {
+        // SAFETY: the caller's promise; the struct is packed on some targets.
+        let ev = unsafe { std::ptr::read_unaligned(ev) };
+        if k == STREAM || k == CONNECTING {
+            set.entries.push(Entry {
+                fd,
+                events: ev.events,
+                data: ev.u64,
+                gen_,
+                stream,
+            });
+        } else {
+            set.others.insert(fd, ev.u64);
+        }
+    }
+    let after = set.entries.len();
+    if after > before {
+        N_ENTRIES.fetch_add(after - before, Ordering::Relaxed);
+    } else {
+        N_ENTRIES.fetch_sub(before - after, Ordering::Relaxed);
+    }
+}
+
+/// `epoll_wait` on `ep` answered from user space: the number of events written to `out`
+/// (at most `max`), or `None` when the kernel must answer (the module docs say when).
+///
+/// # Safety
+/// `out` is valid for writing `max` events (the program's buffer for the kernel).
+pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -> Option<usize> {
+    if N_ENTRIES.load(Ordering::Relaxed) == 0 || max == 0 {
+        return None;
+    }
+    let mut g = Guard::lock();
+    let set = g.map().get_mut(&ep)?;
+    if set.shared || set.forks != FORKS.load(Ordering::Relaxed) || set.entries.is_empty() {
+        return None;
+    }
+    if set.run >= KERNEL_EVERY {
+        set.run = 0;
+        return None;
+    }
+    let n = set.entries.len();
+    let start = set.next % n;
+    let mut got = 0;
+    let mut looked = 0;
+    while looked < n && got < max {
+        let e = &mut set.entries[(start + looked) % n];
+        looked += 1;
+        if e.events & !PLAIN != 0 {
+            set.run = 0;
+            return None;
+        }
+        if table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
+            // A connect under way (the kernel reports its end), or no longer what was
+            // registered (the kernel knows what became of the item).
+            continue;
+        }
+        if e.stream.is_none() {
+            // The connect ended in a stream: the same open file.
+            e.stream = table::stream(e.fd).map(|s| Arc::downgrade(&s));
+        }
+        let Some(st) = e.stream.as_ref().and_then(Weak::upgrade) else {
+            continue;
+        };
+        let Some((readable, writable)) = st.s.quick_poll() else {
+            set.run = 0;
+            return None;
+        };
+        let mut ev = 0;
+        if readable {
+            ev |= e.events & libc::EPOLLIN as u32;
+        }
+        if writable {
+            ev |= e.events & libc::EPOLLOUT as u32;
+        }
+        if ev != 0 {
+            // SAFETY: got < max, the caller's buffer.
+            unsafe {
+                out.add(got).write_unaligned(libc::epoll_event {
+                    events: ev,
+                    u64: e.data,
+                })
+            };
+            got += 1;
+        }
+    }
+    set.next = start + looked;
+    if got == 0 {
+        set.run = 0;
+        return None;
+    }
+    set.run += 1;
+    Some(got)
+}
+
+/// After the kernel's `epoll_wait` on `ep` wrote `n` events to `out`: takes out the
+/// readability it reported for an SMC stream that a read would not serve, and returns how
+/// many events are left (moved to the front).
+///
+/// That happens when the peer's bell lands late: the peer publishes its cursor, takes the
+/// announcement and rings; the program, answered in user space, read the bytes and settled the
+/// stream (drained, announced again) before the ring's byte arrived, which then leaves the
+/// descriptor readable over an empty ring. The kernel cannot tell; a TCP socket would not be
+/// readable, and some programs count a read that says `EAGAIN` as an error (wrk). Such a
+/// stream is settled again here (the byte drained, the wait announced, the ring looked at once
+/// more). Only level-triggered entries whose data word no other registration of the set shares
+/// are looked at (for an edge-triggered or one-shot one the kernel's item has moved on, and an
+/// event must not be lost).
+///
+/// # Safety
+/// `out` holds `n` events.
+pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> usize {
+    if N_ENTRIES.load(Ordering::Relaxed) == 0 {
+        return n;
+    }
+    let mut stale: Vec<Arc<Stream>> = Vec::new();
+    let mut kept = 0;
+    {
+        let mut g = Guard::lock();
+        let Some(set) = g.map().get_mut(&ep) else {
+            return n;
+        };
+        if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
+            return n;
+        }
+        for i in 0..n {
+            // SAFETY: i < n, written by the kernel.
+            let mut ev = unsafe { out.add(i).read_unaligned() };
+            if ev.events & libc::EPOLLIN as u32 != 0
+                && let Some(st) = sole_stream(set, ev.u64)
+                && matches!(st.s.quick_poll(), Some((false, _)))
+            {
+                ev.events &= !(libc::EPOLLIN as u32);
+                stale.push(st);
+            }
+            if ev.events != 0 {
+                // SAFETY: kept <= i < n.
+                unsafe { out.add(kept).write_unaligned(ev) };
+                kept += 1;
+            }
+        }
+    }
+    for st in stale {
+        st.s.settle_readiness_now();
+    }
+    kept
+}
+
+/// The stream of the set's only registration with the data word `data`, if that is a
+/// level-triggered SMC stream that is still what was registered.
+fn sole_stream(set: &Set, data: u64) -> Option<Arc<Stream>> {
+    let mut found = set.entries.iter().filter(|e| e.data == data);
+    let e = found.next()?;
+    if found.next().is_some() || set.others.values().any(|d| *d == data) {
+        return None;
+    }
+    if e.events & !PLAIN != 0 || table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
+        return None;
+    }
+    match &e.stream {
+        Some(s) => s.upgrade(),
+        None => table::stream(e.fd),
+    }
+}
+
+/// Whether a registration of `fd` with `ev` in `ep` is one [`filter`] keeps exact: a
+/// level-triggered one (not one-shot) in a set followed here, with a data word no other
+/// registration of the set has (so the settle before it can wait for the program's next
+/// wait).
+///
+/// # Safety
+/// `ev` is null or valid for reading.
+pub(crate) unsafe fn filtered(ep: i32, fd: i32, ev: *const libc::epoll_event) -> bool {
+    if ev.is_null() || !any_sets() {
+        return false;
+    }
+    // SAFETY: the caller's promise.
+    let ev = unsafe { std::ptr::read_unaligned(ev) };
+    if ev.events & !PLAIN != 0 {
+        return false;
+    }
+    let data = ev.u64;
+    let mut g = Guard::lock();
+    g.map().get(&ep).is_some_and(|s| {
+        !s.shared
+            && s.forks == FORKS.load(Ordering::Relaxed)
+            && !s.entries.iter().any(|e| e.fd != fd && e.data == data)
+            && !s.others.iter().any(|(f, d)| *f != fd && *d == data)
+    })
+}
