@@ -686,12 +686,20 @@ impl DeviceState {
             .filter(port_match)
             .filter(|l| l.netns == netns);
         let exact = |l: &&Listener| l.addr.ip().to_canonical() == rip;
-        let wildcard =
-            |l: &&Listener| l.addr.ip().is_unspecified() && (l.addr.is_ipv6() || rip.is_ipv4());
+        // A wildcard of the remote's family first; an IPv6 one takes IPv4 (dual stack) only
+        // when no IPv4 wildcard does: with both bound (redis: 0.0.0.0 and [::] with
+        // IPV6_V6ONLY) the kernel gives IPv4 to 0.0.0.0, and an intent given to the other
+        // listener left the one that got the connection to take the client for plain TCP and
+        // hand its Proposal to the program as data.
+        let wildcard = |l: &&Listener| {
+            l.addr.ip().is_unspecified() && l.addr.ip().to_canonical().is_ipv4() == rip.is_ipv4()
+        };
+        let dual = |l: &&Listener| l.addr.ip().is_unspecified() && l.addr.is_ipv6();
         same_ns
             .clone()
             .find(exact)
             .or_else(|| same_ns.clone().find(wildcard))
+            .or_else(|| same_ns.clone().find(dual))
             .or_else(|| {
                 self.listeners
                     .values()

@@ -366,6 +366,7 @@ impl ListenerTable {
         let dip = dst.ip().to_canonical();
         let mut exact_same = None;
         let mut wildcard_same = None;
+        let mut wildcard_dual = None;
         let mut exact_other = None;
         for way in 0..LT_WAYS {
             let Some(Some(e)) = self.read_entry(Self::entry(b, way)) else {
@@ -376,18 +377,29 @@ impl ListenerTable {
             }
             let lip = e.addr.ip().to_canonical();
             let exact = lip == dip;
-            let wild = e.addr.ip().is_unspecified() && (e.addr.is_ipv6() || dip.is_ipv4());
+            // A wildcard of the destination's family first; an IPv6 one also takes IPv4
+            // (dual stack) only when no IPv4 wildcard does: with both bound (redis listens
+            // on 0.0.0.0 and on [::] with IPV6_V6ONLY), the kernel gives IPv4 to 0.0.0.0.
+            let unspecified = e.addr.ip().is_unspecified();
+            let wild = unspecified && e.addr.is_ipv4() == dip.is_ipv4();
+            let dual = unspecified && e.addr.is_ipv6() && dip.is_ipv4();
             if e.netns == netns {
                 if exact {
                     exact_same = Some(e);
                 } else if wild {
                     wildcard_same = Some(e);
+                } else if dual {
+                    wildcard_dual = Some(e);
                 }
             } else if exact {
                 exact_other = Some(e);
             }
         }
-        if let Some(e) = exact_same.or(wildcard_same).or(exact_other) {
+        if let Some(e) = exact_same
+            .or(wildcard_same)
+            .or(wildcard_dual)
+            .or(exact_other)
+        {
             return Lookup::Found(e);
         }
         if self.r.u32_at(LT_OVERFLOW + 4 * b).load(Acquire) > 0 {
@@ -556,6 +568,30 @@ mod tests {
         assert_eq!(r.lookup(mapped, 1), Lookup::Found(exact));
         t.remove(2, 5000, false);
         assert_eq!(r.lookup(a, 1), Lookup::Found(wild));
+        // An IPv6 wildcard beside the IPv4 one (redis: 0.0.0.0 and [::] with IPV6_V6ONLY):
+        // IPv4 reaches the IPv4 wildcard whatever the order, IPv6 the IPv6 one; with the IPv4
+        // wildcard gone the IPv6 one takes IPv4 too (dual stack).
+        let wild6 = TableEntry {
+            id: 3,
+            netns: 1,
+            addr: "[::]:5000".parse().unwrap(),
+            hs_limit: false,
+        };
+        assert!(t.insert(wild6));
+        assert_eq!(r.lookup(a, 1), Lookup::Found(wild));
+        assert_eq!(
+            r.lookup("[::1]:5000".parse().unwrap(), 1),
+            Lookup::Found(wild6)
+        );
+        t.remove(1, 5000, false);
+        assert_eq!(r.lookup(a, 1), Lookup::Found(wild6));
+        assert!(t.insert(wild));
+        assert_eq!(
+            r.lookup(a, 1),
+            Lookup::Found(wild),
+            "inserted after the IPv6 one"
+        );
+        t.remove(3, 5000, false);
         // Fill the bucket: the fifth listener overflows and makes its port "ask smcd".
         for id in 10..13 {
             assert!(t.insert(TableEntry {
