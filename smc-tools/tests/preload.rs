@@ -257,6 +257,27 @@ fn one_end_preloaded_is_plain_tcp() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Runs `tests/preload/NAME` under smc-run (up to 120 s): its status, stdout and stderr.
+fn python_script(smcd: &Smcd, name: &str) -> (std::process::ExitStatus, String, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/preload")
+        .join(name);
+    let child = smc_run(smcd, python(), &[script.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::within(Duration::from_secs(120), move || {
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .unwrap_or_else(|| panic!("{name} did not finish within 120 s"))
+}
+
 /// The socket API as Python's socket module calls it, both ends preloaded in one process
 /// (tests/preload/api_check.py: peeks, waits for all, vectors, sendfile, select/poll/epoll
 /// with edge triggering, FIONREAD/FIONBIO, fcntl, dup, options, names, shutdown, non-blocking
@@ -269,22 +290,8 @@ fn socket_api_under_python() {
     }
     let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/api_check.py");
     let before = counts(&smcd);
-    let child = smc_run(&smcd, python(), &[script.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = common::within(Duration::from_secs(120), move || {
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    });
-    let (st, out, err) = status.expect("api_check.py did not finish within 120 s");
+    let (st, out, err) = python_script(&smcd, "api_check.py");
     assert!(st.success(), "api_check.py failed: {st:?}\n{out}\n{err}");
     assert!(out.contains("OK 3 connections"), "{out}");
     let after = common::wait_for("smcd's counts", || {
@@ -311,22 +318,8 @@ fn epoll_answered_in_user_space() {
     }
     let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/epoll_user.py");
     let before = counts(&smcd);
-    let child = smc_run(&smcd, python(), &[script.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = common::within(Duration::from_secs(120), move || {
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    });
-    let (st, out, err) = status.expect("epoll_user.py did not finish within 120 s");
+    let (st, out, err) = python_script(&smcd, "epoll_user.py");
     assert!(st.success(), "epoll_user.py failed: {st:?}\n{out}\n{err}");
     assert!(out.contains("OK 5 connections"), "{out}");
     let after = counts(&smcd);
