@@ -44,6 +44,10 @@ pub struct BenchArgs {
     /// (root). Runs alone.
     #[arg(long, conflicts_with_all = ["suite", "smcr"])]
     apps: bool,
+    /// With --apps: only the points whose table title or point name contains this text
+    /// (case-insensitive), e.g. `--only "fallback cost"` or `--only nginx`.
+    #[arg(long, requires = "apps")]
+    only: Option<String>,
     /// Fewer sizes and 0.5 s points: under 3 minutes on 2 cores once built.
     #[arg(long, conflicts_with = "smoke")]
     quick: bool,
@@ -91,6 +95,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<bool> {
             &out_dir,
             args.reps as usize,
             args.quick || args.smoke,
+            args.only.as_deref(),
         );
     }
     let old = args.compare.as_deref().map(load).transpose()?;
