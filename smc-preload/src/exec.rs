@@ -535,3 +535,74 @@ fn send_all(b: &OwnedFd, mut data: &[u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The C library's `vfork`, found when the library is loaded (0: not found, or not yet).
+pub(crate) static REAL_VFORK: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Finds the C library's `vfork` (the library's constructor, before the program runs).
+pub(crate) fn find_vfork() {
+    // SAFETY: dlsym with a NUL-terminated name; the address is only jumped to as `vfork`.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"vfork".as_ptr()) };
+    REAL_VFORK.store(f as usize, std::sync::atomic::Ordering::Release);
+}
+
+// `vfork` while this process holds SMC objects is a `fork`.
+//
+// A `vfork` child runs in its parent's memory, which holds the SMC connections on: it can
+// hand none of them to the program it execs (`table::borrowed_memory`), so a connection
+// CPython's `subprocess` gives a child (`stdin=sock`, `pass_fds`) was a dead socket there.
+// A `fork` child has a copy of the memory and the fork handlers' process counts, so its
+// `exec` hands each inheritable connection to a keeper as any forked child's does. POSIX
+// allows `vfork` to be `fork` (a child that does more than `exec` or `_exit` is undefined
+// behaviour either way), and the C library's `posix_spawn`, which does not call `vfork`, is
+// handled by its own hooks. What it costs: a `fork` copies the page tables (the parent runs
+// on while the child starts instead of waiting for its `exec`), so only a process with SMC
+// descriptors pays it; the others get the C library's `vfork` itself.
+//
+// The hook must not be an ordinary function: a `vfork` child returns through its parent's
+// stack, so the frame of a wrapper would be the parent's too. It is a naked function that
+// looks at the count of objects and jumps, stack and registers as the caller left them
+// (`rax` or `x16`/`x17` are scratch at a call), to the C library's `vfork` or `fork`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod vfork_hook {
+    /// `vfork(2)`: the C library's when this process has no SMC descriptor, else `fork`
+    /// (see above).
+    ///
+    /// # Safety
+    /// As the C library's.
+    #[unsafe(no_mangle)]
+    #[unsafe(naked)]
+    pub unsafe extern "C" fn vfork() -> libc::pid_t {
+        #[cfg(target_arch = "x86_64")]
+        std::arch::naked_asm!(
+            "mov rax, qword ptr [rip + {n}]",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rax, qword ptr [rip + {real}]",
+            "test rax, rax",
+            "jz 2f",
+            "jmp rax",
+            "2:",
+            "jmp {fork}",
+            n = sym crate::table::N_OBJS,
+            real = sym super::REAL_VFORK,
+            fork = sym libc::fork,
+        );
+        #[cfg(target_arch = "aarch64")]
+        std::arch::naked_asm!(
+            "adrp x16, {n}",
+            "ldr x16, [x16, :lo12:{n}]",
+            "cbnz x16, 2f",
+            "adrp x17, {real}",
+            "ldr x17, [x17, :lo12:{real}]",
+            "cbz x17, 2f",
+            "br x17",
+            "2:",
+            "b {fork}",
+            n = sym crate::table::N_OBJS,
+            real = sym super::REAL_VFORK,
+            fork = sym libc::fork,
+        );
+    }
+}

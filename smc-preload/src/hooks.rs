@@ -120,6 +120,7 @@ fn smcd_socket() -> &'static std::path::Path {
 pub(crate) extern "C" fn init() {
     table::note_pid();
     table::watch_forks();
+    crate::exec::find_vfork();
     debug_on();
     ep::init();
     env_size("SMC_SNDBUF");
@@ -1490,6 +1491,14 @@ pub unsafe extern "C" fn close_range(
     last: libc::c_uint,
     flags: c_int,
 ) -> c_int {
+    // A range from below the engine's band into it ends below it: the program closes every
+    // descriptor it did not open (CPython's child before its `exec`, daemons), and the band
+    // holds the engine's (`engine()`), which the connections handed on at the `exec` need.
+    let band = smcd_engine::sys::fd_band();
+    let last = match u32::try_from(band) {
+        Ok(b) if b > 0 && first < b && last >= b => b - 1,
+        _ => last,
+    };
     // SAFETY: passed through.
     let r = unsafe { real::close_range(first, last, flags) };
     if r == 0

@@ -8,7 +8,7 @@
 
 use smcd_engine::{SmcListener, SmcStream};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Descriptors at or above this are never taken over (they stay plain TCP).
@@ -451,6 +451,9 @@ pub(crate) fn watch_forks() {
 }
 
 static OBJS: RwLock<BTreeMap<i32, Obj>> = RwLock::new(BTreeMap::new());
+/// How many descriptors [`OBJS`] has (changed under its write lock; read without it by the
+/// `vfork` hook, which makes a `fork` of a `vfork` while there is any: `hooks::vfork`).
+pub(crate) static N_OBJS: AtomicUsize = AtomicUsize::new(0);
 
 /// The kind of `fd` ([`NONE`] for anything out of range).
 #[inline]
@@ -514,10 +517,12 @@ pub(crate) fn connecting(fd: i32) -> Option<Arc<crate::pending::Pending>> {
 pub(crate) fn insert(fd: i32, obj: Obj) -> Option<Obj> {
     let k = obj.kind();
     obj.hold().fds.fetch_add(1, Ordering::AcqRel);
-    let old = OBJS
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(fd, obj);
+    let old = {
+        let mut m = OBJS.write().unwrap_or_else(|e| e.into_inner());
+        let old = m.insert(fd, obj);
+        N_OBJS.store(m.len(), Ordering::Release);
+        old
+    };
     set_kind(fd, k);
     // A connect under way that became its stream is the same open file (`crate::ep`).
     if old
@@ -532,7 +537,10 @@ pub(crate) fn insert(fd: i32, obj: Obj) -> Option<Obj> {
 /// Forgets `fd`; returns its object (for the caller to [`release`], outside any lock).
 pub(crate) fn remove(fd: i32) -> Option<Obj> {
     set_kind(fd, NONE);
-    OBJS.write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
+    let mut m = OBJS.write().unwrap_or_else(|e| e.into_inner());
+    let old = m.remove(&fd);
+    N_OBJS.store(m.len(), Ordering::Release);
+    old
 }
 
 /// Every descriptor of ours with its object.
@@ -588,10 +596,13 @@ pub(crate) fn remove_range(first: u32, last: u32) -> Vec<Obj> {
             }
         }
     }
-    keys.iter()
+    let gone = keys
+        .iter()
         .filter_map(|k| {
             set_kind(*k, NONE);
             m.remove(k)
         })
-        .collect()
+        .collect();
+    N_OBJS.store(m.len(), Ordering::Release);
+    gone
 }
