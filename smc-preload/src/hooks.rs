@@ -503,7 +503,8 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         let r = lib(|| {
             use crate::pending::Started;
             Ok(
-                match pending::start(&engine(), fd, dst, cloexec, nodelay != 0)? {
+                // The engine first: it sets up the band `own_socket` copies into.
+                match pending::start(&engine(), fd, dst, cloexec, nodelay != 0, own_socket(fd))? {
                     Started::Now(s) => Some(adopt_connected(fd, s, cloexec, true, nodelay != 0)?),
                     Started::PlainInFlight | Started::InFlight => None,
                 },
@@ -530,7 +531,11 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         };
     }
     let r = lib(|| {
-        let s = SmcStream::connect_with(&engine(), dst)?;
+        let e = engine();
+        let s = match own_socket(fd) {
+            Some(sock) => SmcStream::connect_on(&e, sock, dst)?,
+            None => SmcStream::connect_with(&e, dst)?,
+        };
         adopt_connected(fd, s, cloexec, nonblocking, nodelay != 0)
     });
     match r {
@@ -547,6 +552,23 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             fail(&e)
         }
     }
+}
+
+/// The program's own socket at `fd`, for the engine to connect on (a copy in the engine's
+/// band, the same socket): the options the program set before `connect` (buffer sizes,
+/// `SO_KEEPALIVE`, `IP_TOS`, `SO_MARK`, `SO_BINDTODEVICE`, ...) are the connection's, and a
+/// fallback is the very socket it made, as under the kernel's SMC. `None` (the engine then
+/// connects from a socket of its own, as before): no copy could be made, or the socket is
+/// corked (`TCP_CORK` would hold the CLC Proposal back for 200 ms).
+fn own_socket(fd: c_int) -> Option<rustix::fd::OwnedFd> {
+    if get_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_CORK).unwrap_or(0) != 0 {
+        return None;
+    }
+    let band = smcd_engine::sys::fd_band().max(0);
+    // SAFETY: F_DUPFD_CLOEXEC takes an int; a new descriptor is ours to own.
+    let dup = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, band as u64) };
+    // SAFETY: `dup` is a new descriptor nobody else owns.
+    (dup >= 0).then(|| unsafe { rustix::fd::OwnedFd::from_raw_fd(dup) })
 }
 
 /// What every SMC stream the program gets is set to: its blocking mode, a socket's level

@@ -167,8 +167,13 @@ pub(crate) fn start(
     dst: std::net::SocketAddr,
     cloexec: bool,
     nodelay: bool,
+    own: Option<rustix::fd::OwnedFd>,
 ) -> io::Result<Started> {
-    let mut conn = SmcStream::connect_nonblocking_with(engine, dst)?;
+    // On the program's own socket where it can be (`hooks::own_socket`).
+    let mut conn = match own {
+        Some(sock) => SmcStream::connect_nonblocking_on(engine, sock, dst)?,
+        None => SmcStream::connect_nonblocking_with(engine, dst)?,
+    };
     // On this host the TCP connect is usually done already, and the Proposal goes out here.
     if let Some(s) = conn.try_finish()? {
         return Ok(Started::Now(s));

@@ -257,6 +257,71 @@ fn one_end_preloaded_is_plain_tcp() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Options a preloaded program sets before `connect` (buffer sizes, keepalive and its idle
+/// time, `IP_TOS`) are the connection's: on a fallback to a plain server (blocking and
+/// non-blocking connect) and on an SMC-D connection (its TCP options). Before, the engine
+/// connected from a socket of its own and they were lost. Once with smcd's listener table
+/// (intents) and once with the SMC option program.
+#[test]
+fn options_set_before_connect_are_the_connections() {
+    let test = "options_set_before_connect_are_the_connections";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    // The plain server: a Python outside smc-run that drains every connection it accepts.
+    let mut server = std::process::Command::new(python())
+        .args([
+            "-c",
+            "import socket, threading\n\
+             ls = socket.socket(); ls.bind(('127.0.0.1', 0)); ls.listen(8)\n\
+             print(ls.getsockname()[1], flush=True)\n\
+             def drain(c):\n    while c.recv(65536): pass\n\
+             while True:\n    c, _ = ls.accept(); threading.Thread(target=drain, args=(c,)).start()\n",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = server.stdout.take().unwrap();
+    let _server = Server::new(server);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let port: u16 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("port: {line:?}"));
+    {
+        let smcd = Smcd::start(BINS);
+        smcd.require_control_plane();
+        connect_options(&smcd, port);
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    smcd.require_control_plane();
+    connect_options(&smcd, port);
+}
+
+/// One run of [`options_set_before_connect_are_the_connections`] against the plain server
+/// at `port`.
+fn connect_options(smcd: &Smcd, port: u16) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/connect_options.py");
+    let before = counts(smcd);
+    let out = run_ok(
+        smc_run(
+            smcd,
+            python(),
+            &[script.to_str().unwrap(), &port.to_string()],
+        ),
+        120,
+    );
+    assert!(out.contains("OK"), "{out}");
+    // Counters reach smcd asynchronously (as in `assert_smc_since`; fallbacks are expected).
+    common::wait_for("an SMC connection in smcd's counts", || {
+        (counts(smcd).0 > before.0).then_some(())
+    });
+}
+
 /// Runs `tests/preload/NAME` under smc-run (up to 120 s): its status, stdout and stderr.
 fn python_script(smcd: &Smcd, name: &str) -> (std::process::ExitStatus, String, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))

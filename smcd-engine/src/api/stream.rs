@@ -8,7 +8,7 @@ use crate::driver::handshake::{Fallback, Outcome};
 use crate::driver::lgr::LinkGroup;
 use crate::layout::status::{ConnIdentity, ConnSlot};
 use crate::transport::smcd::SmcdLink;
-use rustix::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use smc_core::close::SmcState;
 use smc_proto::clc::ReasonCode;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
@@ -160,6 +160,35 @@ impl SmcStream {
         // Made before the connect, so that a failed connect always has it (see `as_fd`).
         gone_fd()?;
         let c = Connecting::start(engine, addr)?;
+        Ok(SmcConnecting {
+            engine: Arc::clone(engine),
+            c,
+            done: None,
+        })
+    }
+
+    /// [`SmcStream::connect_with`] on `sock`, an unconnected TCP socket of `addr`'s family
+    /// not bound to a port, blocking (a preloaded program's own: the options it set before
+    /// `connect` are the connection's, and a fallback is that very socket). See
+    /// [`Connecting::start_on`] for where the engine still uses a socket of its own.
+    pub fn connect_on(
+        engine: &Arc<Engine>,
+        sock: OwnedFd,
+        addr: SocketAddr,
+    ) -> io::Result<SmcStream> {
+        let o = Connecting::start_on(engine, addr, sock, true)?.run(None)?;
+        Ok(Self::from_outcome(engine, o, false))
+    }
+
+    /// [`SmcStream::connect_nonblocking_with`] on `sock`, as [`SmcStream::connect_on`] but
+    /// non-blocking (`sock` is).
+    pub fn connect_nonblocking_on(
+        engine: &Arc<Engine>,
+        sock: OwnedFd,
+        addr: SocketAddr,
+    ) -> io::Result<SmcConnecting> {
+        gone_fd()?;
+        let c = Connecting::start_on(engine, addr, sock, false)?;
         Ok(SmcConnecting {
             engine: Arc::clone(engine),
             c,

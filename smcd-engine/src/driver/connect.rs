@@ -68,19 +68,46 @@ fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<OwnedFd> {
 /// ours; the engine's own plain connections do not use it either, see [`Connecting::open`]);
 /// `smcd` refuses a second pending intent for the same address, and `connect()` refuses a
 /// 4-tuple still in use. `None` means: that port is taken, try another.
+///
+/// The socket is `given` when there is one (taken only when the bind succeeds: a failed bind
+/// leaves it unbound for the next try); then the third value is its own `SO_REUSEADDR`, which
+/// [`restore_reuseaddr`] puts back once it is connected.
 fn bind_engine_port(
     src: IpAddr,
     dst: &SocketAddr,
     blocking: bool,
-) -> io::Result<Option<(OwnedFd, SocketAddr)>> {
+    given: &mut Option<OwnedFd>,
+) -> io::Result<Option<(OwnedFd, SocketAddr, Option<bool>)>> {
     let (lo, hi) = port_range();
     let port = lo + (crate::sys::unique_u64() % u64::from(hi - lo + 1)) as u16;
-    let sock = tcp_socket(dst, blocking)?;
+    let (sock, own) = match given.take() {
+        Some(s) => {
+            let own = rustix::net::sockopt::socket_reuseaddr(&s)?;
+            (s, Some(own))
+        }
+        None => (tcp_socket(dst, blocking)?, None),
+    };
     rustix::net::sockopt::set_socket_reuseaddr(&sock, true)?;
     match rustix::net::bind(&sock, &SocketAddr::new(src, port)) {
-        Ok(()) => Ok(Some((sock, SocketAddr::new(src, port)))),
-        Err(rustix::io::Errno::ADDRINUSE) => Ok(None),
+        Ok(()) => Ok(Some((sock, SocketAddr::new(src, port), own))),
+        Err(rustix::io::Errno::ADDRINUSE) => {
+            if let Some(own) = own {
+                rustix::net::sockopt::set_socket_reuseaddr(&sock, own)?;
+                *given = Some(sock);
+            }
+            Ok(None)
+        }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// A given socket connected from the engine's port gets the program's `SO_REUSEADDR` back
+/// (off, mostly): the port stays the connection's alone, as the engine's own sockets' is
+/// (no engine can bind next to it without the option on both).
+fn restore_reuseaddr(sock: &OwnedFd, own: Option<bool>) -> io::Result<()> {
+    match own {
+        Some(false) => Ok(rustix::net::sockopt::set_socket_reuseaddr(sock, false)?),
+        _ => Ok(()),
     }
 }
 
@@ -169,17 +196,38 @@ impl Connecting {
     /// Decides SMC or TCP and starts the TCP connect; returns at once (apart from one round
     /// trip to smcd when the destination has an SMC listener).
     pub fn start(engine: &Arc<Engine>, addr: SocketAddr) -> io::Result<Self> {
-        Self::begin(engine, addr, false)
+        Self::begin(engine, addr, false, None)
+    }
+
+    /// [`Connecting::start`] from `sock`, an unconnected TCP socket of `addr`'s family that is
+    /// not bound to a port (a preloaded program's own, with the options it set): the
+    /// connection is made on it wherever that is the kernel's way (the SMC option path, and
+    /// every plain connect the engine decides on before it); only the intent path connects
+    /// from a socket of the engine's (the port must be chosen before smcd is told), and `sock`
+    /// is then dropped. `blocking` says how `sock` is: a blocking socket's TCP connect waits
+    /// in the kernel.
+    pub fn start_on(
+        engine: &Arc<Engine>,
+        addr: SocketAddr,
+        sock: OwnedFd,
+        blocking: bool,
+    ) -> io::Result<Self> {
+        Self::begin(engine, addr, blocking, Some(sock))
     }
 
     /// [`Connecting::start`] whose TCP connect waits in the kernel: a blocking connect needs
     /// no `poll` and no `SO_ERROR` for it.
     fn start_blocking(engine: &Arc<Engine>, addr: SocketAddr) -> io::Result<Self> {
-        Self::begin(engine, addr, true)
+        Self::begin(engine, addr, true, None)
     }
 
-    fn begin(engine: &Arc<Engine>, addr: SocketAddr, blocking: bool) -> io::Result<Self> {
-        let (sock, plan, connected, path) = Self::open(engine, addr, blocking)?;
+    fn begin(
+        engine: &Arc<Engine>,
+        addr: SocketAddr,
+        blocking: bool,
+        given: Option<OwnedFd>,
+    ) -> io::Result<Self> {
+        let (sock, plan, connected, path) = Self::open(engine, addr, blocking, given)?;
         Ok(Self {
             engine: Arc::clone(engine),
             phase: Phase::Tcp(TcpStream::from(sock), plan, connected),
@@ -193,8 +241,12 @@ impl Connecting {
         reason: ReasonCode,
         blocking: bool,
         path: Option<Path>,
+        given: Option<OwnedFd>,
     ) -> io::Result<Opened> {
-        let sock = tcp_socket(addr, blocking)?;
+        let sock = match given {
+            Some(s) => s,
+            None => tcp_socket(addr, blocking)?,
+        };
         let Some(connected) = start_connect(&sock, addr)? else {
             return Err(io::Error::from(io::ErrorKind::AddrNotAvailable));
         };
@@ -202,17 +254,25 @@ impl Connecting {
     }
 
     /// The socket, what it will be, and whether its TCP connect is done already.
-    fn open(engine: &Arc<Engine>, addr: SocketAddr, blocking: bool) -> io::Result<Opened> {
+    fn open(
+        engine: &Arc<Engine>,
+        addr: SocketAddr,
+        blocking: bool,
+        mut given: Option<OwnedFd>,
+    ) -> io::Result<Opened> {
         let Some(attached) = engine.attached() else {
             // No SMC-D device (smcd not running): the kernel falls back with NOSMCDEV before
             // it proposes anything.
-            return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking, None);
+            return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking, None, given);
         };
         let session = &attached.session;
         if let Some(maps) = session.option_path() {
             // The kernel's way: mark the socket, connect from a port of its own; the SYN-ACK
             // answers. A socket that cannot be marked goes the intent way below.
-            let sock = tcp_socket(&addr, blocking)?;
+            let sock = match given.take() {
+                Some(s) => s,
+                None => tcp_socket(&addr, blocking)?,
+            };
             match maps.mark_client(&sock) {
                 Ok(()) => {
                     let Some(connected) = start_connect(&sock, &addr)? else {
@@ -225,7 +285,10 @@ impl Connecting {
                         Some(Path::Option),
                     ));
                 }
-                Err(e) => tracing::debug!("SMC option path unavailable: {e}"),
+                Err(e) => {
+                    tracing::debug!("SMC option path unavailable: {e}");
+                    given = Some(sock);
+                }
             }
         }
         // The listener table answers "is there an SMC listener at that address?" without a
@@ -234,7 +297,13 @@ impl Connecting {
         if let Some(table) = &session.table {
             match table.lookup(addr, session.netns()) {
                 Lookup::None => {
-                    return Self::plain(&addr, ReasonCode::PEERNOSMC, blocking, Some(Path::Intent));
+                    return Self::plain(
+                        &addr,
+                        ReasonCode::PEERNOSMC,
+                        blocking,
+                        Some(Path::Intent),
+                        given,
+                    );
                 }
                 Lookup::Found(e) if e.hs_limit => {
                     if session.listener_page(e.id).is_ok_and(|p| p.congested()) {
@@ -243,6 +312,7 @@ impl Connecting {
                             ReasonCode::PEERNOSMC,
                             blocking,
                             Some(Path::Intent),
+                            given,
                         );
                     }
                 }
@@ -251,7 +321,8 @@ impl Connecting {
         }
         let src = engine.source_for(addr.ip(), || source_for(addr))?;
         for _ in 0..PORT_TRIES {
-            let Some((sock, local)) = bind_engine_port(src, &addr, blocking)? else {
+            let Some((sock, local, own)) = bind_engine_port(src, &addr, blocking, &mut given)?
+            else {
                 continue;
             };
             let verdict = match session.connect_intent(local, addr) {
@@ -265,7 +336,7 @@ impl Connecting {
                     engine.smcd_failed(session);
                     // Not on the engine's port (see below).
                     drop(sock);
-                    return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking, None);
+                    return Self::plain(&addr, ReasonCode::NOSMCDEV, blocking, None, given);
                 }
             };
             if !verdict.smc {
@@ -285,6 +356,7 @@ impl Connecting {
                     ReasonCode(verdict.reason),
                     blocking,
                     Some(Path::Intent),
+                    given,
                 );
             }
             let started = start_connect(&sock, &addr);
@@ -295,6 +367,7 @@ impl Connecting {
             let Some(connected) = started? else {
                 continue;
             };
+            restore_reuseaddr(&sock, own)?;
             return Ok((
                 sock,
                 Plan::Smc(attached.clone(), verdict),
@@ -303,7 +376,7 @@ impl Connecting {
             ));
         }
         // No usable port after many tries: go plain TCP rather than fail.
-        Self::plain(&addr, ReasonCode::INTERR, blocking, None)
+        Self::plain(&addr, ReasonCode::INTERR, blocking, None, given)
     }
 
     /// After the TCP connect of a marked socket: what the SYN-ACK said. Echoed: CLC runs

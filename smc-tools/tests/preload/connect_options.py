@@ -1,0 +1,78 @@
+"""Options a program sets before connect are the connection's (used by tests/preload.rs), as
+under the kernel's SMC, where a fallback is the very TCP socket the program made and an SMC
+socket's TCP options are its clcsock's.
+
+Usage: connect_options.py PLAINPORT
+  PLAINPORT is a plain TCP server on 127.0.0.1 (not preloaded) that reads until end of stream.
+  Sets SO_SNDBUF, SO_RCVBUF, SO_KEEPALIVE, IP_TOS and TCP_KEEPIDLE on a socket, connects it
+  (blocking, then non-blocking) to PLAINPORT (a fallback) and to a listener of this process
+  (SMC-D), and compares what getsockopt says on the connected socket with what it says on a
+  configured socket that never connects. Prints "OK" at the end.
+"""
+import select
+import socket
+import sys
+
+OPTS = [
+    (socket.SOL_SOCKET, socket.SO_SNDBUF, 98304),
+    (socket.SOL_SOCKET, socket.SO_RCVBUF, 81920),
+    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+    (socket.IPPROTO_IP, socket.IP_TOS, 0x10),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 77),
+]
+
+
+def configured():
+    s = socket.socket()
+    for level, name, value in OPTS:
+        s.setsockopt(level, name, value)
+    return s
+
+
+def options(s):
+    return [s.getsockopt(level, name) for level, name, _ in OPTS]
+
+
+ref = configured()
+want = options(ref)
+ref.close()
+assert want[2:] == [1, 0x10, 77], want
+
+
+def check(what, s):
+    got = options(s)
+    assert got == want, f"{what}: options {got}, set before connect {want}"
+
+
+plain = ("127.0.0.1", int(sys.argv[1]))
+
+c = configured()
+c.connect(plain)
+check("fallback, blocking connect", c)
+c.sendall(b"blocking")
+c.close()
+
+c = configured()
+c.setblocking(False)
+err = c.connect_ex(plain)
+assert err in (0, 115), err  # EINPROGRESS
+_, w, _ = select.select([], [c], [], 30)
+assert w, "the non-blocking connect did not finish"
+assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+check("fallback, non-blocking connect", c)
+c.setblocking(True)
+c.sendall(b"nonblocking")
+c.close()
+
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(4)
+c = configured()
+c.connect(ls.getsockname())
+s, _ = ls.accept()
+check("SMC-D", c)
+c.sendall(b"smc")
+assert s.recv(16) == b"smc"
+for x in (c, s, ls):
+    x.close()
+print("OK", flush=True)
