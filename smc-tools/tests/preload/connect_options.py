@@ -7,7 +7,9 @@ Usage: connect_options.py PLAINPORT
   Sets SO_SNDBUF, SO_RCVBUF, SO_KEEPALIVE, IP_TOS and TCP_KEEPIDLE on a socket, connects it
   (blocking, then non-blocking) to PLAINPORT (a fallback) and to a listener of this process
   (SMC-D), and compares what getsockopt says on the connected socket with what it says on a
-  configured socket that never connects. Prints "OK" at the end.
+  configured socket that never connects. Then the buffer sizes set on a listener (SO_RCVBUF)
+  and a client (SO_SNDBUF) size the SMC-D buffers: the client sends up to 256 KiB unread with
+  them, at most smcd's 64 KiB without. Prints "OK" at the end.
 """
 import select
 import socket
@@ -75,4 +77,39 @@ c.sendall(b"smc")
 assert s.recv(16) == b"smc"
 for x in (c, s, ls):
     x.close()
+
+
+def unread_capacity(rcvbuf, sndbuf):
+    """Bytes a client can send to a listener of this process that reads nothing, with the
+    listener's SO_RCVBUF and the client's SO_SNDBUF set (None: not set) before listen/connect:
+    the server's DMB and the client's send buffer bound it, as the kernel's SMC sizes its
+    buffers by what setsockopt set."""
+    ls = socket.socket()
+    if rcvbuf:
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    c = socket.socket()
+    if sndbuf:
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    c.connect(ls.getsockname())
+    s, _ = ls.accept()
+    c.setblocking(False)
+    sent = 0
+    chunk = b"x" * 4096
+    while True:
+        try:
+            sent += c.send(chunk)
+        except BlockingIOError:
+            break
+    for x in (c, s, ls):
+        x.close()
+    return sent
+
+
+# smcd's default wmem and rmem are 64 KiB: a client that asks for nothing sends at most that.
+plain = unread_capacity(None, None)
+assert plain <= 64 * 1024, plain
+big = unread_capacity(256 * 1024, 256 * 1024)
+assert 128 * 1024 < big <= 256 * 1024, f"with 256 KiB buffers set: {big} bytes (without: {plain})"
 print("OK", flush=True)

@@ -190,6 +190,67 @@ pub struct Connecting {
     path: Option<Path>,
     /// End in TCP whatever the peer answers ([`Connecting::decline_smc`]).
     decline: bool,
+    /// The buffer sizes the program set on the socket it gave ([`user_bufsizes`]).
+    bufs: UserBufs,
+}
+
+/// `SO_RCVBUF` and `SO_SNDBUF` a program set on its socket, as it set them (the kernel keeps
+/// twice the value): they size the connection's DMB and send buffer instead of `rmem` and
+/// `wmem`, as the kernel's SMC socket takes what `setsockopt` set (`SOCK_RCVBUF_LOCK`,
+/// `smc_adjust_sock_bufsizes`) and otherwise the sysctls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UserBufs {
+    /// The receive buffer (DMB) size asked for.
+    pub rcv: Option<u32>,
+    /// The send buffer size asked for.
+    pub snd: Option<u32>,
+}
+
+impl UserBufs {
+    /// `settings` with these sizes instead of `rmem`/`wmem`.
+    pub fn apply(self, mut settings: crate::settings::Settings) -> crate::settings::Settings {
+        if let Some(r) = self.rcv {
+            settings.rmem = r;
+        }
+        if let Some(w) = self.snd {
+            settings.wmem = w;
+        }
+        settings
+    }
+}
+
+/// What the program set on `sock`, an unconnected TCP socket, by its buffer sizes against a
+/// fresh socket's (`tcp_rmem[1]`/`tcp_wmem[1]`, read once): user space cannot read the
+/// kernel's lock flags, so a size set to exactly the default reads as not set (and then the
+/// sysctl's, which by default is the same 64 KiB for the receive side).
+pub fn user_bufsizes(sock: impl AsFd) -> UserBufs {
+    use rustix::net::sockopt::{socket_recv_buffer_size, socket_send_buffer_size};
+    static DEFAULTS: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    let &(rcv0, snd0) = DEFAULTS.get_or_init(|| {
+        rustix::net::socket_with(
+            AddressFamily::INET,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .ok()
+        .and_then(|s| {
+            Some((
+                socket_recv_buffer_size(&s).ok()?,
+                socket_send_buffer_size(&s).ok()?,
+            ))
+        })
+        .unwrap_or((0, 0))
+    });
+    let set = |v: io::Result<usize>, default: usize| {
+        v.ok()
+            .filter(|&v| default != 0 && v != default)
+            .and_then(|v| u32::try_from(v / 2).ok())
+    };
+    UserBufs {
+        rcv: set(socket_recv_buffer_size(&sock).map_err(Into::into), rcv0),
+        snd: set(socket_send_buffer_size(&sock).map_err(Into::into), snd0),
+    }
 }
 
 impl Connecting {
@@ -212,7 +273,10 @@ impl Connecting {
         sock: OwnedFd,
         blocking: bool,
     ) -> io::Result<Self> {
-        Self::begin(engine, addr, blocking, Some(sock))
+        let bufs = user_bufsizes(&sock);
+        let mut c = Self::begin(engine, addr, blocking, Some(sock))?;
+        c.bufs = bufs;
+        Ok(c)
     }
 
     /// [`Connecting::start`] whose TCP connect waits in the kernel: a blocking connect needs
@@ -233,6 +297,7 @@ impl Connecting {
             phase: Phase::Tcp(TcpStream::from(sock), plan, connected),
             path,
             decline: false,
+            bufs: UserBufs::default(),
         })
     }
 
@@ -542,7 +607,7 @@ impl Connecting {
                         Plan::Option(a) => {
                             // The SYN-ACK echoed the option: a Proposal, to a listener whose
                             // GID only its Accept will tell.
-                            let settings = self.engine.settings();
+                            let settings = self.bufs.apply(self.engine.settings());
                             let mut run =
                                 ClientRun::new(&self.engine, &a.ism, sock, None, &settings);
                             if self.decline {
@@ -551,7 +616,7 @@ impl Connecting {
                             self.phase = Phase::Clc(Box::new(run));
                         }
                         Plan::Smc(a, v) => {
-                            let settings = self.engine.settings();
+                            let settings = self.bufs.apply(self.engine.settings());
                             let mut run =
                                 ClientRun::new(&self.engine, &a.ism, sock, v.peer_gid, &settings);
                             if self.decline {

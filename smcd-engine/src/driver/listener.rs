@@ -286,6 +286,10 @@ pub struct ListenerCore {
     closed: AtomicBool,
     nonblocking: AtomicBool,
     readiness: OnceLock<OwnedFd>,
+    /// The buffer sizes the program set on the listening socket, read when it became an SMC
+    /// listener: its connections' DMB and send buffer (as the kernel's accepted SMC socket
+    /// takes its listener's, `smc_adjust_sock_bufsizes`).
+    bufs: crate::driver::connect::UserBufs,
     /// Application threads waiting in `accept` (they take new connections themselves, so the
     /// acceptor stays out of their way).
     waiters: AtomicUsize,
@@ -436,6 +440,7 @@ impl ListenerCore {
     ) -> io::Result<Arc<Self>> {
         tcp.set_nonblocking(true)?;
         let local = tcp.local_addr()?;
+        let bufs = crate::driver::connect::user_bufsizes(&tcp);
         // Register first: the namespace's sysctls come from smcd, and the slot below must
         // land in the status area smcd reads.
         let _ = engine.attached();
@@ -455,6 +460,7 @@ impl ListenerCore {
             hs_limit,
         });
         let core = Arc::new(Self {
+            bufs,
             tcp,
             engine,
             local,
@@ -847,7 +853,7 @@ impl ListenerCore {
                 &a.ism,
                 sock,
                 gid,
-                &self.engine.settings(),
+                &self.bufs.apply(self.engine.settings()),
                 accepted,
             ))),
             // The device vanished between intent and accept: decline, both go TCP.
