@@ -65,6 +65,7 @@ fn receives(e: &End) {
                 len: 64,
                 lkey: e.mr.lkey(),
             },
+            spill: None,
         })
         .unwrap();
     }
