@@ -652,7 +652,9 @@ impl QpInner {
             // Scatter: the first entry's bytes, then the second's.
             let first_len = wr.sge.len as usize;
             let head = first_len.saturating_sub(*got).min(n);
-            mr.mem.write(*off + *got, &p.payload[..head]);
+            if head > 0 {
+                mr.mem.write(*off + *got, &p.payload[..head]);
+            }
             if head < n
                 && let Some((smr, soff)) = spill
             {
