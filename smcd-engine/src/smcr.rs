@@ -1837,7 +1837,14 @@ impl Group {
             if let Some(g) = w.upgrade() {
                 let mut sh = lock(&g.sh);
                 let now = core_now();
-                let _ = sh.llc.handle_message(now, idx, bytes);
+                let r = sh.llc.handle_message(now, idx, bytes);
+                tracing::debug!(
+                    lgr = g.lgr_id,
+                    link = idx.index(),
+                    llc_type = bytes.first().copied().unwrap_or(0),
+                    len = bytes.len(),
+                    "LLC received: {r:?}"
+                );
                 g.run(&mut sh, now);
             }
         }));
@@ -1924,6 +1931,12 @@ impl Group {
                     let ok = self
                         .slot(link)
                         .is_some_and(|s| s.link.send_llc(&msg.to_bytes()).is_ok());
+                    tracing::debug!(
+                        lgr = self.lgr_id,
+                        link = link.index(),
+                        ok,
+                        "LLC sent: {msg:?}"
+                    );
                     sh.llc.send_done(now, id, ok);
                 }
                 // The QP went to RTS when it was brought up (the soft device needs no wait
