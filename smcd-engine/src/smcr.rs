@@ -27,6 +27,13 @@
 //!   other connection is plain TCP and no CLC byte is sent or read. [`Capability::Assume`]
 //!   is for peers configured to be SMC-R endpoints.
 //!
+//! - **LLC versions.** A v2 group speaks the SMC-Rv2 LLC as the kernel's does
+//!   (`smc_llc_init_msg_hdr`, `smc_llc_send_add_link`, `smc_wr_init_sge`): types 0x21..0x29
+//!   with a 16-bit host-order length, CONFIRM_LINK with the negotiated `max_conns` when the
+//!   peer is SMC-Rv2.1, ADD_LINK carrying all rkeys of the new link in its extension (no
+//!   ADD_LINK_CONT), DELETE_RKEY v2, REQUEST_ADD_LINK from a client; its QPs receive into
+//!   {44-byte slot, 8 KiB v2 buffer} and send long LLC messages from a v2 send buffer
+//!   ([`crate::transport::smcr::RoceLink::start_in`]).
 //! - **Links.** `max_links` comes from `smcr_max_links_per_lgr` (2 by default), not from
 //!   the ports, as the kernel offers it. After the first contact the server's flow machine
 //!   tries a second link (ADD_LINK): on its other port if it has one, else on the same one
@@ -43,8 +50,8 @@
 //!   both takes v2, as `smc_listen_find_device` tries RDMA v2 first, and v1 when only v1 is
 //!   offered and the client is on its subnet (`smc_listen_prfx_check`, else `DIFFPREFIX`).
 //!   Accept and Confirm are then the 68-byte v1 messages; the link runs over the RoCE v1
-//!   devices, with the same LLC (CONFIRM_LINK, ADD_LINK, CONFIRM_RKEY, ... are the v1
-//!   messages in both versions here). The v1 side of an endpoint is a second `Ep` with its
+//!   devices, with the v1 LLC (44-byte messages, types 0x01..0x09, ADD_LINK_CONT for the
+//!   rkeys of a new link). The v1 side of an endpoint is a second `Ep` with its
 //!   own port and groups: a v1 group and a v2 group are never the same (`smcr_lgr_match`
 //!   compares the version), and a v1 group has the kernel's v1 limits (255 connections, 2
 //!   links) and one port (no second v1 port yet).

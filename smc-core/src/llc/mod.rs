@@ -25,7 +25,9 @@
 //!   response (flags 0x83), then wait [`SMC_LLC_WAIT_TIME`] for the server's ADD_LINK;
 //! * ADD_LINK as server (`smc_llc_srv_add_link`) and client (`smc_llc_cli_add_link`, with the
 //!   reject 0x40 / reason 1 and the client's "invite"), the ADD_LINK_CONT rkey exchange of at
-//!   most two rkeys a message until both sides are done, CONFIRM_LINK over the new link, the
+//!   most two rkeys a message until both sides are done (v1 groups; in an SMC-Rv2 group
+//!   each side's ADD_LINK carries all its rkeys in the v2 extension, see
+//!   [`LlcConfig::v2`]), CONFIRM_LINK over the new link, the
 //!   symmetric/asymmetric decision and, on the server, the deletion of a link no longer needed
 //!   (reason NO_ASYM_NEEDED);
 //! * DELETE_LINK (`smc_llc_process_{srv,cli}_delete_link`), one link or ALL;
@@ -54,7 +56,7 @@
 //!
 //! | action | the driver |
 //! |---|---|
-//! | [`LlcAction::Send`] | posts the 44-byte SEND on that link's QP; reports [`Llc::send_done`] |
+//! | [`LlcAction::Send`] | posts the SEND (44 bytes; a v2 ADD_LINK or REQUEST_ADD_LINK may be up to 8192) on that link's QP; reports [`Llc::send_done`] |
 //! | [`LlcAction::CreateLink`] | creates PD, QP (to INIT) and WR buffers on the port, maps the named RMBs; answers [`Llc::link_created`] with QPN, PSN and each RMB's key |
 //! | [`LlcAction::ReadyLink`] | QP to RTR with the peer's QPN/GID/MAC/PSN/MTU, posts the receives, to RTS if asked, registers the RMBs if asked; answers [`Llc::link_ready`] |
 //! | [`LlcAction::RtsAndRegister`] | client: QP to RTS, registers the RMBs; answers [`Llc::link_ready`] |
@@ -550,7 +552,8 @@ impl TermReason {
 /// What the driver must do. Carry them out in the order they come.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LlcAction {
-    /// Post `msg` as a 44-byte SEND on link `link` (`LlcMessage::to_bytes`). Report its
+    /// Post `msg` as a SEND on link `link` (`LlcMessage::to_bytes`: 44 bytes, or more for a
+    /// v2 ADD_LINK with its rkeys or a REQUEST_ADD_LINK; at most 8192). Report its
     /// completion with [`Llc::send_done`] (a failed post counts as a failed completion).
     Send {
         /// The link.
