@@ -1247,6 +1247,74 @@ fn round_trip(s: &mut SmcrStream, seed: u64, len: u64) {
     assert!(back == out, "the echo of stream {seed} differs");
 }
 
+/// SMC-Rv2 puts every rkey of a new link into the ADD_LINK pair (no ADD_LINK_CONT): with the
+/// second path down, 40 connections join the group on its one link; once the path is back the
+/// server's ADD_LINK and the client's response each carry the keys of all 40 RMBs on the new
+/// link (72 + 16 × 40 = 712 bytes: sent from the v2 send buffer, received over a receive's
+/// 44-byte slot and the link's 8 KiB v2 buffer). Then the first path goes down: every
+/// connection moves to the new link and still echoes byte-exact, writing with the rkeys those
+/// two messages carried.
+#[test]
+fn smcr_v2_add_link_carries_the_rkeys_of_every_connection() {
+    let test = "smcr_v2_add_link_carries_the_rkeys_of_every_connection";
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    const N: usize = 40;
+    let cfg = |host: u8| SmcrConfig {
+        alt: Some((hosts.addr2(host), None)),
+        testlink_time: Duration::from_secs(2),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    hosts.set_path(2, false);
+    let srv = endpoint_with(&hosts, 1, cfg(1));
+    let cli = endpoint_with(&hosts, 2, cfg(2));
+    let at = SocketAddr::from((hosts.addr(1), 7009));
+    let l = hosts.listen(&srv, at);
+    let server = echo_server(&hosts, l, N);
+    let c = cli.clone();
+    let conns = hosts
+        .on(2, move || {
+            (0..N as u64)
+                .map(|i| {
+                    let mut s = c.connect(at).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    smcr_lgr(&s.mode());
+                    round_trip(&mut s, 100 + i, 1000);
+                    s
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+    let g = srv.link_groups().remove(0);
+    assert_eq!((active_links(&g), g.conns), (1, N as u32), "{g:#?}");
+    // The path returns: the server's ADD_LINK retry brings the second link up.
+    hosts.set_path(2, true);
+    wait_groups(
+        [&srv, &cli],
+        Duration::from_secs(40),
+        "the second link",
+        |g| active_links(g) == 2,
+    );
+    // Every connection is on the first link; the first path goes: all move to the new one.
+    hosts.set_path(1, false);
+    let conns = hosts
+        .on(2, move || {
+            let mut conns = conns;
+            for (i, s) in conns.iter_mut().enumerate() {
+                round_trip(s, 200 + i as u64, 20_000);
+            }
+            conns
+        })
+        .join()
+        .unwrap();
+    hosts.set_path(1, true);
+    close_all(conns);
+    let echoed = server.join().unwrap();
+    assert_eq!(echoed, vec![21_000; N]);
+}
+
 /// The second link and a failover as tshark sees them on the first path: ADD_LINK request
 /// and response and ADD_LINK_CONT (the rkey exchange) over the first link, then, once the
 /// second path is down, DELETE_LINK (reason LOST_PATH) and the failover-validation CDC of the
