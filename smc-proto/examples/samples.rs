@@ -28,9 +28,9 @@ use smc_proto::clc::{
     SMC_V2, SmcType, SmcdAcceptConfirm, SmcdDevice, SmcrAcceptConfirm, SmcrV1Offer, SmcrV2Offer,
 };
 use smc_proto::llc::{
-    AddLink, AddLinkCont, AddLinkContRkey, AddLinkRejectReason, ConfirmLink, ConfirmRkey,
-    ConfirmRkeyCont, DeleteLink, DeleteLinkReason, DeleteRkey, LlcFlags, LlcMessage, ReqAddLink,
-    Rtoken, TestLink,
+    AddLink, AddLinkCont, AddLinkContRkey, AddLinkRejectReason, AddLinkV2, AddLinkV2Ext,
+    ConfirmLink, ConfirmRkey, ConfirmRkeyCont, DeleteLink, DeleteLinkReason, DeleteRkey,
+    DeleteRkeyV2, LlcFlags, LlcMessage, ReqAddLink, Rtoken, TestLink,
 };
 
 /// The typed value a sample was emitted from.
@@ -311,6 +311,135 @@ pub fn llc_samples() -> Vec<Sample> {
                 flags: resp | LlcFlags::RKEY_NEGATIVE,
                 err_mask: 0x40,
                 ..delete_rkey
+            }),
+        ),
+        // SMC-Rv2 link groups (`smc_llc_init_msg_hdr`): the same bodies behind a v2 header
+        // with a host-order 16-bit length; ADD_LINK with its rkey extension; DELETE_RKEY v2.
+        (
+            "LLC_V2_CONFIRM_LINK",
+            LlcMessage::ConfirmLinkV2(ConfirmLink {
+                max_conns: 255,
+                ..confirm_link
+            }),
+        ),
+        (
+            "LLC_V2_CONFIRM_LINK_RESP",
+            LlcMessage::ConfirmLinkV2(ConfirmLink {
+                flags: resp | LlcFlags::NO_RMBE_EYECATCHER,
+                max_conns: 255,
+                ..confirm_link
+            }),
+        ),
+        (
+            "LLC_V2_ADD_LINK",
+            LlcMessage::AddLinkV2(AddLinkV2 {
+                link: AddLink {
+                    gid: V2_GID_B,
+                    ..add_link
+                },
+                ext: Some(AddLinkV2Ext {
+                    v2_direct: true,
+                    client_target_gid: V2_GID_B,
+                    rkeys: vec![
+                        AddLinkContRkey {
+                            rkey: 0x0000_1234,
+                            rkey_new: 0x0000_5678,
+                            vaddr_new: 0x0000_7f00_dead_0000,
+                        },
+                        AddLinkContRkey {
+                            rkey: 0x0000_1235,
+                            rkey_new: 0x0000_5679,
+                            vaddr_new: 0x0000_7f00_beef_0000,
+                        },
+                        AddLinkContRkey {
+                            rkey: 0x0000_1236,
+                            rkey_new: 0x0000_567a,
+                            vaddr_new: 0x0000_7f00_f00d_0000,
+                        },
+                    ],
+                }),
+            }),
+        ),
+        (
+            "LLC_V2_ADD_LINK_RESP",
+            LlcMessage::AddLinkV2(AddLinkV2 {
+                link: AddLink {
+                    flags: resp,
+                    gid: V2_GID_A,
+                    ..add_link
+                },
+                ext: Some(AddLinkV2Ext {
+                    v2_direct: false,
+                    client_target_gid: V2_GID_A,
+                    rkeys: vec![AddLinkContRkey {
+                        rkey: 0x0000_4321,
+                        rkey_new: 0x0000_8765,
+                        vaddr_new: 0x0000_7f11_0000_0000,
+                    }],
+                }),
+            }),
+        ),
+        (
+            "LLC_V2_ADD_LINK_REJECT",
+            LlcMessage::AddLinkV2(AddLinkV2 {
+                link: AddLink {
+                    flags: resp | LlcFlags::ADD_LINK_REJECT,
+                    reject_reason: AddLinkRejectReason::NoReason,
+                    gid: V2_GID_B,
+                    ..add_link
+                },
+                ext: None,
+            }),
+        ),
+        (
+            "LLC_V2_DELETE_LINK",
+            LlcMessage::DeleteLinkV2(DeleteLink {
+                flags: LlcFlags::DELETE_LINK_ORDERLY,
+                link_num: 2,
+                reason: DeleteLinkReason::LostPath,
+            }),
+        ),
+        (
+            "LLC_V2_CONFIRM_RKEY",
+            LlcMessage::ConfirmRkeyV2(confirm_rkey),
+        ),
+        (
+            "LLC_V2_CONFIRM_RKEY_RESP",
+            LlcMessage::ConfirmRkeyV2(ConfirmRkey {
+                flags: resp,
+                ..confirm_rkey
+            }),
+        ),
+        ("LLC_V2_TEST_LINK", LlcMessage::TestLinkV2(test_link)),
+        (
+            "LLC_V2_TEST_LINK_RESP",
+            LlcMessage::TestLinkV2(TestLink {
+                flags: resp,
+                ..test_link
+            }),
+        ),
+        (
+            "LLC_V2_DELETE_RKEY",
+            LlcMessage::DeleteRkeyV2(DeleteRkeyV2 {
+                flags: LlcFlags::EMPTY,
+                num_inval_rkeys: 0,
+                rkeys: vec![0x0000_1234],
+            }),
+        ),
+        (
+            "LLC_V2_DELETE_RKEY_MANY",
+            LlcMessage::DeleteRkeyV2(DeleteRkeyV2 {
+                flags: LlcFlags::EMPTY,
+                num_inval_rkeys: 0,
+                rkeys: (0..12).map(|i| 0x0000_1200 + i).collect(),
+            }),
+        ),
+        (
+            "LLC_V2_DELETE_RKEY_RESP_NEG",
+            LlcMessage::DeleteRkeyV2(DeleteRkeyV2 {
+                flags: resp | LlcFlags::RKEY_NEGATIVE,
+                num_inval_rkeys: 1,
+                rkeys: vec![0],
             }),
         ),
     ];

@@ -1036,21 +1036,26 @@ impl QueuePair for RnicQp {
         if lock(&self.st).state == QpState::Reset {
             return Err(VerbsError::State(QpState::Reset));
         }
-        let g = wr.sge;
-        if !self.dev.covers(self.pd, g.addr, g.len, g.lkey) {
-            return Err(VerbsError::Protection(
-                "receive SGE outside its region or wrong key",
-            ));
+        let sges: Vec<sys::ibv_sge> = std::iter::once(wr.sge)
+            .chain(wr.spill)
+            .map(|g| sys::ibv_sge {
+                addr: g.addr,
+                length: g.len,
+                lkey: g.lkey,
+            })
+            .collect();
+        for g in std::iter::once(wr.sge).chain(wr.spill) {
+            if !self.dev.covers(self.pd, g.addr, g.len, g.lkey) {
+                return Err(VerbsError::Protection(
+                    "receive SGE outside its region or wrong key",
+                ));
+            }
         }
         let mut qp = lock(&self.qp);
         let mut guard = qp.start_post_recv();
-        // SAFETY: the SGE lies in a region registered here (checked above); the device writes it
-        // until the receive completes.
-        unsafe {
-            guard
-                .construct_wr(wr.wr_id)
-                .setup_sge(g.lkey, g.addr, g.len)
-        };
+        // SAFETY: the SGEs lie in regions registered here (checked above); the device writes
+        // them until the receive completes.
+        unsafe { guard.construct_wr(wr.wr_id).setup_sge_list(&sges) };
         let Err(e) = guard.post() else {
             return Ok(());
         };

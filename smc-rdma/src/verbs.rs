@@ -260,13 +260,33 @@ pub struct SendWr<'a> {
     pub solicited: bool,
 }
 
-/// A receive work request: one buffer.
+/// A receive work request: one buffer, or two (a QP with `max_recv_sge` 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvWr {
     /// Returned in the completion.
     pub wr_id: u64,
-    /// Where the SEND lands.
+    /// Where the SEND lands (its first `sge.len` bytes).
     pub sge: Sge,
+    /// A second scatter entry: the bytes past `sge.len` land here. The kernel's SMC-Rv2 links
+    /// post every receive as {44 bytes of the WR's own buffer, the rest of the group's 8 KiB
+    /// v2 buffer} (`smc_wr_init_sge`).
+    pub spill: Option<Sge>,
+}
+
+impl RecvWr {
+    /// A receive into one buffer.
+    pub const fn one(wr_id: u64, sge: Sge) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sge,
+            spill: None,
+        }
+    }
+
+    /// The bytes both scatter entries hold.
+    pub fn capacity(&self) -> usize {
+        self.sge.len as usize + self.spill.map_or(0, |g| g.len as usize)
+    }
 }
 
 /// Completion status (`enum ibv_wc_status`).

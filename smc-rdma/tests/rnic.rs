@@ -94,6 +94,7 @@ mod rnic_device {
         a_send_without_a_receive_waits_for_one,
         a_burst_into_an_empty_receive_queue_waits_without_using_up_retries,
         a_send_longer_than_the_receive_fails_both_ends,
+        a_send_scatters_over_two_receive_sges,
         a_silent_peer_exhausts_the_retries,
         the_state_machine_refuses_out_of_order_steps,
         #[ignore = "asserts Wc::solicited, which struct ibv_wc does not carry"]

@@ -399,6 +399,7 @@ fn hostile_datagrams_are_dropped_and_the_connection_goes_on() {
                     len: 64,
                     lkey: eb.mr.lkey(),
                 },
+                spill: None,
             })
             .unwrap();
         ea.qp
@@ -840,6 +841,7 @@ fn roce_v1_writes_survive_random_loss_and_hostile_frames_are_dropped() {
                     len: 64,
                     lkey: eb.mr.lkey(),
                 },
+                spill: None,
             })
             .unwrap();
         ea.qp

@@ -167,6 +167,7 @@ fn traffic(a: &SoftDevice, b: &SoftDevice) -> (u32, u32, Gid, Gid, u64, u32) {
                 len: 64,
                 lkey: eb.mr.lkey(),
             },
+            spill: None,
         })
         .unwrap();
     ea.qp

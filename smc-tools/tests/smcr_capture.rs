@@ -1,7 +1,10 @@
 //! A live capture of the soft RoCEv2 device carrying SMC-R traffic, decoded by tshark (an
 //! independent implementation of RoCEv2 and SMC-R): two soft devices on the loopback of a
 //! fresh network namespace, one RC QP pair, and on it what an SMC-R first contact sends: an LLC
-//! CONFIRM_LINK request and its response, a CDC, an RDMA WRITE of three packets. tshark,
+//! CONFIRM_LINK request and its response, a CDC, an RDMA WRITE of three packets, and a
+//! 1512-byte SMC-Rv2 ADD_LINK (two SEND packets) received as an SMC-Rv2 link receives, over a
+//! 44-byte slot and the 8 KiB spill buffer (tshark leaves it undissected: it reads the
+//! host-order v2 length big endian). tshark,
 //! capturing on `lo` while it happens, must show RoCEv2 framing (opcodes, destination QPs,
 //! PSNs in sequence, AckReq, RETH, ACKs with AETH) and SMC-R messages with our values, and no
 //! malformed packet. (Wireshark does not verify the ICRC; `smc-rdma/tests/wire_vectors.rs`
@@ -10,7 +13,9 @@
 //! Needs root, `ip` and `tshark`; without them SKIPPED, and a failure under `CI=true`.
 
 use smc_proto::cdc::{ConnStateFlags, Cursor, ProducerFlags, SmcrCdcRepr};
-use smc_proto::llc::{ConfirmLink, LlcFlags, LlcMessage};
+use smc_proto::llc::{
+    AddLink, AddLinkContRkey, AddLinkV2, AddLinkV2Ext, ConfirmLink, LlcFlags, LlcMessage,
+};
 use smc_rdma::soft::{SoftConfig, SoftCq, SoftDevice, SoftMr, SoftQp};
 use smc_rdma::verbs::*;
 use smc_tests::{Netns, skip_unless_root, skip_unless_tool};
@@ -38,7 +43,7 @@ fn end(d: &SoftDevice) -> End {
                     max_send_wr: 16,
                     max_recv_wr: 16,
                     max_send_sge: 2,
-                    max_recv_sge: 1,
+                    max_recv_sge: 2,
                     max_inline_data: 64,
                 },
                 sq_sig_all: false,
@@ -55,19 +60,58 @@ fn end(d: &SoftDevice) -> End {
     End { qp, cq, mr }
 }
 
-/// Posts eight 64-byte receives (the QP is in INIT or later).
+/// Where the receives' shared spill buffer lies in the region (an SMC-Rv2 link's v2 buffer).
+const SPILL: u64 = 0x8000;
+
+/// Posts eight receives as an SMC-Rv2 link posts them (`smc_wr_init_sge`): 44 bytes in a slot
+/// of their own, the rest in one 8 KiB buffer (the QP is in INIT or later).
 fn receives(e: &End) {
     for i in 0..8u64 {
         e.qp.post_recv(&RecvWr {
             wr_id: i,
             sge: Sge {
                 addr: e.mr.addr() + i * 64,
-                len: 64,
+                len: 44,
                 lkey: e.mr.lkey(),
             },
+            spill: Some(Sge {
+                addr: e.mr.addr() + SPILL + 44,
+                len: 8192 - 44,
+                lkey: e.mr.lkey(),
+            }),
         })
         .unwrap();
     }
+}
+
+/// An SMC-Rv2 ADD_LINK response carrying 90 rkeys: 72 + 90 × 16 = 1512 bytes, two packets at
+/// MTU 1024.
+fn long_add_link(qpn: u32) -> Vec<u8> {
+    let rkeys = (0..90u32)
+        .map(|i| AddLinkContRkey {
+            rkey: 0x100 + i,
+            rkey_new: 0x200 + i,
+            vaddr_new: 0x7f00_0000_0000 + u64::from(i) * 0x10000,
+        })
+        .collect();
+    LlcMessage::AddLinkV2(AddLinkV2 {
+        link: AddLink {
+            flags: LlcFlags::RESPONSE,
+            mac: [2, 0, 0, 0, 0, 2],
+            gid: Gid::from_ipv4(Ipv4Addr::new(127, 0, 0, 2)).0,
+            qpn,
+            link_num: 2,
+            qp_mtu: 3,
+            initial_psn: 0x1234,
+            ..AddLink::default()
+        },
+        ext: Some(AddLinkV2Ext {
+            v2_direct: true,
+            client_target_gid: Gid::from_ipv4(Ipv4Addr::new(127, 0, 0, 2)).0,
+            rkeys,
+        }),
+    })
+    .to_bytes()
 }
 
 fn wait(cq: &SoftCq, n: usize) -> Vec<Wc> {
@@ -192,6 +236,29 @@ fn traffic(ns: &str) -> (u32, u32, u64, u32) {
         send(&a, &cdc.to_bytes());
         wait(&a.cq, 1); // the CDC's send (the WRITE before it is unsignaled)
         wait(&b.cq, 1); // b's receive of the CDC
+        // Client → server: a long SMC-Rv2 ADD_LINK from registered memory (as from the v2
+        // send buffer), SEND FIRST + SEND LAST; a receives it over its slot and the spill.
+        let long = long_add_link(b.qp.qp_num());
+        b.mr.memory().write(16384, &long);
+        b.qp.post_send(&SendWr {
+            wr_id: 3,
+            op: SendOp::Send,
+            data: Payload::Sges(&[Sge {
+                addr: b.mr.addr() + 16384,
+                len: long.len() as u32,
+                lkey: b.mr.lkey(),
+            }]),
+            signaled: true,
+            solicited: true,
+        })
+        .unwrap();
+        wait(&b.cq, 1);
+        let r = wait(&a.cq, 1);
+        assert_eq!((r[0].status, r[0].byte_len), (WcStatus::Success, 1512));
+        let mut got = vec![0u8; long.len()];
+        a.mr.memory().read(r[0].wr_id as usize * 64, &mut got[..44]);
+        a.mr.memory().read(SPILL as usize + 44, &mut got[44..]);
+        assert!(got == long, "the long message arrived whole");
         let va = b.mr.addr() + 8192;
         let rkey = b.mr.rkey();
         let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
@@ -203,7 +270,7 @@ fn traffic(ns: &str) -> (u32, u32, u64, u32) {
     .unwrap()
 }
 
-const FIELDS: [&str; 18] = [
+const FIELDS: [&str; 19] = [
     "ip.src",
     "udp.dstport",
     "infiniband.bth.opcode",
@@ -221,6 +288,7 @@ const FIELDS: [&str; 18] = [
     "smc.confirm.link.sender.link.userid",
     "smc.rmbe.ctrl.seqno",
     "smc.rmbe.ctrl.alert.token",
+    "data.data",
     "_ws.malformed",
 ];
 
@@ -256,6 +324,9 @@ fn tshark_decodes_smcr_llc_and_cdc_over_the_soft_device_as_rocev2() {
     args.push(format!(
         "udp port 4791 or udp port {PROBE_PORT} or udp port {END_PORT}"
     ));
+    // The SMC-Rv2 ADD_LINK's little-endian length makes Wireshark's SMC heuristic reject it;
+    // its RPC-over-RDMA heuristic would claim it and call it malformed.
+    args.extend(["--disable-heuristic", "rpcrdma_infiniband"].map(String::from));
     args.extend(["-T", "fields", "-E", "separator=|"].map(String::from));
     for f in FIELDS {
         args.extend(["-e".to_string(), f.to_string()]);
@@ -400,4 +471,20 @@ fn tshark_decodes_smcr_llc_and_cdc_over_the_soft_device_as_rocev2() {
         "AckReq on a message's last packet"
     );
     assert!(by_op(17).count() >= 3, "the responders' ACKs:\n{text}");
+    // The long SMC-Rv2 ADD_LINK: SEND FIRST (0) and SEND LAST (2) from b, AckReq on the last;
+    // not SMC for tshark (length read big endian), its first bytes as the kernel writes them.
+    let (sf, sl): (Vec<_>, Vec<_>) = (by_op(0).collect(), by_op(2).collect());
+    assert_eq!((sf.len(), sl.len()), (1, 1), "SEND FIRST/LAST:\n{text}");
+    assert!(from(sf[0], 2) && from(sl[0], 2));
+    assert_eq!(num(&col(sf[0], "infiniband.bth.psn")), 2001);
+    assert_eq!(num(&col(sl[0], "infiniband.bth.psn")), 2002);
+    assert!(yes(col(sl[0], "infiniband.bth.a")));
+    assert!(col(sf[0], "smc.llc_msg").is_empty());
+    let head = col(sf[0], "data.data").replace(':', "");
+    let len = 1512u16.to_ne_bytes();
+    assert!(
+        head.starts_with(&format!("22{:02x}{:02x}80", len[0], len[1])),
+        "ADD_LINK v2 header: {}",
+        &head[..head.len().min(16)]
+    );
 }

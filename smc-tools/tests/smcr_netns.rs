@@ -447,8 +447,10 @@ fn smcr_capability_by_the_syn_option_between_two_namespaces() {
     drop((pa, pb));
 }
 
-/// What tshark prints of each packet (one line, `|` between fields).
-const FIELDS: [&str; 25] = [
+/// What tshark prints of each packet (one line, `|` between fields). `data.data` is the
+/// payload of a RoCEv2 SEND no dissector took: an SMC-Rv2 LLC message, whose host-order
+/// (little-endian) length Wireshark's SMC heuristic reads big endian and rejects.
+const FIELDS: [&str; 26] = [
     "ip.src",
     "udp.dstport",
     "tcp.dstport",
@@ -473,6 +475,7 @@ const FIELDS: [&str; 25] = [
     "smc.add.link.response.rejected",
     "smc.delete.link.reason.code",
     "smc.rmbe.ctrl.failover.validation",
+    "data.data",
     "_ws.malformed",
 ];
 
@@ -529,6 +532,10 @@ impl Capture {
             .map(|s| s.to_string())
             .collect();
         args.extend(["-f".into(), filter]);
+        // Wireshark's RPC-over-RDMA heuristic claims some SEND payloads the SMC heuristic
+        // rejects (the SMC-Rv2 LLC messages of a little-endian host) and calls them
+        // malformed; without it they stay data.
+        args.extend(["--disable-heuristic", "rpcrdma_infiniband"].map(String::from));
         args.extend(["-T", "fields", "-E", "separator=|"].map(String::from));
         for f in fields {
             args.extend(["-e".to_string(), f.to_string()]);
@@ -613,6 +620,37 @@ impl Capture {
 
 fn col<'a>(r: &'a [String], name: &str) -> &'a str {
     &r[FIELDS.iter().position(|f| *f == name).unwrap()]
+}
+
+/// The SMC-Rv2 LLC messages of type `ty` (0x21 CONFIRM_LINK, 0x22 ADD_LINK, 0x24
+/// DELETE_LINK, 0x26 CONFIRM_RKEY, 0x29 DELETE_RKEY, ...) in the RoCEv2 SENDs that `from`
+/// selects, as their bytes: tshark shows them as data (see [`FIELDS`]). Each one's 16-bit
+/// length (bytes 1..3, little endian as an x86 kernel writes it) must be its size.
+fn llc_v2(rows: &[Vec<String>], ty: u8, from: impl Fn(&[String]) -> bool) -> Vec<Vec<u8>> {
+    rows.iter()
+        // RC SEND Only: what LLC travels as (RDMA WRITE payloads are data too).
+        .filter(|r| num(col(r, "udp.dstport")) == 4791 && from(r))
+        .filter(|r| num(col(r, "infiniband.bth.opcode")) == 4)
+        .filter_map(|r| {
+            let hex = col(r, "data.data").replace(':', "");
+            let b: Vec<u8> = (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+                .collect();
+            (b.len() >= 44 && b[0] == ty).then_some(b)
+        })
+        .inspect(|b| {
+            assert_eq!(
+                usize::from(u16::from_le_bytes([b[1], b[2]])),
+                b.len(),
+                "v2 length of an LLC message starting {:02x?}",
+                &b[..8]
+            );
+        })
+        .collect()
+}
+
+fn be24_at(b: &[u8], at: usize) -> u64 {
+    u64::from(u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]]))
 }
 
 fn num(s: &str) -> u64 {
@@ -730,44 +768,46 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
             "{text}"
         );
     }
-    // LLC over RoCEv2 (UDP 4791) to the peer's QP.
-    let llc = |t: u64, host: u8| -> Vec<&Vec<String>> {
-        rows.iter()
-            .filter(|r| num(col(r, "udp.dstport")) == 4791 && from(r, host))
-            .filter(|r| num(col(r, "smc.llc_msg")) == t)
-            .collect()
-    };
-    let (req, resp) = (llc(1, 1), llc(1, 2));
-    assert_eq!((req.len(), resp.len()), (1, 1), "CONFIRM_LINK:\n{text}");
-    assert_eq!(
-        num(col(req[0], "smc.confirm.link.sender.qp.number")),
-        u64::from(sg.links[0].qpn)
-    );
-    assert_eq!(
-        num(col(req[0], "infiniband.bth.destqp")),
-        u64::from(cg.links[0].qpn)
-    );
-    assert_eq!(
-        num(col(resp[0], "smc.confirm.link.sender.qp.number")),
-        u64::from(cg.links[0].qpn)
-    );
-    assert!(matches!(
-        col(resp[0], "smc.confirm.link.response"),
-        "1" | "True"
-    ));
-    // Both ends have one port: the server still asks for a second link on its one device
-    // (ADD_LINK, as `smc_llc_srv_add_link` does with no alternate device), and the client,
-    // with no other device either, rejects it (flag 0x40, `smc_llc_cli_add_link`): the group
-    // keeps its one link.
-    let (add_req, add_resp) = (llc(2, 1), llc(2, 2));
-    let truthy = |v: &str| matches!(v, "1" | "True");
-    assert_eq!((add_req.len(), add_resp.len()), (1, 1), "ADD_LINK:\n{text}");
-    assert!(!truthy(col(add_req[0], "smc.add.link.response")), "{text}");
+    // LLC over RoCEv2 (UDP 4791) to the peer's QP. The group is SMC-Rv2: every LLC message
+    // is a v2 one (type 0x2N, 16-bit length), none of the v1 types (which tshark would
+    // decode as SMC-R LLC).
     assert!(
-        truthy(col(add_resp[0], "smc.add.link.response"))
-            && truthy(col(add_resp[0], "smc.add.link.response.rejected")),
-        "the client did not reject the ADD_LINK:\n{text}"
+        rows.iter()
+            .all(|r| !(1..=9).contains(&num(col(r, "smc.llc_msg")))),
+        "v1 LLC in a v2 group:\n{text}"
     );
+    let llc = |t: u8, host: u8| llc_v2(&rows, t, |r| from(r, host));
+    let (req, resp) = (llc(0x21, 1), llc(0x21, 2));
+    assert_eq!((req.len(), resp.len()), (1, 1), "CONFIRM_LINK:\n{text}");
+    // flags (3), sender QPN (26), link number (29), max_links (34); max_conns (35) is the
+    // negotiated one (both ends are release 1: SMC-Rv2.1).
+    assert_eq!(req[0][3], 0x03);
+    assert_eq!(be24_at(&req[0], 26), u64::from(sg.links[0].qpn));
+    assert_eq!((req[0][29], req[0][34]), (1, 2));
+    assert_eq!((req[0][35], resp[0][35]), (sg.max_conns, sg.max_conns));
+    assert_eq!(resp[0][3], 0x83);
+    assert_eq!(be24_at(&resp[0], 26), u64::from(cg.links[0].qpn));
+    let conf_dst = rows
+        .iter()
+        .find(|r| col(r, "data.data").replace(':', "").starts_with("212c00"))
+        .map(|r| num(col(r, "infiniband.bth.destqp")));
+    assert_eq!(conf_dst, Some(u64::from(cg.links[0].qpn)));
+    // Both ends have one port: the server still asks for a second link on its one device
+    // (ADD_LINK v2 with its rkey extension: the one RMB's keys, 72 + 16 bytes, as
+    // `smc_llc_srv_add_link` does with no alternate device), and the client, with no other
+    // device either, rejects it: its request sent back, 44 bytes, flags 0xc0
+    // (`smc_llc_cli_add_link_reject`). The group keeps its one link; no ADD_LINK_CONT.
+    let (add_req, add_resp) = (llc(0x22, 1), llc(0x22, 2));
+    assert_eq!((add_req.len(), add_resp.len()), (1, 1), "ADD_LINK:\n{text}");
+    assert_eq!(
+        (add_req[0].len(), add_req[0][3]),
+        (88, 0x00),
+        "{:02x?}",
+        add_req[0]
+    );
+    assert_eq!(u16::from_le_bytes([add_req[0][70], add_req[0][71]]), 1);
+    assert_eq!((add_resp[0].len(), add_resp[0][3]), (44, 0xc0));
+    assert!(llc(0x03, 1).is_empty() && llc(0x23, 1).is_empty());
     assert!(
         [sg, cg]
             .iter()
@@ -775,17 +815,18 @@ fn tshark_decodes_smcr_first_contact_and_reuse_on_the_veth() {
         "{sg:#?} {cg:#?}"
     );
     // The second connection's RMBs: each side's CONFIRM_RKEY and the other's response.
-    let (rk1, rk2) = (llc(6, 1), llc(6, 2));
+    let (rk1, rk2) = (llc(0x26, 1), llc(0x26, 2));
     assert_eq!((rk1.len(), rk2.len()), (2, 2), "CONFIRM_RKEY:\n{text}");
-    // The RMBs of both connections leave both groups: DELETE_RKEY requests and responses
-    // both ways.
-    let (dk1, dk2) = (llc(9, 1), llc(9, 2));
+    // The RMBs of both connections leave both groups: DELETE_RKEY v2 requests (one rkey, 44
+    // bytes) and responses both ways.
+    let (dk1, dk2) = (llc(0x29, 1), llc(0x29, 2));
     assert!(
         dk1.len() >= 2 && dk2.len() >= 2,
         "DELETE_RKEY ({} from the server, {} from the client):\n{text}",
         dk1.len(),
         dk2.len()
     );
+    assert!(dk1.iter().chain(&dk2).all(|b| b.len() == 44 && b[4] == 1));
     // CDCs both ways, naming the tokens of both connections.
     let mut tokens: Vec<u64> = rows
         .iter()
@@ -1088,10 +1129,12 @@ fn smcr_two_links_and_failover_between_two_namespaces() {
 
     // Round 1: two links, two connections on each; path 2 goes down mid-stream.
     let spread = std::sync::Mutex::new(None);
+    let ids = std::sync::Mutex::new(Vec::new());
     round(100, &|| {
         let g = &srv.link_groups()[0];
         assert_eq!(active_links(g), 2, "no second link: {g:#?}");
         *spread.lock().unwrap() = Some(g.links.iter().map(|l| l.conns).collect::<Vec<_>>());
+        *ids.lock().unwrap() = g.links.iter().map(|l| l.link_id).collect();
         hosts.set_path(2, false);
     });
     assert_eq!(
@@ -1099,11 +1142,18 @@ fn smcr_two_links_and_failover_between_two_namespaces() {
         Some(vec![2, 2]),
         "connections were not spread"
     );
+    // The lost link is gone on both sides (a link the server's ADD_LINK retry over the dead
+    // path is setting up has a new id, and may be there as well).
+    let ids = ids.into_inner().unwrap();
     wait_groups(
         [&srv, &cli],
         Duration::from_secs(30),
         "one link left",
-        |g| active_links(g) == 1 && g.links.len() == 1 && g.up,
+        |g| {
+            active_links(g) == 1
+                && g.links.iter().filter(|l| ids.contains(&l.link_id)).count() == 1
+                && g.up
+        },
     );
     // The path returns: the server adds the link again.
     hosts.set_path(2, true);
@@ -1197,6 +1247,74 @@ fn round_trip(s: &mut SmcrStream, seed: u64, len: u64) {
     assert!(back == out, "the echo of stream {seed} differs");
 }
 
+/// SMC-Rv2 puts every rkey of a new link into the ADD_LINK pair (no ADD_LINK_CONT): with the
+/// second path down, 40 connections join the group on its one link; once the path is back the
+/// server's ADD_LINK and the client's response each carry the keys of all 40 RMBs on the new
+/// link (72 + 16 × 40 = 712 bytes: sent from the v2 send buffer, received over a receive's
+/// 44-byte slot and the link's 8 KiB v2 buffer). Then the first path goes down: every
+/// connection moves to the new link and still echoes byte-exact, writing with the rkeys those
+/// two messages carried.
+#[test]
+fn smcr_v2_add_link_carries_the_rkeys_of_every_connection() {
+    let test = "smcr_v2_add_link_carries_the_rkeys_of_every_connection";
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    const N: usize = 40;
+    let cfg = |host: u8| SmcrConfig {
+        alt: Some((hosts.addr2(host), None)),
+        testlink_time: Duration::from_secs(2),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    hosts.set_path(2, false);
+    let srv = endpoint_with(&hosts, 1, cfg(1));
+    let cli = endpoint_with(&hosts, 2, cfg(2));
+    let at = SocketAddr::from((hosts.addr(1), 7009));
+    let l = hosts.listen(&srv, at);
+    let server = echo_server(&hosts, l, N);
+    let c = cli.clone();
+    let conns = hosts
+        .on(2, move || {
+            (0..N as u64)
+                .map(|i| {
+                    let mut s = c.connect(at).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    smcr_lgr(&s.mode());
+                    round_trip(&mut s, 100 + i, 1000);
+                    s
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+    let g = srv.link_groups().remove(0);
+    assert_eq!((active_links(&g), g.conns), (1, N as u32), "{g:#?}");
+    // The path returns: the server's ADD_LINK retry brings the second link up.
+    hosts.set_path(2, true);
+    wait_groups(
+        [&srv, &cli],
+        Duration::from_secs(40),
+        "the second link",
+        |g| active_links(g) == 2,
+    );
+    // Every connection is on the first link; the first path goes: all move to the new one.
+    hosts.set_path(1, false);
+    let conns = hosts
+        .on(2, move || {
+            let mut conns = conns;
+            for (i, s) in conns.iter_mut().enumerate() {
+                round_trip(s, 200 + i as u64, 20_000);
+            }
+            conns
+        })
+        .join()
+        .unwrap();
+    hosts.set_path(1, true);
+    close_all(conns);
+    let echoed = server.join().unwrap();
+    assert_eq!(echoed, vec![21_000; N]);
+}
+
 /// The second link and a failover as tshark sees them on the first path: ADD_LINK request
 /// and response and ADD_LINK_CONT (the rkey exchange) over the first link, then, once the
 /// second path is down, DELETE_LINK (reason LOST_PATH) and the failover-validation CDC of the
@@ -1256,7 +1374,9 @@ fn tshark_decodes_smcr_add_link_delete_link_and_failover_on_the_veth() {
         [&srv, &cli],
         Duration::from_secs(30),
         "one link left",
-        |g| g.links.iter().filter(|l| !l.failed).count() == 1,
+        // Active ones: the server retries ADD_LINK over the dead path now and then
+        // (`retry_add_link`), so a link on its way up may be there as well.
+        |g| active_links(g) == 1,
     );
     close_all([a, b]);
     assert_eq!(server.join().unwrap(), vec![10_000, 210_000]);
@@ -1274,60 +1394,45 @@ fn tshark_decodes_smcr_add_link_delete_link_and_failover_on_the_veth() {
         "malformed packets:\n{text}"
     );
     let from = |r: &[String], host: u8| col(r, "ip.src") == hosts.addr(host).to_string();
-    let llc = |t: u64, host: u8| -> Vec<&Vec<String>> {
+    let llc = |t: u8, host: u8| llc_v2(&rows, t, |r| from(r, host));
+    assert!(
         rows.iter()
-            .filter(|r| num(col(r, "udp.dstport")) == 4791 && from(r, host))
-            .filter(|r| num(col(r, "smc.llc_msg")) == t)
-            .collect()
-    };
-    // ADD_LINK: the server's request, the client's response, each naming the QP of its
-    // end of the new link.
-    let (add_req, add_resp) = (llc(2, 1), llc(2, 2));
+            .all(|r| !(1..=9).contains(&num(col(r, "smc.llc_msg")))),
+        "v1 LLC in a v2 group:\n{text}"
+    );
+    // ADD_LINK v2: the server's request, the client's response, each naming the QP of its
+    // end of the new link (byte 28) and carrying the rkeys of the RMBs in use in its
+    // extension (count at 70, host order): no ADD_LINK_CONT.
+    let (add_req, add_resp) = (llc(0x22, 1), llc(0x22, 2));
     assert!(
         !add_req.is_empty() && !add_resp.is_empty(),
         "ADD_LINK:\n{text}"
     );
-    let truthy = |v: &str| matches!(v, "1" | "True");
+    for (b, flags) in add_req
+        .iter()
+        .map(|b| (b, 0x00))
+        .chain(add_resp.iter().map(|b| (b, 0x80)))
+    {
+        assert_eq!(b[3], flags, "{b:02x?}");
+        assert_ne!(be24_at(b, 28), 0, "{b:02x?}");
+        let n = usize::from(u16::from_le_bytes([b[70], b[71]]));
+        assert!(n >= 1 && b.len() == 72 + 16 * n, "{b:02x?}");
+    }
     assert!(
-        add_req
-            .iter()
-            .all(|r| !truthy(col(r, "smc.add.link.response"))),
-        "{text}"
+        llc(0x03, 1).is_empty() && llc(0x03, 2).is_empty(),
+        "ADD_LINK_CONT in a v2 group:\n{text}"
     );
-    assert!(
-        add_resp
-            .iter()
-            .all(|r| truthy(col(r, "smc.add.link.response"))),
-        "{text}"
-    );
-    assert!(
-        add_req
-            .iter()
-            .all(|r| num(col(r, "smc.add.link.sender.qp.number")) != 0),
-        "{text}"
-    );
-    // ADD_LINK_CONT: the rkeys of the RMB in use, both ways.
-    assert!(
-        !llc(3, 1).is_empty() && !llc(3, 2).is_empty(),
-        "ADD_LINK_CONT:\n{text}"
-    );
-    // DELETE_LINK for the lost path (LOST_PATH, 0x00010000), from either side.
-    let dels: Vec<_> = llc(4, 1).into_iter().chain(llc(4, 2)).collect();
+    // DELETE_LINK v2 for the lost path (reason LOST_PATH 0x00010000 at byte 5), from either
+    // side.
+    let dels: Vec<_> = llc(0x24, 1).into_iter().chain(llc(0x24, 2)).collect();
     assert!(!dels.is_empty(), "DELETE_LINK:\n{text}");
-    assert!(
-        dels.iter()
-            .any(|r| num(col(r, "smc.delete.link.reason.code")) == 0x0001_0000),
-        "{text}"
-    );
+    assert!(dels.iter().any(|b| b[5..9] == [0, 1, 0, 0]), "{text}");
+    let truthy = |v: &str| matches!(v, "1" | "True");
     eprintln!(
-        "ADD_LINK {}/{}, ADD_LINK_CONT {}/{}, DELETE_LINK {:?}",
+        "ADD_LINK {}/{}, DELETE_LINK {:02x?}",
         add_req.len(),
         add_resp.len(),
-        llc(3, 1).len(),
-        llc(3, 2).len(),
-        dels.iter()
-            .map(|r| col(r, "smc.delete.link.reason.code"))
-            .collect::<Vec<_>>()
+        dels.iter().map(|b| &b[5..9]).collect::<Vec<_>>()
     );
     // The moved connection's failover-validation CDC.
     assert!(

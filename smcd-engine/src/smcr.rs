@@ -27,6 +27,13 @@
 //!   other connection is plain TCP and no CLC byte is sent or read. [`Capability::Assume`]
 //!   is for peers configured to be SMC-R endpoints.
 //!
+//! - **LLC versions.** A v2 group speaks the SMC-Rv2 LLC as the kernel's does
+//!   (`smc_llc_init_msg_hdr`, `smc_llc_send_add_link`, `smc_wr_init_sge`): types 0x21..0x29
+//!   with a 16-bit host-order length, CONFIRM_LINK with the negotiated `max_conns` when the
+//!   peer is SMC-Rv2.1, ADD_LINK carrying all rkeys of the new link in its extension (no
+//!   ADD_LINK_CONT), DELETE_RKEY v2, REQUEST_ADD_LINK from a client; its QPs receive into
+//!   {44-byte slot, 8 KiB v2 buffer} and send long LLC messages from a v2 send buffer
+//!   ([`crate::transport::smcr::RoceLink::start_in`]).
 //! - **Links.** `max_links` comes from `smcr_max_links_per_lgr` (2 by default), not from
 //!   the ports, as the kernel offers it. After the first contact the server's flow machine
 //!   tries a second link (ADD_LINK): on its other port if it has one, else on the same one
@@ -43,8 +50,8 @@
 //!   both takes v2, as `smc_listen_find_device` tries RDMA v2 first, and v1 when only v1 is
 //!   offered and the client is on its subnet (`smc_listen_prfx_check`, else `DIFFPREFIX`).
 //!   Accept and Confirm are then the 68-byte v1 messages; the link runs over the RoCE v1
-//!   devices, with the same LLC (CONFIRM_LINK, ADD_LINK, CONFIRM_RKEY, ... are the v1
-//!   messages in both versions here). The v1 side of an endpoint is a second `Ep` with its
+//!   devices, with the v1 LLC (44-byte messages, types 0x01..0x09, ADD_LINK_CONT for the
+//!   rkeys of a new link). The v1 side of an endpoint is a second `Ep` with its
 //!   own port and groups: a v1 group and a v2 group are never the same (`smcr_lgr_match`
 //!   compares the version), and a v1 group has the kernel's v1 limits (255 connections, 2
 //!   links) and one port (no second v1 port yet).
@@ -61,7 +68,9 @@ use crate::layout::status::{
 };
 use crate::settings::Settings;
 use crate::sys::core_now;
-use crate::transport::smcr::{Binding, ConnTable, PeerRmb, RECV_BUF, RoceLink, SmcrLink};
+use crate::transport::smcr::{
+    Binding, ConnTable, PeerRmb, RECV_BUF, RoceLink, SmcrLink, V2_REGION,
+};
 use smc_core::close::SmcState;
 use smc_core::conn::Config;
 use smc_core::handshake::decide::Refusal;
@@ -440,6 +449,8 @@ struct NewQp {
     scq: Arc<<SoftDevice as Device>::Cq>,
     rcq: Arc<<SoftDevice as Device>::Cq>,
     recv: SoftMr,
+    /// SMC-Rv2: the receive spill and send buffer of long LLC messages.
+    v2: Option<SoftMr>,
     psn: u32,
     /// The endpoint's port it is on.
     port: usize,
@@ -937,6 +948,7 @@ impl Ep {
             .ports
             .get(port)
             .ok_or_else(|| io::Error::other("no such port"))?;
+        let v2 = self.version >= SMC_V2;
         let scq = p.dev.create_cq(1024).map_err(e)?;
         let rcq = p.dev.create_cq(1024).map_err(e)?;
         let qp = p
@@ -950,7 +962,8 @@ impl Ep {
                         max_send_wr: send_wrs,
                         max_recv_wr: recv_wrs,
                         max_send_sge: 2,
-                        max_recv_sge: 1,
+                        // SMC-Rv2 receives scatter over two entries (`smc_ib_create_queue_pair`).
+                        max_recv_sge: if v2 { 2 } else { 1 },
                         max_inline_data: 64,
                     },
                     sq_sig_all: false,
@@ -965,11 +978,21 @@ impl Ep {
                 Access::LOCAL_WRITE,
             )
             .map_err(e)?;
+        let v2 = if v2 {
+            Some(
+                p.dev
+                    .reg_mr(p.pd, Memory::new(V2_REGION)?, Access::LOCAL_WRITE)
+                    .map_err(e)?,
+            )
+        } else {
+            None
+        };
         Ok(NewQp {
             qp,
             scq,
             rcq,
             recv,
+            v2,
             psn: random_u32() & 0x00ff_ffff,
             port,
             recv_wrs,
@@ -991,7 +1014,7 @@ impl Ep {
         };
         bring_up(&q.qp, &path, peer.qpn, Gid(peer.gid), peer.psn, q.psn)
             .map_err(io::Error::other)?;
-        RoceLink::start_in(q.qp, q.scq, q.rcq, q.recv, table.clone(), q.recv_wrs)
+        RoceLink::start_in(q.qp, q.scq, q.rcq, q.recv, table.clone(), q.recv_wrs, q.v2)
     }
 
     /// The settings now: the namespace's sysctls with smcd, else the configuration's.
@@ -1179,11 +1202,20 @@ impl Ep {
         lock(&self.groups).retain(|x| !Arc::ptr_eq(x, g));
     }
 
-    /// The group's LLC settings, with the `max_links` the CLC negotiated.
-    fn llc_config(&self, lgr_id: u32, max_links: u8) -> LlcConfig {
+    /// The group's LLC settings, with the `max_links` the CLC negotiated. A v2 group speaks
+    /// the v2 LLC (`lgr->smc_version`); its CONFIRM_LINK announces `max_conns` when the peer
+    /// is at release 1 or later (SMC-Rv2.1), as `smc_llc_send_confirm_link` does. The peers
+    /// always reach each other directly (no gateway), so the ADD_LINK extension says
+    /// `v2_direct`.
+    fn llc_config(&self, lgr_id: u32, max_links: u8, peer: &SmcrPeer, max_conns: u8) -> LlcConfig {
+        let v2 = self.version >= SMC_V2 && peer.version >= SMC_V2;
+        let release = peer.fce.map_or(0, |f| f.release);
         LlcConfig {
             max_links: max_links.clamp(1, self.smcr_caps().max_links),
             testlink_time: self.settings().smcr_testlink_time,
+            v2,
+            max_conns: if v2 && release >= 1 { max_conns } else { 0 },
+            v2_direct: true,
             ..LlcConfig::new(lgr_id, self.ports.iter().map(|p| p.local).collect())
         }
     }
@@ -1343,8 +1375,6 @@ impl Ep {
         } else {
             peer.fce.and_then(|f| f.v2x).map_or(1, |x| x.max_links)
         };
-        let llc = Llc::client(self.llc_config(lgr_id, max_links), core_now(), first);
-        let slot = Slot::first(self, link, (qpn, psn), peer.qpn);
         let max_conns = if peer.version < SMC_V2 {
             MAX_CONNS_PER_LGR
         } else {
@@ -1352,6 +1382,9 @@ impl Ep {
                 .and_then(|f| f.v2x)
                 .map_or(self.smcr_caps().max_conns, |x| x.max_conns)
         };
+        let cfg = self.llc_config(lgr_id, max_links, &peer, max_conns);
+        let llc = Llc::client(cfg, core_now(), first);
+        let slot = Slot::first(self, link, (qpn, psn), peer.qpn);
         let group = Group::start(
             self,
             lgr_id,
@@ -1521,7 +1554,8 @@ impl Ep {
         };
         let resv = Reservation::new(&link, bufs.token);
         // Sends CONFIRM_LINK at once (and ADD_LINK after it when both have a second port).
-        let llc = Llc::server(self.llc_config(lgr_id, info.max_links), core_now(), first);
+        let cfg = self.llc_config(lgr_id, info.max_links, &peer, info.max_conns);
+        let llc = Llc::server(cfg, core_now(), first);
         let slot = Slot::first(self, link, (qpn, psn), peer.qpn);
         let group = Group::start(
             self,
@@ -1810,7 +1844,14 @@ impl Group {
             if let Some(g) = w.upgrade() {
                 let mut sh = lock(&g.sh);
                 let now = core_now();
-                let _ = sh.llc.handle_message(now, idx, bytes);
+                let r = sh.llc.handle_message(now, idx, bytes);
+                tracing::debug!(
+                    lgr = g.lgr_id,
+                    link = idx.index(),
+                    llc_type = bytes.first().copied().unwrap_or(0),
+                    len = bytes.len(),
+                    "LLC received: {r:?}"
+                );
                 g.run(&mut sh, now);
             }
         }));
@@ -1897,6 +1938,12 @@ impl Group {
                     let ok = self
                         .slot(link)
                         .is_some_and(|s| s.link.send_llc(&msg.to_bytes()).is_ok());
+                    tracing::debug!(
+                        lgr = self.lgr_id,
+                        link = link.index(),
+                        ok,
+                        "LLC sent: {msg:?}"
+                    );
                     sh.llc.send_done(now, id, ok);
                 }
                 // The QP went to RTS when it was brought up (the soft device needs no wait

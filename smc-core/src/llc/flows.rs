@@ -95,6 +95,8 @@ pub(super) struct SrvAdd {
     /// A REQUEST_ADD_LINK that started the flow, answered if no ADD_LINK went out.
     req: Option<(LinkIdx, LlcMessage)>,
     add_sent: bool,
+    /// v2: the client's rkeys from its ADD_LINK response, applied once the link is ready.
+    peer_rkeys: Vec<AddLinkContRkey>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +120,8 @@ pub(super) struct CliAdd {
     stage: CliAddStage,
     rkx: RkeyExchange,
     first_contact: bool,
+    /// v2: the server's rkeys from its ADD_LINK request's extension.
+    peer_rkeys: Vec<AddLinkContRkey>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -464,7 +468,7 @@ impl Llc {
         let Some(l) = self.link(link) else {
             return self.first_contact_failed(now, FirstContactError::LinkFailed);
         };
-        let msg = msgs::confirm_link(l, false, self.cfg.max_links);
+        let msg = msgs::confirm_link(l, false, self.cfg.max_links, self.announced_max_conns());
         match self.send(link, msg) {
             Some(id) => Next::Wait(
                 Kind::SrvFirst { link },
@@ -542,9 +546,13 @@ impl Llc {
                     stage: CliFirstStage::Rts,
                 })
             }
-            (CliFirstStage::AwaitAddLink, LlcMessage::AddLink(a)) => {
-                self.cli_add_start(now, link, a, true)
-            }
+            (
+                CliFirstStage::AwaitAddLink,
+                ref m @ (LlcMessage::AddLink(_) | LlcMessage::AddLinkV2(_)),
+            ) => match msgs::add_link_parts(m) {
+                Some((a, rkeys)) => self.cli_add_start(now, link, a, rkeys, true),
+                None => self.flow_fail(now, Kind::CliFirst { link, stage }),
+            },
             (stage, _) => self.flow_fail(now, Kind::CliFirst { link, stage }),
         }
     }
@@ -554,11 +562,12 @@ impl Llc {
             return self.first_contact_failed(now, FirstContactError::LinkFailed);
         }
         let max_links = self.cfg.max_links;
+        let max_conns = self.announced_max_conns();
         let Some(l) = self.link_mut(link) else {
             return self.first_contact_failed(now, FirstContactError::LinkFailed);
         };
         l.rts = true;
-        let msg = msgs::confirm_link(l, true, max_links);
+        let msg = msgs::confirm_link(l, true, max_links, max_conns);
         if self.send(link, msg).is_none() {
             return self.first_contact_failed(now, FirstContactError::LinkFailed);
         }
@@ -619,6 +628,7 @@ impl Llc {
             first_contact,
             req,
             add_sent: false,
+            peer_rkeys: Vec::new(),
         }))
     }
 
@@ -671,10 +681,9 @@ impl Llc {
         match (st.stage, r) {
             (SrvAddStage::Create, StepResult::Created(Ok(c))) => {
                 self.record_created(st.new, &c);
-                let Some(l) = self.link(st.new) else {
+                let Some(msg) = self.add_link_msg(st.link, st.new, false) else {
                     return self.srv_add_abandon(now, st);
                 };
-                let msg = msgs::add_link(l, false);
                 match self.send(st.link, msg) {
                     Some(id) => {
                         st.add_sent = true;
@@ -694,6 +703,12 @@ impl Llc {
             (SrvAddStage::Ready, StepResult::Ready(true)) => {
                 if let Some(l) = self.link_mut(st.new) {
                     l.rts = true;
+                }
+                if self.cfg.v2 {
+                    // The rkeys came with the ADD_LINK response: no ADD_LINK_CONT.
+                    let rkeys = core::mem::take(&mut st.peer_rkeys);
+                    self.save_add_link_rkeys(st.link, st.new, &rkeys);
+                    return self.srv_conf_link(now, st);
                 }
                 st.rkx = RkeyExchange::new(self.rkey_pairs(st.link, st.new));
                 self.srv_send_cont(now, st)
@@ -722,19 +737,23 @@ impl Llc {
 
     fn srv_add_msg(&mut self, now: Instant, mut st: SrvAdd, msg: LlcMessage) -> Next {
         match (st.stage, msg) {
-            (SrvAddStage::AwaitResp, LlcMessage::AddLink(a)) => {
+            (
+                SrvAddStage::AwaitResp,
+                ref m @ (LlcMessage::AddLink(_) | LlcMessage::AddLinkV2(_)),
+            ) => {
+                let Some((a, rkeys)) = msgs::add_link_parts(m) else {
+                    return self.srv_add_abandon(now, st);
+                };
                 if a.flags.add_link_reject() || !valid_mtu(a.qp_mtu) {
                     return self.srv_add_abandon(now, st);
                 }
                 let Some(old_peer) = self.link(st.link).and_then(|l| l.peer) else {
                     return self.srv_add_abandon(now, st);
                 };
-                if self.lgr_type == LgrType::Single
-                    && a.gid == old_peer.gid
-                    && a.mac == old_peer.mac
-                {
+                if self.lgr_type == LgrType::Single && self.same_peer_port(&old_peer, &a) {
                     st.new_t = LgrType::AsymmetricPeer;
                 }
+                st.peer_rkeys = rkeys.unwrap_or_default();
                 let peer = PeerQp {
                     qpn: a.qpn,
                     gid: a.gid,
@@ -766,20 +785,7 @@ impl Llc {
                 if st.rkx.more() {
                     return self.srv_send_cont(now, st);
                 }
-                let Some(l) = self.link(st.new) else {
-                    return self.srv_add_abandon(now, st);
-                };
-                // CONFIRM_LINK goes over the new link; the wait is bound to the old one.
-                let msg = msgs::confirm_link(l, false, self.cfg.max_links);
-                match self.send(st.new, msg) {
-                    Some(id) => {
-                        st.stage = SrvAddStage::Confirm;
-                        let w =
-                            self.wait(now, None, self.cfg.wait_first_time, Some(st.link), Some(id));
-                        Next::Wait(Kind::SrvAdd(st), w)
-                    }
-                    None => self.srv_add_abandon(now, st),
-                }
+                self.srv_conf_link(now, st)
             }
             (SrvAddStage::Confirm, LlcMessage::ConfirmLink(c)) => {
                 if let Some(l) = self.link_mut(st.new) {
@@ -800,6 +806,58 @@ impl Llc {
             }
             _ => self.srv_add_abandon(now, st),
         }
+    }
+
+    /// `smc_llc_srv_conf_link`: CONFIRM_LINK goes over the new link; the wait is bound to
+    /// the old one.
+    fn srv_conf_link(&mut self, now: Instant, mut st: SrvAdd) -> Next {
+        let Some(l) = self.link(st.new) else {
+            return self.srv_add_abandon(now, st);
+        };
+        let msg = msgs::confirm_link(l, false, self.cfg.max_links, self.announced_max_conns());
+        match self.send(st.new, msg) {
+            Some(id) => {
+                st.stage = SrvAddStage::Confirm;
+                let w = self.wait(now, None, self.cfg.wait_first_time, Some(st.link), Some(id));
+                Next::Wait(Kind::SrvAdd(st), w)
+            }
+            None => self.srv_add_abandon(now, st),
+        }
+    }
+
+    /// `smc_llc_save_add_link_rkeys`: the peer's RMBs on the new link, from its ADD_LINK v2
+    /// extension (the kernel reads at most 255).
+    fn save_add_link_rkeys(&mut self, old: LinkIdx, new: LinkIdx, rkeys: &[AddLinkContRkey]) {
+        for rt in rkeys.iter().take(SMC_RMBS_PER_LGR_MAX) {
+            let key = RmbKey {
+                rkey: rt.rkey_new,
+                vaddr: rt.vaddr_new,
+            };
+            self.rtoken_set(old, new, rt.rkey, key);
+        }
+    }
+
+    /// The ADD_LINK a side sends for its new link: in a v2 group with the extension holding
+    /// all its RMBs' keys (`smc_llc_fill_ext_v2`).
+    fn add_link_msg(&self, old: LinkIdx, new: LinkIdx, resp: bool) -> Option<LlcMessage> {
+        let l = self.link(new)?;
+        Some(if self.cfg.v2 {
+            msgs::add_link_v2(l, resp, self.cfg.v2_direct, self.rkey_pairs(old, new))
+        } else {
+            msgs::add_link(l, resp)
+        })
+    }
+
+    /// `max_conns` of CONFIRM_LINK: only a v2 group announces one.
+    fn announced_max_conns(&self) -> u8 {
+        if self.cfg.v2 { self.cfg.max_conns } else { 0 }
+    }
+
+    /// The peer's ADD_LINK names the GID (and, in a v1 group, the MAC) of the link we have:
+    /// the peer has no second device (`smc_llc_srv_add_link` / `smc_llc_cli_add_link`; a v2
+    /// group compares the GID only).
+    fn same_peer_port(&self, peer: &PeerQp, a: &AddLink) -> bool {
+        a.gid == peer.gid && (self.cfg.v2 || a.mac == peer.mac)
     }
 
     fn srv_add_fail(&mut self, now: Instant, st: SrvAdd) -> Next {
@@ -858,6 +916,7 @@ impl Llc {
         now: Instant,
         link: LinkIdx,
         a: AddLink,
+        peer_rkeys: Option<Vec<AddLinkContRkey>>,
         first_contact: bool,
     ) -> Next {
         if !valid_mtu(a.qp_mtu) {
@@ -869,7 +928,7 @@ impl Llc {
         let (old_port, old_peer) = (old.port, old.peer);
         let alt = self.find_alt_port(old_port.dev);
         let mut new_t = LgrType::Symmetric;
-        if old_peer.is_some_and(|p| p.gid == a.gid && p.mac == a.mac) {
+        if old_peer.is_some_and(|p| self.same_peer_port(&p, &a)) {
             // The server uses the same device again: only an alternate device of ours can
             // make a second path.
             if alt.is_none() {
@@ -915,6 +974,7 @@ impl Llc {
             stage: CliAddStage::Create,
             rkx: RkeyExchange::default(),
             first_contact,
+            peer_rkeys: peer_rkeys.unwrap_or_default(),
         }))
     }
 
@@ -968,13 +1028,21 @@ impl Llc {
                 Next::Driver(Kind::CliAdd(st))
             }
             (CliAddStage::Ready, StepResult::Ready(true)) => {
-                let Some(l) = self.link(st.new) else {
+                let Some(msg) = self.add_link_msg(st.link, st.new, true) else {
                     return self.cli_add_abandon(now, st);
                 };
-                let msg = msgs::add_link(l, true);
                 let Some(id) = self.send(st.link, msg) else {
                     return self.cli_add_abandon(now, st);
                 };
+                if self.cfg.v2 {
+                    // Both sides' rkeys travelled in the ADD_LINK pair: no ADD_LINK_CONT;
+                    // "receive CONFIRM LINK request over RoCE fabric".
+                    let rkeys = core::mem::take(&mut st.peer_rkeys);
+                    self.save_add_link_rkeys(st.link, st.new, &rkeys);
+                    st.stage = CliAddStage::Confirm;
+                    let w = self.wait(now, None, self.cfg.wait_first_time, None, Some(id));
+                    return Next::Wait(Kind::CliAdd(st), w);
+                }
                 st.rkx = RkeyExchange::new(self.rkey_pairs(st.link, st.new));
                 st.stage = CliAddStage::Rkey;
                 let w = self.wait(
@@ -988,11 +1056,12 @@ impl Llc {
             }
             (CliAddStage::Activate, StepResult::Ready(true)) => {
                 let max_links = self.cfg.max_links;
+                let max_conns = self.announced_max_conns();
                 let Some(l) = self.link_mut(st.new) else {
                     return self.cli_add_abandon(now, st);
                 };
                 l.rts = true;
-                let msg = msgs::confirm_link(l, true, max_links);
+                let msg = msgs::confirm_link(l, true, max_links, max_conns);
                 if self.send(st.new, msg).is_none() {
                     return self.cli_add_lost(now, st);
                 }
@@ -1068,6 +1137,23 @@ impl Llc {
         let Some(port) = self.find_alt_port(dev) else {
             return;
         };
+        if self.cfg.v2 {
+            // smc_llc_send_request_add_link: the GIDs we could use, ours on this link first;
+            // sent only with two or more.
+            let Some(own) = self.link(via).map(|l| l.port.gid) else {
+                return;
+            };
+            let mut gids = alloc::vec![own];
+            for p in &self.cfg.ports {
+                if p.dev != dev && !gids.contains(&p.gid) && gids.len() < 255 {
+                    gids.push(p.gid);
+                }
+            }
+            if gids.len() > 1 {
+                let _ = self.send(via, msgs::req_add_link(gids));
+            }
+            return;
+        }
         let _ = self.send(via, msgs::add_link_invite(&port));
     }
 
@@ -1283,6 +1369,11 @@ impl Llc {
             LlcMessage::DeleteRkey(d) if d.flags.rkey_negative() => Err(RkeyError::Negative {
                 retry: false,
                 err_mask: d.err_mask,
+            }),
+            // v2: the count of rkeys the peer did not know, where v1 has the mask.
+            LlcMessage::DeleteRkeyV2(d) if d.flags.rkey_negative() => Err(RkeyError::Negative {
+                retry: false,
+                err_mask: d.num_inval_rkeys,
             }),
             _ => Ok(()),
         };

@@ -25,7 +25,9 @@
 //!   response (flags 0x83), then wait [`SMC_LLC_WAIT_TIME`] for the server's ADD_LINK;
 //! * ADD_LINK as server (`smc_llc_srv_add_link`) and client (`smc_llc_cli_add_link`, with the
 //!   reject 0x40 / reason 1 and the client's "invite"), the ADD_LINK_CONT rkey exchange of at
-//!   most two rkeys a message until both sides are done, CONFIRM_LINK over the new link, the
+//!   most two rkeys a message until both sides are done (v1 groups; in an SMC-Rv2 group
+//!   each side's ADD_LINK carries all its rkeys in the v2 extension, see
+//!   [`LlcConfig::v2`]), CONFIRM_LINK over the new link, the
 //!   symmetric/asymmetric decision and, on the server, the deletion of a link no longer needed
 //!   (reason NO_ASYM_NEEDED);
 //! * DELETE_LINK (`smc_llc_process_{srv,cli}_delete_link`), one link or ALL;
@@ -54,7 +56,7 @@
 //!
 //! | action | the driver |
 //! |---|---|
-//! | [`LlcAction::Send`] | posts the 44-byte SEND on that link's QP; reports [`Llc::send_done`] |
+//! | [`LlcAction::Send`] | posts the SEND (44 bytes; a v2 ADD_LINK or REQUEST_ADD_LINK may be up to 8192) on that link's QP; reports [`Llc::send_done`] |
 //! | [`LlcAction::CreateLink`] | creates PD, QP (to INIT) and WR buffers on the port, maps the named RMBs; answers [`Llc::link_created`] with QPN, PSN and each RMB's key |
 //! | [`LlcAction::ReadyLink`] | QP to RTR with the peer's QPN/GID/MAC/PSN/MTU, posts the receives, to RTS if asked, registers the RMBs if asked; answers [`Llc::link_ready`] |
 //! | [`LlcAction::RtsAndRegister`] | client: QP to RTS, registers the RMBs; answers [`Llc::link_ready`] |
@@ -100,8 +102,8 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 use smc_proto::llc::{
-    AddLink, ConfirmRkey, DeleteLink, DeleteLinkReason, DeleteRkey, LLC_LEN, LlcError, LlcFlags,
-    LlcMessage, LlcType, ReqAddLink,
+    AddLink, ConfirmRkey, DeleteLink, DeleteLinkReason, DeleteRkey, DeleteRkeyV2, LLC_LEN,
+    LlcError, LlcFlags, LlcMessage, LlcType, ReqAddLink,
 };
 
 use flows::{Flow, Next, StepResult};
@@ -396,6 +398,17 @@ pub struct LlcConfig {
     pub clnt_confirm_link_timeout: Duration,
     /// How long a local RKEY request waits for the flow (`SMC_LLC_WAIT_TIME * 10`).
     pub flow_initiate_wait: Duration,
+    /// An SMC-Rv2 link group (`lgr->smc_version == SMC_V2`): every message goes out in its v2
+    /// form (`smc_llc_init_msg_hdr`), ADD_LINK carries all rkeys of the new link in its
+    /// extension (no ADD_LINK_CONT), DELETE_RKEY answers with a count of invalid rkeys, and a
+    /// client asks for a second link with REQUEST_ADD_LINK.
+    pub v2: bool,
+    /// `max_conns` announced in CONFIRM_LINK: 0, or the negotiated value in an SMC-Rv2.1
+    /// group (`lgr->max_conns` when the peer's release is 1 or later).
+    pub max_conns: u8,
+    /// `v2_direct` of the ADD_LINK v2 extension: no gateway between the peers
+    /// (`!lgr->uses_gateway`).
+    pub v2_direct: bool,
 }
 
 impl LlcConfig {
@@ -411,6 +424,9 @@ impl LlcConfig {
             srv_confirm_link_timeout: SMC_LLC_WAIT_TIME,
             clnt_confirm_link_timeout: SMC_LLC_WAIT_TIME * 2,
             flow_initiate_wait: SMC_LLC_FLOW_INITIATE_WAIT,
+            v2: false,
+            max_conns: 0,
+            v2_direct: true,
         }
     }
 }
@@ -536,7 +552,8 @@ impl TermReason {
 /// What the driver must do. Carry them out in the order they come.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LlcAction {
-    /// Post `msg` as a 44-byte SEND on link `link` (`LlcMessage::to_bytes`). Report its
+    /// Post `msg` as a SEND on link `link` (`LlcMessage::to_bytes`: 44 bytes, or more for a
+    /// v2 ADD_LINK with its rkeys or a REQUEST_ADD_LINK; at most 8192). Report its
     /// completion with [`Llc::send_done`] (a failed post counts as a failed completion).
     Send {
         /// The link.
@@ -989,11 +1006,17 @@ impl Llc {
             Err(
                 e @ (LlcError::Truncated { .. }
                 | LlcError::BadLength { .. }
-                | LlcError::V2LengthTooShort { .. }),
+                | LlcError::V2LengthTooShort { .. }
+                | LlcError::V2LengthTooLong { .. }),
             ) => return Ok(Received::Dropped(DropReason::Malformed(e))),
             Err(LlcError::CdcMessage) => return Err(InputError::NotLlc),
-            // A body that does not fit its own count (REQUEST_ADD_LINK's GID list).
-            Err(LlcError::GidCountTooLarge { .. }) => {
+            // A body that does not fit its own count (REQUEST_ADD_LINK's GID list, the rkeys
+            // of an ADD_LINK v2 extension or a DELETE_RKEY v2) or an extension cut short.
+            Err(
+                LlcError::GidCountTooLarge { .. }
+                | LlcError::RkeyCountTooLarge { .. }
+                | LlcError::ExtensionTruncated { .. },
+            ) => {
                 self.protocol_violation(now, bytes.first().copied().unwrap_or(0));
                 return Ok(Received::ProtocolViolation);
             }
@@ -1032,7 +1055,7 @@ impl Llc {
     }
 
     fn dispatch(&mut self, now: Instant, link: LinkIdx, msg: LlcMessage) -> Received {
-        let r = match normalize(msg) {
+        let r = match normalize(msg, self.cfg.v2) {
             Ok(msg) => {
                 // smc_llc_enqueue: responses are processed at once, requests queued as events
                 // (a REQUEST_ADD_LINK response too).
@@ -1370,7 +1393,7 @@ impl Llc {
                 Received::Handled
             }
             T_ADD_LINK => {
-                let LlcMessage::AddLink(a) = ev.msg else {
+                let Some((a, ext_rkeys)) = msgs::add_link_parts(&ev.msg) else {
                     return Received::Dropped(DropReason::Ignored);
                 };
                 match self.role {
@@ -1391,7 +1414,7 @@ impl Llc {
                         }
                     }
                     Role::Client if lcl == Some(FlowType::AddLink) && slot_free => {
-                        self.assign(now, ev.link, LlcMessage::AddLink(a));
+                        self.assign(now, ev.link, ev.msg);
                         Received::Handled
                     }
                     Role::Client => match self.flow_start(&ev) {
@@ -1399,7 +1422,7 @@ impl Llc {
                         None => {
                             let link = ev.link;
                             self.run_flow(now, FlowType::AddLink, None, |s| {
-                                s.cli_add_start(now, link, a, false)
+                                s.cli_add_start(now, link, a, ext_rkeys, false)
                             });
                             Received::Handled
                         }
@@ -1457,8 +1480,10 @@ impl Llc {
                 Received::Handled
             }
             T_DELETE_RKEY => {
-                if let LlcMessage::DeleteRkey(d) = ev.msg {
-                    self.rmt_delete_rkey(ev.link, d);
+                match ev.msg {
+                    LlcMessage::DeleteRkey(d) => self.rmt_delete_rkey(ev.link, d),
+                    LlcMessage::DeleteRkeyV2(d) => self.rmt_delete_rkey_v2(ev.link, d),
+                    _ => {}
                 }
                 Received::Handled
             }
@@ -1646,6 +1671,12 @@ impl Llc {
     }
 
     fn send_raw(&mut self, link: LinkIdx, msg: LlcMessage) -> SendId {
+        // smc_llc_init_msg_hdr: the group's version decides the header of every message.
+        let msg = if self.cfg.v2 {
+            msg.into_v2()
+        } else {
+            msg.into_v1()
+        };
         let id = SendId(self.next_send);
         self.next_send += 1;
         self.actions.push_back(LlcAction::Send { link, id, msg });
@@ -2040,6 +2071,28 @@ impl Llc {
         let _ = self.send(link, LlcMessage::DeleteRkey(resp));
     }
 
+    /// `smc_llc_rmt_delete_rkey` in a v2 group: up to 255 rkeys
+    /// (`SMC_LLC_RKEYS_PER_MSG_V2`); the response keeps the count, zeroes the rkeys and says
+    /// how many were unknown (`num_inval_rkeys`, with the negative flag when not zero).
+    fn rmt_delete_rkey_v2(&mut self, link: LinkIdx, d: DeleteRkeyV2) {
+        let mut inval = 0u8;
+        for rkey in &d.rkeys {
+            if !self.rtoken_delete(link, *rkey) {
+                inval = inval.saturating_add(1);
+            }
+        }
+        let mut flags = d.flags | LlcFlags::RESPONSE;
+        if inval != 0 {
+            flags |= LlcFlags::RKEY_NEGATIVE;
+        }
+        let resp = DeleteRkeyV2 {
+            flags,
+            num_inval_rkeys: inval,
+            rkeys: alloc::vec![0; d.rkeys.len()],
+        };
+        let _ = self.send(link, LlcMessage::DeleteRkeyV2(resp));
+    }
+
     /// Invariants a test may check after any input.
     #[cfg(test)]
     fn check_invariants(&self) -> Result<(), &'static str> {
@@ -2085,12 +2138,24 @@ impl Llc {
 }
 
 /// The LLC layer switches on the low nibble of byte 0 for v1 and v2 headers alike
-/// (`llc_type`), so a message the codec kept raw (a v2 type, the v1-header 0x05, or one built
-/// by hand) is read as its base type over the first 44 bytes. `Err(byte0)` is a type the
-/// switch has no case for.
-fn normalize(msg: LlcMessage) -> Result<LlcMessage, u8> {
-    let LlcMessage::Raw(raw) = msg else {
-        return Ok(msg);
+/// (`llc_type`). The flows see the v1 variants, except that a v2 group keeps what only the v2
+/// bodies hold: ADD_LINK as [`LlcMessage::AddLinkV2`] (its rkey extension) and DELETE_RKEY as
+/// [`LlcMessage::DeleteRkeyV2`] (up to 255 rkeys). A v1 group reads a v2 message over its
+/// first 44 bytes, as the kernel's v1 group does. A message the codec kept raw (the v1-header
+/// 0x05, or one built by hand) is read as its base type over the first 44 bytes.
+/// `Err(byte0)` is a type the switch has no case for.
+fn normalize(msg: LlcMessage, v2: bool) -> Result<LlcMessage, u8> {
+    let raw = match msg {
+        LlcMessage::Raw(raw) => raw,
+        m @ (LlcMessage::AddLink(_)
+        | LlcMessage::AddLinkV2(_)
+        | LlcMessage::DeleteRkey(_)
+        | LlcMessage::DeleteRkeyV2(_))
+            if v2 =>
+        {
+            return Ok(m.into_v2());
+        }
+        m => return Ok(m.into_v1()),
     };
     let b = raw.as_bytes();
     let ty = b.first().copied().unwrap_or(0);
@@ -2111,7 +2176,9 @@ fn normalize(msg: LlcMessage) -> Result<LlcMessage, u8> {
             if version == 2 {
                 v1[2] = 0; // the high byte of the v2 length
             }
-            LlcMessage::parse(&v1).map_err(|_| ty)
+            LlcMessage::parse(&v1)
+                .map(|m| if v2 { m.into_v2() } else { m })
+                .map_err(|_| ty)
         }
         _ => Err(ty),
     }

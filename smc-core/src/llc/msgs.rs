@@ -1,13 +1,16 @@
 //! The messages the flows send, filled as the kernel's `smc_llc_send_*` fill them.
 
 use super::{Link, LocalPort};
+use alloc::vec::Vec;
 use smc_proto::llc::{
-    AddLink, AddLinkCont, AddLinkContRkey, AddLinkRejectReason, ConfirmLink, ConfirmRkey,
-    DeleteLink, DeleteLinkReason, DeleteRkey, LlcFlags, LlcMessage, Rtoken, TestLink,
+    AddLink, AddLinkCont, AddLinkContRkey, AddLinkRejectReason, AddLinkV2, AddLinkV2Ext,
+    ConfirmLink, ConfirmRkey, DeleteLink, DeleteLinkReason, DeleteRkey, LlcFlags, LlcMessage,
+    ReqAddLink, Rtoken, TestLink,
 };
 
-/// `smc_llc_send_confirm_link`: flags 0x03 (no RMBE eyecatchers), 0x83 as a response.
-pub(super) fn confirm_link(link: &Link, resp: bool, max_links: u8) -> LlcMessage {
+/// `smc_llc_send_confirm_link`: flags 0x03 (no RMBE eyecatchers), 0x83 as a response;
+/// `max_conns` is 0 unless an SMC-Rv2.1 group negotiated it.
+pub(super) fn confirm_link(link: &Link, resp: bool, max_links: u8, max_conns: u8) -> LlcMessage {
     let mut flags = LlcFlags::NO_RMBE_EYECATCHER;
     if resp {
         flags |= LlcFlags::RESPONSE;
@@ -20,7 +23,7 @@ pub(super) fn confirm_link(link: &Link, resp: bool, max_links: u8) -> LlcMessage
         link_num: link.link_id,
         link_uid: link.link_uid,
         max_links,
-        max_conns: 0,
+        max_conns,
     })
 }
 
@@ -45,6 +48,46 @@ pub(super) fn add_link(new: &Link, resp: bool) -> LlcMessage {
         qp_mtu,
         initial_psn: new.psn,
     })
+}
+
+/// `smc_llc_send_add_link` in a v2 group: the base message and the extension with the new
+/// link's GID and, for each RMB, its rkey on the old link and its rkey and address on the new
+/// one (`smc_llc_fill_ext_v2`).
+pub(super) fn add_link_v2(
+    new: &Link,
+    resp: bool,
+    v2_direct: bool,
+    rkeys: Vec<AddLinkContRkey>,
+) -> LlcMessage {
+    let LlcMessage::AddLink(link) = add_link(new, resp) else {
+        unreachable!("add_link builds an ADD_LINK")
+    };
+    LlcMessage::AddLinkV2(AddLinkV2 {
+        link,
+        ext: Some(AddLinkV2Ext {
+            v2_direct,
+            client_target_gid: new.port.gid,
+            rkeys,
+        }),
+    })
+}
+
+/// `smc_llc_send_request_add_link`: the GIDs the client could use for a new link, its
+/// current one first.
+pub(super) fn req_add_link(gids: Vec<[u8; 16]>) -> LlcMessage {
+    LlcMessage::ReqAddLink(ReqAddLink {
+        flags: LlcFlags::EMPTY,
+        gids,
+    })
+}
+
+/// An ADD_LINK's base message and, for a v2 ADD_LINK with the extension, its rkeys.
+pub(super) fn add_link_parts(msg: &LlcMessage) -> Option<(AddLink, Option<Vec<AddLinkContRkey>>)> {
+    match msg {
+        LlcMessage::AddLink(a) => Some((*a, None)),
+        LlcMessage::AddLinkV2(a) => Some((a.link, a.ext.as_ref().map(|e| e.rkeys.clone()))),
+        _ => None,
+    }
 }
 
 /// The client's invite (`smc_llc_cli_add_link_invite`): a request naming only the alternate
@@ -196,6 +239,30 @@ pub(super) fn with_response(msg: LlcMessage) -> LlcMessage {
         LlcMessage::DeleteRkey(mut m) => {
             m.flags |= r;
             LlcMessage::DeleteRkey(m)
+        }
+        LlcMessage::ConfirmLinkV2(mut m) => {
+            m.flags |= r;
+            LlcMessage::ConfirmLinkV2(m)
+        }
+        LlcMessage::AddLinkV2(mut m) => {
+            m.link.flags |= r;
+            LlcMessage::AddLinkV2(m)
+        }
+        LlcMessage::DeleteLinkV2(mut m) => {
+            m.flags |= r;
+            LlcMessage::DeleteLinkV2(m)
+        }
+        LlcMessage::ConfirmRkeyV2(mut m) => {
+            m.flags |= r;
+            LlcMessage::ConfirmRkeyV2(m)
+        }
+        LlcMessage::TestLinkV2(mut m) => {
+            m.flags |= r;
+            LlcMessage::TestLinkV2(m)
+        }
+        LlcMessage::DeleteRkeyV2(mut m) => {
+            m.flags |= r;
+            LlcMessage::DeleteRkeyV2(m)
         }
         other @ LlcMessage::Raw(_) => other,
     }

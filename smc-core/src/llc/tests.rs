@@ -6,7 +6,7 @@
 use super::*;
 use alloc::vec;
 use proptest::prelude::*;
-use smc_proto::llc::{AddLinkCont, AddLinkRejectReason, TestLink};
+use smc_proto::llc::{AddLinkCont, AddLinkRejectReason, DeleteRkeyV2, TestLink};
 use std::collections::VecDeque;
 
 const S: Duration = Duration::from_secs(1);
@@ -1611,6 +1611,213 @@ fn v2_headers_are_read_by_their_base_type() {
     assert_eq!(p.srv.llc.lgr_type(), LgrType::Single);
 }
 
+// ---------------------------------------------------------------- SMC-Rv2 groups
+
+fn v2(cfg: &mut LlcConfig, _server: bool) {
+    cfg.v2 = true;
+    cfg.max_conns = 255;
+}
+
+/// Every message of a v2 group goes out in its v2 form; no ADD_LINK_CONT.
+fn all_v2(side: &Side) {
+    for m in side.msgs() {
+        assert_eq!(m.version(), 2, "{m:?}");
+        let b = m.to_bytes();
+        assert_eq!(usize::from(u16::from_ne_bytes([b[1], b[2]])), b.len());
+    }
+}
+
+#[test]
+fn v2_group_exchanges_rkeys_in_add_link_and_sends_only_v2_types() {
+    let mut p = Pair::with(vec![sp(1)], vec![cp(1)], v2);
+    p.run(MS);
+    assert_eq!(p.srv.llc.lgr_type(), LgrType::Single);
+    // CONFIRM_LINK 0x21 with max_links and the negotiated max_conns, both directions.
+    for (side, flags) in [(&p.srv, 0x03), (&p.cli, 0x83)] {
+        let c = side
+            .msgs()
+            .find_map(|m| match m {
+                LlcMessage::ConfirmLinkV2(c) => Some(*c),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!((c.flags.bits(), c.max_links, c.max_conns), (flags, 2, 255));
+    }
+    // The server's asymmetric attempt carried its rkey in the extension; the client (one
+    // device) rejected it with the request sent back as 44 bytes.
+    let req = p
+        .srv
+        .msgs()
+        .find_map(|m| match m {
+            LlcMessage::AddLinkV2(a) => Some(a.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let ext = req.ext.clone().unwrap();
+    assert_eq!(ext.client_target_gid, sp(1).gid);
+    assert!(ext.v2_direct);
+    assert_eq!(ext.rkeys.len(), 1);
+    let rej = p
+        .cli
+        .msgs()
+        .find_map(|m| match m {
+            LlcMessage::AddLinkV2(a) => Some(a.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((rej.link.flags.bits(), rej.ext.is_none()), (0xc0, true));
+    assert_eq!(LlcMessage::AddLinkV2(rej).buffer_len(), LLC_LEN);
+
+    for r in 2..=5 {
+        let now = p.now;
+        p.srv.llc.register_rmb(now, RmbId(r), LinkIdx::FIRST);
+        p.cli.llc.register_rmb(now, RmbId(r), LinkIdx::FIRST);
+        p.run(MS);
+    }
+    assert_eq!(p.srv.llc.rtoken_count(), 5);
+    assert_eq!(p.cli.llc.rtoken_count(), 5);
+
+    p.srv.llc.set_ports(vec![sp(1), sp(2)]);
+    p.cli.llc.set_ports(vec![cp(1), cp(2)]);
+    let before = (p.srv.sent.len(), p.cli.sent.len());
+    let now = p.now;
+    p.srv.llc.add_link(now);
+    p.run(MS);
+    for side in [&p.srv, &p.cli] {
+        assert_eq!(side.llc.lgr_type(), LgrType::Symmetric);
+        assert_eq!(side.active(), [li(0), li(1)]);
+        assert_eq!(side.count(is_cont), 0, "no ADD_LINK_CONT in a v2 group");
+    }
+    let new_c = p.cli_of(li(1)).unwrap();
+    let add = |side: &Side, from: usize| {
+        side.sent[from..]
+            .iter()
+            .find_map(|(_, l, m)| match m {
+                LlcMessage::AddLinkV2(a) => Some((*l, a.clone())),
+                _ => None,
+            })
+            .unwrap()
+    };
+    // Request and response go over the old link, each with all five RMBs.
+    let (l, sreq) = add(&p.srv, before.0);
+    assert_eq!(l, li(0));
+    assert_eq!(sreq.link.flags.bits(), 0);
+    let ext = sreq.ext.unwrap();
+    assert_eq!(ext.client_target_gid, sp(2).gid);
+    assert_eq!(ext.rkeys.len(), 5);
+    for rt in &ext.rkeys {
+        let rmb = RmbId(rt.rkey & 0xffff);
+        assert_eq!(rt.rkey, key(SRV, li(0), rmb).rkey);
+        assert_eq!(
+            (rt.rkey_new, rt.vaddr_new),
+            (key(SRV, li(1), rmb).rkey, key(SRV, li(1), rmb).vaddr)
+        );
+    }
+    let (l, cresp) = add(&p.cli, before.1);
+    assert_eq!(l, li(0));
+    assert_eq!(cresp.link.flags.bits(), 0x80);
+    assert_eq!(cresp.ext.unwrap().rkeys.len(), 5);
+    // Every peer RMB is known on the new link, at the key the peer's driver gave it there.
+    for idx in 0..5u8 {
+        let old = p.srv.llc.rtoken(idx, li(0)).unwrap();
+        let rmb = RmbId(old.rkey & 0xffff);
+        assert_eq!(p.srv.llc.rtoken(idx, li(1)), Some(key(CLI, new_c, rmb)));
+        let old = p.cli.llc.rtoken(idx, li(0)).unwrap();
+        let rmb = RmbId(old.rkey & 0xffff);
+        assert_eq!(p.cli.llc.rtoken(idx, new_c), Some(key(SRV, li(1), rmb)));
+    }
+
+    // DELETE_RKEY v2: one rkey; the answer keeps the count and zeroes the key.
+    let now = p.now;
+    assert_eq!(p.cli.llc.unregister_rmb(now, RmbId(5)), Unregister::Pending);
+    p.run(MS);
+    assert!(p.cli.saw(|a| *a
+        == LlcAction::RkeyDeleted {
+            rmb: RmbId(5),
+            result: Ok(())
+        }));
+    let d = |side: &Side| {
+        side.msgs()
+            .find_map(|m| match m {
+                LlcMessage::DeleteRkeyV2(d) => Some(d.clone()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(d(&p.cli).rkeys, [key(CLI, li(0), RmbId(5)).rkey]);
+    assert_eq!(d(&p.srv).rkeys, [0]);
+    assert_eq!(
+        (d(&p.srv).flags.bits(), d(&p.srv).num_inval_rkeys),
+        (0x80, 0)
+    );
+    assert_eq!(p.srv.llc.rtoken_count(), 4);
+
+    // TEST_LINK v2 after 30 s idle, echoed.
+    p.run(31 * S);
+    assert!(p.srv.count(|m| matches!(m, LlcMessage::TestLinkV2(_))) >= 2);
+    all_v2(&p.srv);
+    all_v2(&p.cli);
+}
+
+#[test]
+fn v2_delete_rkey_of_unknown_keys_counts_them() {
+    let mut p = Pair::with(vec![sp(1)], vec![cp(1)], v2);
+    p.run(MS);
+    let now = p.now;
+    let req = LlcMessage::DeleteRkeyV2(DeleteRkeyV2 {
+        flags: LlcFlags::EMPTY,
+        num_inval_rkeys: 0,
+        rkeys: (100..120).collect(),
+    });
+    assert_eq!(
+        p.srv
+            .llc
+            .handle_message(now, LinkIdx::FIRST, &req.to_bytes()),
+        Ok(Received::Handled)
+    );
+    p.drain(true);
+    let (_, _, m) = p.srv.sent.last().unwrap();
+    let LlcMessage::DeleteRkeyV2(r) = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(
+        (r.flags.bits(), r.num_inval_rkeys, r.rkeys.len()),
+        (0xa0, 20, 20)
+    );
+    // Malformed v2 input: an rkey count beyond the length is a protocol violation of this
+    // group only.
+    let mut bad = req.to_bytes();
+    bad[4] = 200;
+    assert_eq!(
+        p.srv.llc.handle_message(now, LinkIdx::FIRST, &bad),
+        Ok(Received::ProtocolViolation)
+    );
+}
+
+#[test]
+fn v2_client_invites_with_request_add_link() {
+    // Server with two devices, client with one: asymmetric. The client gets a second device
+    // and asks with REQUEST_ADD_LINK listing its GIDs, its current one first.
+    let mut p = Pair::with(vec![sp(1), sp(2)], vec![cp(1)], v2);
+    p.run(MS);
+    assert_eq!(p.cli.llc.lgr_type(), LgrType::AsymmetricLocal);
+    p.cli.llc.set_ports(vec![cp(1), cp(2)]);
+    let now = p.now;
+    p.cli.llc.add_link(now);
+    p.run(MS);
+    let r = p
+        .cli
+        .msgs()
+        .find_map(|m| match m {
+            LlcMessage::ReqAddLink(r) => Some(r.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(r.gids, [cp(1).gid, cp(2).gid]);
+    all_v2(&p.srv);
+    all_v2(&p.cli);
+}
+
 // ---------------------------------------------------------------- driver failures
 
 #[test]
@@ -1683,18 +1890,24 @@ fn llc_bytes() -> impl Strategy<Value = Vec<u8>> {
         any::<u8>(),
     ];
     let body = proptest::collection::vec(prop_oneof![3 => 0u8..4, 1 => any::<u8>()], 40);
+    // A v2 message may be longer: an ADD_LINK extension, DELETE_RKEY keys, REQUEST_ADD_LINK
+    // GIDs (or a count that does not fit).
+    let tail = proptest::collection::vec(prop_oneof![3 => 0u8..4, 1 => any::<u8>()], 0..120);
     (
         ty,
         flags,
         body,
         prop_oneof![9 => Just(true), 1 => Just(false)],
+        tail,
     )
-        .prop_map(|(ty, flags, body, good)| {
+        .prop_map(|(ty, flags, body, good, tail)| {
             let mut b = vec![ty, LLC_LEN as u8, 0, flags];
-            if ty >> 4 != 0 {
-                b[1..3].copy_from_slice(&(LLC_LEN as u16).to_ne_bytes());
-            }
             b.extend_from_slice(&body);
+            if ty >> 4 != 0 {
+                b.extend_from_slice(&tail);
+                let len = b.len() as u16;
+                b[1..3].copy_from_slice(&len.to_ne_bytes());
+            }
             if !good {
                 b.truncate(usize::from(body[0]) % 44);
             }
@@ -1720,7 +1933,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn fuzz_machine(server: bool) -> Llc {
+fn fuzz_machine(server: bool, v2: bool) -> Llc {
     let ports = vec![port(SRV, 1), port(SRV, 2)];
     let peer = port(CLI, 1);
     let first = FirstLink {
@@ -1738,7 +1951,8 @@ fn fuzz_machine(server: bool) -> Llc {
         rmb_key: key(SRV, LinkIdx::FIRST, RmbId(1)),
         peer_rmb: key(CLI, LinkIdx::FIRST, RmbId(1)),
     };
-    let cfg = LlcConfig::new(SRV_LGR, ports);
+    let mut cfg = LlcConfig::new(SRV_LGR, ports);
+    cfg.v2 = v2;
     if server {
         Llc::server(cfg, Instant::ZERO, first)
     } else {
@@ -1801,9 +2015,10 @@ proptest! {
     #[test]
     fn arbitrary_input_never_breaks_the_machine(
         server in any::<bool>(),
+        v2 in any::<bool>(),
         ops in proptest::collection::vec(op(), 0..120),
     ) {
-        let mut llc = fuzz_machine(server);
+        let mut llc = fuzz_machine(server, v2);
         let mut now = Instant::ZERO;
         let mut seen_term = false;
         for op in ops {
@@ -1836,13 +2051,14 @@ proptest! {
     /// left running.
     #[test]
     fn lossy_pairs_converge(
+        v2 in any::<bool>(),
         srv_two in any::<bool>(),
         cli_two in any::<bool>(),
         steps in proptest::collection::vec((0u8..7, 0u32..8_000, any::<u16>(), any::<u16>()), 0..10),
     ) {
         let sp_ = if srv_two { vec![sp(1), sp(2)] } else { vec![sp(1)] };
         let cp_ = if cli_two { vec![cp(1), cp(2)] } else { vec![cp(1)] };
-        let mut p = Pair::new(sp_, cp_);
+        let mut p = Pair::with(sp_, cp_, |c, _| c.v2 = v2);
         p.run(MS);
         for (what, ms, sm, cm) in steps {
             // Lose one or two message types at a time (bits 1..=9 are the LLC types).

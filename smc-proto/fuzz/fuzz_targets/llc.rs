@@ -2,7 +2,9 @@
 //! Fuzz target for the LLC decoder.
 //!
 //! Oracle: nothing panics; a message that parses re-emits (buffer_len bytes) to bytes that
-//! parse to the same value; the header view agrees with the parsed type and flags.
+//! parse to the same value; the header view agrees with the parsed type and flags; a parsed
+//! v2 message (ADD_LINK with its rkey extension, DELETE_RKEY with its rkey list) never
+//! claims more bytes than its header's length.
 use libfuzzer_sys::fuzz_target;
 use smc_proto::llc::{LlcMessage, LlcPacket, MsgKind, classify};
 
@@ -18,6 +20,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(m) = LlcMessage::parse(data) {
         assert_eq!(m.llc_type(), p.llc_type());
         assert_eq!(m.flags(), p.flags());
+        assert!(m.buffer_len() <= p.message_len());
         let bytes = m.to_bytes();
         assert_eq!(bytes.len(), m.buffer_len());
         assert_eq!(LlcMessage::parse(&bytes), Ok(m));

@@ -6,9 +6,11 @@
 //! message (type byte `0x2N`, sent in SMC-Rv2 link groups) has a 16-bit length in bytes 1..3 in
 //! **host byte order** (the kernel's `u16 length_v2`, not `__be16`), at least 44, up to 8192.
 //!
-//! [`LlcMessage`] parses and emits every v1 message type and the v2 REQUEST_ADD_LINK (0x25).
-//! The other v2 types are recognised ([`LlcType`]) but kept as raw bytes ([`RawLlc`]), as are
-//! unknown types, so nothing fails to decode only because its type is new.
+//! [`LlcMessage`] parses and emits every v1 message type and every v2 type Linux sends in an
+//! SMC-Rv2 link group (0x21 CONFIRM_LINK, 0x22 ADD_LINK with its rkey extension, 0x24
+//! DELETE_LINK, 0x25 REQUEST_ADD_LINK, 0x26 CONFIRM_RKEY, 0x27 TEST_LINK, 0x29 DELETE_RKEY
+//! with its variable rkey list). Unknown types and the v1-header 0x05 are kept as raw bytes
+//! ([`RawLlc`]), so nothing fails to decode only because its type is new.
 //! See `docs/llc.md` for the byte layouts and the kernel's quirks.
 //!
 //! # Panic contract
@@ -19,8 +21,9 @@
 mod msgs;
 
 pub use msgs::{
-    AddLink, AddLinkCont, AddLinkContRkey, ConfirmLink, ConfirmRkey, ConfirmRkeyCont, DeleteLink,
-    DeleteRkey, RawLlc, ReqAddLink, Rtoken, TestLink,
+    ADD_LINK_V2_MAX_RKEYS, AddLink, AddLinkCont, AddLinkContRkey, AddLinkV2, AddLinkV2Ext,
+    ConfirmLink, ConfirmRkey, ConfirmRkeyCont, DeleteLink, DeleteRkey, DeleteRkeyV2, RawLlc,
+    ReqAddLink, Rtoken, TestLink,
 };
 
 use crate::cdc::CDC_MSG_TYPE;
@@ -58,6 +61,27 @@ pub enum LlcError {
     V2LengthTooShort {
         /// The host-order length found.
         found: u16,
+    },
+    /// A v2 message whose 16-bit length is above 8192 (`SMC_WR_BUF_V2_SIZE`, the most a
+    /// Linux receive buffer holds).
+    #[error("LLC v2 length is {found}, above the maximum of 8192")]
+    V2LengthTooLong {
+        /// The host-order length found.
+        found: u16,
+    },
+    /// An ADD_LINK v2 longer than 44 bytes but too short for its rkey extension (72 bytes).
+    #[error("ADD_LINK v2 of {length} bytes is too short for its extension (72)")]
+    ExtensionTruncated {
+        /// The message length.
+        length: usize,
+    },
+    /// An ADD_LINK v2 extension or a DELETE_RKEY v2 whose rkey count does not fit its length.
+    #[error("LLC message lists {count} rkeys but its length {length} holds fewer")]
+    RkeyCountTooLarge {
+        /// The rkey count.
+        count: u16,
+        /// The message length.
+        length: usize,
     },
     /// Byte 0 is 0xFE: this is a CDC message, not LLC.
     #[error("type byte 0xfe is a CDC message, not LLC")]
@@ -373,7 +397,8 @@ impl AddLinkRejectReason {
 ///
 /// `new_checked` applies the kernel's receive checks (`smc_llc_rx_handler`): at least 44 bytes;
 /// a v1 message (version nibble 0) has length byte 44; any other version has a host-order
-/// 16-bit length of at least 44, and the buffer must hold that many bytes.
+/// 16-bit length of at least 44, and the buffer must hold that many bytes. A length above
+/// 8192 is refused as well (a Linux receive buffer ends there, so it cannot be sent to one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LlcPacket<T: AsRef<[u8]>> {
     buffer: T,
@@ -409,6 +434,9 @@ impl<T: AsRef<[u8]>> LlcPacket<T> {
             let len = self.length_v2();
             if (len as usize) < LLC_LEN {
                 return Err(LlcError::V2LengthTooShort { found: len });
+            }
+            if len as usize > LLC_V2_MAX_LEN {
+                return Err(LlcError::V2LengthTooLong { found: len });
             }
             if b.len() < len as usize {
                 return Err(LlcError::Truncated {
@@ -497,8 +525,19 @@ pub enum LlcMessage {
     ConfirmRkeyCont(ConfirmRkeyCont),
     /// 0x09 DELETE_RKEY.
     DeleteRkey(DeleteRkey),
-    /// Any other type, kept byte for byte: the v2 types other than 0x25 (recognised by
-    /// [`RawLlc::llc_type`]), the v1-header 0x05, and unknown types.
+    /// 0x21 CONFIRM_LINK v2: the v1 body behind a v2 header, 44 bytes.
+    ConfirmLinkV2(ConfirmLink),
+    /// 0x22 ADD_LINK v2, with the rkey extension.
+    AddLinkV2(AddLinkV2),
+    /// 0x24 DELETE_LINK v2: the v1 body behind a v2 header, 44 bytes.
+    DeleteLinkV2(DeleteLink),
+    /// 0x26 CONFIRM_RKEY v2: the v1 body behind a v2 header, 44 bytes.
+    ConfirmRkeyV2(ConfirmRkey),
+    /// 0x27 TEST_LINK v2: the v1 body behind a v2 header, 44 bytes.
+    TestLinkV2(TestLink),
+    /// 0x29 DELETE_RKEY v2, with a variable rkey list.
+    DeleteRkeyV2(DeleteRkeyV2),
+    /// Any other type, kept byte for byte: the v1-header 0x05 and unknown types.
     Raw(RawLlc),
 }
 
@@ -523,6 +562,12 @@ impl LlcMessage {
             LlcType::ConfirmRkeyCont => LlcMessage::ConfirmRkeyCont(ConfirmRkeyCont::parse_body(m)),
             LlcType::DeleteRkey => LlcMessage::DeleteRkey(DeleteRkey::parse_body(m)),
             LlcType::ReqAddLinkV2 => LlcMessage::ReqAddLink(ReqAddLink::parse_body(m)?),
+            LlcType::ConfirmLinkV2 => LlcMessage::ConfirmLinkV2(ConfirmLink::parse_body(m)),
+            LlcType::AddLinkV2 => LlcMessage::AddLinkV2(AddLinkV2::parse_body(m)?),
+            LlcType::DeleteLinkV2 => LlcMessage::DeleteLinkV2(DeleteLink::parse_body(m)),
+            LlcType::ConfirmRkeyV2 => LlcMessage::ConfirmRkeyV2(ConfirmRkey::parse_body(m)),
+            LlcType::TestLinkV2 => LlcMessage::TestLinkV2(TestLink::parse_body(m)),
+            LlcType::DeleteRkeyV2 => LlcMessage::DeleteRkeyV2(DeleteRkeyV2::parse_body(m)?),
             LlcType::Unknown(CDC_MSG_TYPE) => return Err(LlcError::CdcMessage),
             _ => LlcMessage::Raw(RawLlc::from_checked(m)),
         })
@@ -540,6 +585,12 @@ impl LlcMessage {
             LlcMessage::TestLink(_) => LlcType::TestLink,
             LlcMessage::ConfirmRkeyCont(_) => LlcType::ConfirmRkeyCont,
             LlcMessage::DeleteRkey(_) => LlcType::DeleteRkey,
+            LlcMessage::ConfirmLinkV2(_) => LlcType::ConfirmLinkV2,
+            LlcMessage::AddLinkV2(_) => LlcType::AddLinkV2,
+            LlcMessage::DeleteLinkV2(_) => LlcType::DeleteLinkV2,
+            LlcMessage::ConfirmRkeyV2(_) => LlcType::ConfirmRkeyV2,
+            LlcMessage::TestLinkV2(_) => LlcType::TestLinkV2,
+            LlcMessage::DeleteRkeyV2(_) => LlcType::DeleteRkeyV2,
             LlcMessage::Raw(r) => r.llc_type(),
         }
     }
@@ -547,13 +598,15 @@ impl LlcMessage {
     /// The flags byte.
     pub fn flags(&self) -> LlcFlags {
         match self {
-            LlcMessage::ConfirmLink(m) => m.flags,
+            LlcMessage::ConfirmLink(m) | LlcMessage::ConfirmLinkV2(m) => m.flags,
             LlcMessage::AddLink(m) => m.flags,
+            LlcMessage::AddLinkV2(m) => m.link.flags,
+            LlcMessage::DeleteRkeyV2(m) => m.flags,
             LlcMessage::AddLinkCont(m) => m.flags,
-            LlcMessage::DeleteLink(m) => m.flags,
+            LlcMessage::DeleteLink(m) | LlcMessage::DeleteLinkV2(m) => m.flags,
             LlcMessage::ReqAddLink(m) => m.flags,
-            LlcMessage::ConfirmRkey(m) => m.flags,
-            LlcMessage::TestLink(m) => m.flags,
+            LlcMessage::ConfirmRkey(m) | LlcMessage::ConfirmRkeyV2(m) => m.flags,
+            LlcMessage::TestLink(m) | LlcMessage::TestLinkV2(m) => m.flags,
             LlcMessage::ConfirmRkeyCont(m) => m.flags,
             LlcMessage::DeleteRkey(m) => m.flags,
             LlcMessage::Raw(r) => r.flags(),
@@ -565,10 +618,12 @@ impl LlcMessage {
         self.flags().response()
     }
 
-    /// Bytes [`LlcMessage::emit`] writes: 44 for v1 messages.
+    /// Bytes [`LlcMessage::emit`] writes: 44 for v1 messages and the fixed-size v2 ones.
     pub fn buffer_len(&self) -> usize {
         match self {
             LlcMessage::ReqAddLink(m) => m.buffer_len(),
+            LlcMessage::AddLinkV2(m) => m.buffer_len(),
+            LlcMessage::DeleteRkeyV2(m) => m.buffer_len(),
             LlcMessage::Raw(r) => r.as_bytes().len(),
             _ => LLC_LEN,
         }
@@ -578,8 +633,10 @@ impl LlcMessage {
     /// zeroed.
     ///
     /// # Panics
-    /// If `buf` is shorter than `buffer_len()`, or a [`ReqAddLink`] lists more than 255 GIDs
-    /// (its count is one byte); both are caller bugs, never input.
+    /// If `buf` is shorter than `buffer_len()`, a [`ReqAddLink`] lists more than 255 GIDs or
+    /// a [`DeleteRkeyV2`] more than 255 rkeys (their counts are one byte), or an
+    /// [`AddLinkV2Ext`] more than [`ADD_LINK_V2_MAX_RKEYS`]; all are caller bugs, never
+    /// input.
     pub fn emit(&self, buf: &mut [u8]) {
         let len = self.buffer_len();
         assert!(buf.len() >= len, "LLC emit needs {len} bytes");
@@ -594,7 +651,70 @@ impl LlcMessage {
             LlcMessage::TestLink(m) => m.emit_body(b),
             LlcMessage::ConfirmRkeyCont(m) => m.emit_body(b),
             LlcMessage::DeleteRkey(m) => m.emit_body(b),
+            LlcMessage::ConfirmLinkV2(m) => msgs::emit_v2_same_body(b, |b| m.emit_body(b)),
+            LlcMessage::AddLinkV2(m) => m.emit_body(b),
+            LlcMessage::DeleteLinkV2(m) => msgs::emit_v2_same_body(b, |b| m.emit_body(b)),
+            LlcMessage::ConfirmRkeyV2(m) => msgs::emit_v2_same_body(b, |b| m.emit_body(b)),
+            LlcMessage::TestLinkV2(m) => msgs::emit_v2_same_body(b, |b| m.emit_body(b)),
+            LlcMessage::DeleteRkeyV2(m) => m.emit_body(b),
             LlcMessage::Raw(r) => b.copy_from_slice(r.as_bytes()),
+        }
+    }
+
+    /// The LLC version of the header: 0 (v1) or 2 (v2); other nibbles only for [`RawLlc`].
+    pub fn version(&self) -> u8 {
+        self.llc_type().version()
+    }
+
+    /// The message as a v2 link group sends it (`smc_llc_init_msg_hdr` with
+    /// `lgr->smc_version == SMC_V2`): a v1 message of a type with a v2 form becomes that form.
+    /// ADD_LINK gets no extension (add one with [`AddLinkV2::ext`]); DELETE_RKEY keeps its
+    /// first `num_rkeys` (at most 8) keys and its error mask as `num_inval_rkeys`. Types with
+    /// no v2 form (ADD_LINK_CONT, CONFIRM_RKEY_CONT), v2 messages and raw ones are returned
+    /// as they are.
+    pub fn into_v2(self) -> LlcMessage {
+        match self {
+            LlcMessage::ConfirmLink(m) => LlcMessage::ConfirmLinkV2(m),
+            LlcMessage::AddLink(m) => LlcMessage::AddLinkV2(AddLinkV2 { link: m, ext: None }),
+            LlcMessage::DeleteLink(m) => LlcMessage::DeleteLinkV2(m),
+            LlcMessage::ConfirmRkey(m) => LlcMessage::ConfirmRkeyV2(m),
+            LlcMessage::TestLink(m) => LlcMessage::TestLinkV2(m),
+            LlcMessage::DeleteRkey(m) => {
+                let n = usize::from(m.num_rkeys).min(m.rkeys.len());
+                LlcMessage::DeleteRkeyV2(DeleteRkeyV2 {
+                    flags: m.flags,
+                    num_inval_rkeys: m.err_mask,
+                    rkeys: m.rkeys[..n].to_vec(),
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// The v1 reading of a v2 message, as the kernel's LLC layer switches on the base type:
+    /// the same body under the v1 type. Lossy where the v2 body is larger: ADD_LINK drops its
+    /// extension, DELETE_RKEY keeps its first 8 keys (and `num_inval_rkeys` as the error
+    /// mask). v1 messages, REQUEST_ADD_LINK and raw ones are returned as they are.
+    pub fn into_v1(self) -> LlcMessage {
+        match self {
+            LlcMessage::ConfirmLinkV2(m) => LlcMessage::ConfirmLink(m),
+            LlcMessage::AddLinkV2(m) => LlcMessage::AddLink(m.link),
+            LlcMessage::DeleteLinkV2(m) => LlcMessage::DeleteLink(m),
+            LlcMessage::ConfirmRkeyV2(m) => LlcMessage::ConfirmRkey(m),
+            LlcMessage::TestLinkV2(m) => LlcMessage::TestLink(m),
+            LlcMessage::DeleteRkeyV2(m) => {
+                let mut rkeys = [0u32; 8];
+                for (slot, k) in rkeys.iter_mut().zip(&m.rkeys) {
+                    *slot = *k;
+                }
+                LlcMessage::DeleteRkey(DeleteRkey {
+                    flags: m.flags,
+                    num_rkeys: m.rkeys.len() as u8,
+                    err_mask: m.num_inval_rkeys,
+                    rkeys,
+                })
+            }
+            other => other,
         }
     }
 

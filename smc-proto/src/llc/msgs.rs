@@ -19,6 +19,15 @@ fn put_v1_header(b: &mut [u8], ty: LlcType, byte2: u8, flags: LlcFlags) {
     b[3] = flags.bits();
 }
 
+/// Turns a v1 message just emitted into its v2 form (`smc_llc_init_msg_hdr` in a v2 link
+/// group): version nibble 2 in byte 0 and the host-order 16-bit length over bytes 1..3
+/// (overwriting the v1 length and byte 2, as the kernel's union does).
+fn to_v2_header(b: &mut [u8]) {
+    let len = b.len() as u16;
+    b[0] = (b[0] & 0x0F) | 0x20;
+    b[1..3].copy_from_slice(&len.to_ne_bytes());
+}
+
 fn flags_of(b: &[u8]) -> LlcFlags {
     LlcFlags::from_bits_retain(b[3])
 }
@@ -452,9 +461,212 @@ impl ReqAddLink {
     }
 }
 
-/// An LLC message kept as bytes: the v2 types other than REQUEST_ADD_LINK, the v1-header 0x05,
-/// and unknown types. It always holds a message that passed the kernel's length checks, so its
-/// type, flags and length can be read back.
+/// Where the ADD_LINK v2 extension starts: right after the 44-byte base message.
+const EXT_AT: usize = LLC_LEN;
+/// `sizeof(struct smc_llc_msg_add_link_v2_ext)` without its rkey array.
+const EXT_FIXED: usize = 28;
+/// One `struct smc_llc_msg_add_link_cont_rt` in the extension's array.
+const EXT_RT_LEN: usize = 16;
+
+/// The most rkey entries an ADD_LINK v2 can carry in [`super::LLC_V2_MAX_LEN`] bytes. Linux
+/// sends one per connection of the group (at most 255) and reads at most 255.
+pub const ADD_LINK_V2_MAX_RKEYS: usize = (super::LLC_V2_MAX_LEN - EXT_AT - EXT_FIXED) / EXT_RT_LEN;
+
+/// The rkey extension of an SMC-Rv2 ADD_LINK (`struct smc_llc_msg_add_link_v2_ext`, packed,
+/// at byte 44): in a v2 link group each side sends all its RMBs' keys for the new link in its
+/// ADD_LINK request or response, and ADD_LINK_CONT is not used.
+///
+/// | Off | Size | Field |
+/// |---|---|---|
+/// | 44 | 1 | bit 0x80 `v2_direct` (no gateway between the peers), other bits reserved |
+/// | 45 | 1 | reserved |
+/// | 46 | 16 | `client_target_gid`: the sender's GID of the new link |
+/// | 62 | 8 | reserved |
+/// | 70 | 2 | `num_rkeys`, **host byte order** (`u16`, not `__be16`) |
+/// | 72 | 16 × n | {rkey on the old link BE32, rkey on the new link BE32, vaddr on the new link BE64} |
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct AddLinkV2Ext {
+    /// `v2_direct`: Linux sets it when the group uses no gateway (`!lgr->uses_gateway`).
+    pub v2_direct: bool,
+    /// `client_target_gid`: the GID of the sender's end of the new link.
+    pub client_target_gid: [u8; GID_LEN],
+    /// The rkey entries; `num_rkeys` on the wire is their count. At most
+    /// [`ADD_LINK_V2_MAX_RKEYS`].
+    pub rkeys: Vec<AddLinkContRkey>,
+}
+
+impl AddLinkV2Ext {
+    fn buffer_len(&self) -> usize {
+        EXT_FIXED + EXT_RT_LEN * self.rkeys.len()
+    }
+
+    /// Parses the extension of a message of `b.len()` bytes (> 44).
+    fn parse(b: &[u8]) -> Result<AddLinkV2Ext, LlcError> {
+        if b.len() < EXT_AT + EXT_FIXED {
+            return Err(LlcError::ExtensionTruncated { length: b.len() });
+        }
+        let count = u16::from_ne_bytes([b[EXT_AT + 26], b[EXT_AT + 27]]);
+        let need = EXT_AT + EXT_FIXED + EXT_RT_LEN * usize::from(count);
+        if need > b.len() {
+            return Err(LlcError::RkeyCountTooLarge {
+                count,
+                length: b.len(),
+            });
+        }
+        let rkeys = (0..usize::from(count))
+            .map(|i| {
+                let at = EXT_AT + EXT_FIXED + EXT_RT_LEN * i;
+                AddLinkContRkey {
+                    rkey: be32(b, at),
+                    rkey_new: be32(b, at + 4),
+                    vaddr_new: be64(b, at + 8),
+                }
+            })
+            .collect();
+        Ok(AddLinkV2Ext {
+            v2_direct: b[EXT_AT] & 0x80 != 0,
+            client_target_gid: array(b, EXT_AT + 2),
+            rkeys,
+        })
+    }
+
+    fn emit(&self, b: &mut [u8]) {
+        assert!(
+            self.rkeys.len() <= ADD_LINK_V2_MAX_RKEYS,
+            "ADD_LINK v2 holds at most {ADD_LINK_V2_MAX_RKEYS} rkeys"
+        );
+        b[EXT_AT] = if self.v2_direct { 0x80 } else { 0 };
+        b[EXT_AT + 2..EXT_AT + 18].copy_from_slice(&self.client_target_gid);
+        b[EXT_AT + 26..EXT_AT + 28].copy_from_slice(&(self.rkeys.len() as u16).to_ne_bytes());
+        for (i, rt) in self.rkeys.iter().enumerate() {
+            let at = EXT_AT + EXT_FIXED + EXT_RT_LEN * i;
+            put_be32(b, at, rt.rkey);
+            put_be32(b, at + 4, rt.rkey_new);
+            put_be64(b, at + 8, rt.vaddr_new);
+        }
+    }
+}
+
+/// ADD_LINK v2 (type byte 0x22): the 44-byte ADD_LINK body behind a v2 header, followed by
+/// the rkey extension when the message names a new link (Linux's request and positive
+/// response). Linux sends it without the extension (length 44) when no new link exists,
+/// i.e. its client's reject, which is the server's request sent back.
+///
+/// The v1 reject-reason nibble shares byte 2 with the v2 length, so a v2 ADD_LINK carries
+/// no reject reason: [`AddLink::reject_reason`] parses as `NoReason` and is not emitted
+/// (Linux's `smc_llc_cli_add_link_reject` sets it and then overwrites it with the length).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct AddLinkV2 {
+    /// The base message (bytes 0..44).
+    pub link: AddLink,
+    /// The extension (bytes 44..), absent when the length is 44.
+    pub ext: Option<AddLinkV2Ext>,
+}
+
+impl AddLinkV2 {
+    /// The message length: 44, or 72 + 16 × rkeys with the extension.
+    pub fn buffer_len(&self) -> usize {
+        LLC_LEN + self.ext.as_ref().map_or(0, AddLinkV2Ext::buffer_len)
+    }
+
+    pub(super) fn parse_body(b: &[u8]) -> Result<AddLinkV2, LlcError> {
+        let mut link = AddLink::parse_body(b);
+        link.reject_reason = AddLinkRejectReason::NoReason;
+        let ext = if b.len() > LLC_LEN {
+            Some(AddLinkV2Ext::parse(b)?)
+        } else {
+            None
+        };
+        Ok(AddLinkV2 { link, ext })
+    }
+
+    /// # Panics
+    /// If `b` is not `buffer_len()` bytes long or the extension lists more than
+    /// [`ADD_LINK_V2_MAX_RKEYS`] rkeys.
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        AddLink {
+            reject_reason: AddLinkRejectReason::NoReason,
+            ..self.link
+        }
+        .emit_body(&mut b[..LLC_LEN]);
+        b[LLC_LEN..].fill(0);
+        if let Some(ext) = &self.ext {
+            ext.emit(b);
+        }
+        to_v2_header(b);
+    }
+}
+
+/// DELETE_RKEY v2 (type byte 0x29, `struct smc_llc_msg_delete_rkey_v2`): a count, the
+/// count of keys the responder could not delete, and a variable array of rkeys from byte 8.
+/// Linux sends the request with one rkey in a 44-byte message; its response keeps the count,
+/// zeroes the rkeys and puts the number of invalid rkeys at byte 5 (with the negative flag
+/// when it is not zero).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct DeleteRkeyV2 {
+    /// Flags (0x80 response, 0x20 negative).
+    pub flags: LlcFlags,
+    /// Response: how many rkeys could not be deleted (byte 5, `num_inval_rkeys`).
+    pub num_inval_rkeys: u8,
+    /// The rkeys (`num_rkeys` at byte 4 is their count, at most 255; BE32 each from byte 8).
+    pub rkeys: Vec<u32>,
+}
+
+impl DeleteRkeyV2 {
+    const FIXED: usize = 8;
+
+    /// The message length: `8 + 4 × rkeys`, but at least 44.
+    pub fn buffer_len(&self) -> usize {
+        (Self::FIXED + 4 * self.rkeys.len().min(255)).max(LLC_LEN)
+    }
+
+    pub(super) fn parse_body(b: &[u8]) -> Result<DeleteRkeyV2, LlcError> {
+        let count = b[4];
+        if Self::FIXED + 4 * usize::from(count) > b.len() {
+            return Err(LlcError::RkeyCountTooLarge {
+                count: u16::from(count),
+                length: b.len(),
+            });
+        }
+        let rkeys = (0..usize::from(count))
+            .map(|i| be32(b, Self::FIXED + 4 * i))
+            .collect();
+        Ok(DeleteRkeyV2 {
+            flags: flags_of(b),
+            num_inval_rkeys: b[5],
+            rkeys,
+        })
+    }
+
+    /// # Panics
+    /// If `b` is not `buffer_len()` bytes long or more than 255 rkeys are listed.
+    pub(super) fn emit_body(&self, b: &mut [u8]) {
+        assert!(
+            self.rkeys.len() <= 255,
+            "DELETE_RKEY v2 holds at most 255 rkeys"
+        );
+        b.fill(0);
+        b[0] = LlcType::DeleteRkey.code();
+        b[3] = self.flags.bits();
+        b[4] = self.rkeys.len() as u8;
+        b[5] = self.num_inval_rkeys;
+        for (i, k) in self.rkeys.iter().enumerate() {
+            put_be32(b, Self::FIXED + 4 * i, *k);
+        }
+        to_v2_header(b);
+    }
+}
+
+/// Emits a v1 body and turns it into the 44-byte v2 message of the same base type (the
+/// types whose v2 body is the v1 body: CONFIRM_LINK, DELETE_LINK, CONFIRM_RKEY, TEST_LINK).
+pub(super) fn emit_v2_same_body(b: &mut [u8], emit_v1: impl FnOnce(&mut [u8])) {
+    emit_v1(b);
+    to_v2_header(b);
+}
+
+/// An LLC message kept as bytes: the v1-header 0x05 and unknown types. It always holds a
+/// message that passed the kernel's length checks, so its type, flags and length can be read
+/// back.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RawLlc {
     bytes: Vec<u8>,

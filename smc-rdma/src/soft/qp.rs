@@ -144,6 +144,8 @@ enum InMsg {
         wr: RecvWr,
         mr: Arc<MrInner>,
         off: usize,
+        /// The second scatter entry's region and offset.
+        spill: Option<(Arc<MrInner>, usize)>,
         got: usize,
     },
     Write {
@@ -609,38 +611,56 @@ impl QpInner {
                 let Some(wr) = s.rq.front().copied() else {
                     return Err(Refuse::Rnr);
                 };
-                let Some((mr, off)) = dev.resolve(self.pd, wr.sge.addr, wr.sge.len, wr.sge.lkey)
-                else {
+                let writable = |g: &crate::verbs::Sge| {
+                    dev.resolve(self.pd, g.addr, g.len, g.lkey)
+                        .filter(|(mr, _)| mr.access.contains(Access::LOCAL_WRITE))
+                };
+                let first = writable(&wr.sge);
+                let spill = wr.spill.map(|g| writable(&g));
+                let (Some((mr, off)), None | Some(Some(_))) = (first, &spill) else {
                     s.rq.pop_front();
                     self.recv_cq
                         .push(self.wc(wr.wr_id, WcStatus::LocProtErr, WcOpcode::Recv));
                     return Err(Refuse::Nak(NakCode::RemoteOperational));
                 };
-                if !mr.access.contains(Access::LOCAL_WRITE) {
-                    s.rq.pop_front();
-                    self.recv_cq
-                        .push(self.wc(wr.wr_id, WcStatus::LocProtErr, WcOpcode::Recv));
-                    return Err(Refuse::Nak(NakCode::RemoteOperational));
-                }
                 s.rq.pop_front();
                 s.cur = Some(InMsg::Send {
                     wr,
                     mr,
                     off,
+                    spill: spill.flatten(),
                     got: 0,
                 });
             }
-            let Some(InMsg::Send { wr, mr, off, got }) = &mut s.cur else {
+            let Some(InMsg::Send {
+                wr,
+                mr,
+                off,
+                spill,
+                got,
+            }) = &mut s.cur
+            else {
                 unreachable!("checked above")
             };
-            if *got + n > wr.sge.len as usize {
+            if *got + n > wr.capacity() {
                 let id = wr.wr_id;
                 s.cur = None;
                 self.recv_cq
                     .push(self.wc(id, WcStatus::LocLenErr, WcOpcode::Recv));
                 return Err(Refuse::Nak(NakCode::InvalidRequest));
             }
-            mr.mem.write(*off + *got, p.payload);
+            // Scatter: the first entry's bytes, then the second's.
+            let first_len = wr.sge.len as usize;
+            let head = first_len.saturating_sub(*got).min(n);
+            if head > 0 {
+                mr.mem.write(*off + *got, &p.payload[..head]);
+            }
+            if head < n
+                && let Some((smr, soff)) = spill
+            {
+                smr.mem
+                    .write(*soff + (*got + head - first_len), &p.payload[head..]);
+            }
             *got += n;
             if last {
                 let mut wc = self.wc(wr.wr_id, WcStatus::Success, WcOpcode::Recv);
@@ -842,14 +862,16 @@ impl QueuePair for SoftQp {
         if s.rq.len() >= q.caps.max_recv_wr as usize {
             return Err(VerbsError::Full("receive"));
         }
-        if self
-            .dev
-            .resolve(q.pd, wr.sge.addr, wr.sge.len, wr.sge.lkey)
-            .is_none()
-        {
-            return Err(VerbsError::Protection(
-                "receive SGE outside its region or wrong key",
-            ));
+        let sges = 1 + u32::from(wr.spill.is_some());
+        if sges > q.caps.max_recv_sge.max(1) {
+            return Err(VerbsError::Invalid("more SGEs than max_recv_sge"));
+        }
+        for g in std::iter::once(wr.sge).chain(wr.spill) {
+            if self.dev.resolve(q.pd, g.addr, g.len, g.lkey).is_none() {
+                return Err(VerbsError::Protection(
+                    "receive SGE outside its region or wrong key",
+                ));
+            }
         }
         s.rq.push_back(*wr);
         Ok(())

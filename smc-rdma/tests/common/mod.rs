@@ -10,7 +10,8 @@ const CAPS: QpCaps = QpCaps {
     max_send_wr: 64,
     max_recv_wr: 64,
     max_send_sge: 2,
-    max_recv_sge: 1,
+    // Two for the SMC-Rv2 receive layout (a 44-byte slot, then the 8 KiB v2 buffer).
+    max_recv_sge: 2,
     max_inline_data: 64,
 };
 
@@ -151,6 +152,7 @@ fn recv_all<D: Device>(e: &End<D>, slots: u64, slot_len: u32) {
                 len: slot_len,
                 lkey: e.mr.lkey(),
             },
+            spill: None,
         })
         .unwrap();
     }
@@ -446,6 +448,91 @@ pub fn a_send_longer_than_the_receive_fails_both_ends<D: Device>(a: &D, b: &D) {
     assert_eq!(r[0].status, WcStatus::LocLenErr);
 }
 
+/// SMC-Rv2's receive layout (`smc_wr_init_sge`): each receive is {44 bytes of its own slot,
+/// the rest of one 8 KiB buffer}. A 44-byte SEND fills the slot only; a longer one (here 3000
+/// bytes over three packets) continues in the second entry; one longer than both fails.
+pub fn a_send_scatters_over_two_receive_sges<D: Device>(a: &D, b: &D) {
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    const V2: u64 = 1 << 16; // the spill buffer's offset in the region
+    for i in 0..3u64 {
+        eb.qp
+            .post_recv(&RecvWr {
+                wr_id: 10 + i,
+                sge: Sge {
+                    addr: eb.mr.addr() + i * 48,
+                    len: 44,
+                    lkey: eb.mr.lkey(),
+                },
+                spill: Some(Sge {
+                    addr: eb.mr.addr() + V2 + 44,
+                    len: 8192 - 44,
+                    lkey: eb.mr.lkey(),
+                }),
+            })
+            .unwrap();
+    }
+    let small = pattern(44, 3);
+    let big = pattern(3000, 5);
+    ea.mr.memory().write(0, &big);
+    let sends = [
+        SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            data: Payload::Inline(&small),
+            signaled: true,
+            solicited: false,
+        },
+        SendWr {
+            wr_id: 2,
+            op: SendOp::Send,
+            data: Payload::Sges(&[Sge {
+                addr: ea.mr.addr(),
+                len: 3000,
+                lkey: ea.mr.lkey(),
+            }]),
+            signaled: true,
+            solicited: false,
+        },
+    ];
+    for w in &sends {
+        ea.qp.post_send(w).unwrap();
+    }
+    let r = wait_wcs(&*eb.rcq, 2, Duration::from_secs(5));
+    assert!(r.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!((r[0].wr_id, r[0].byte_len), (10, 44));
+    assert_eq!((r[1].wr_id, r[1].byte_len), (11, 3000));
+    let mut got = vec![0u8; 44];
+    eb.mr.memory().read(0, &mut got);
+    assert_eq!(got, small);
+    eb.mr.memory().read(48, &mut got);
+    assert_eq!(got, big[..44]);
+    let mut rest = vec![0u8; 3000 - 44];
+    eb.mr.memory().read(V2 as usize + 44, &mut rest);
+    assert_eq!(rest, big[44..]);
+    let s = wait_wcs(&*ea.scq, 2, Duration::from_secs(5));
+    assert!(s.iter().all(|w| w.status == WcStatus::Success));
+
+    // 8193 bytes do not fit 44 + 8148.
+    let huge = pattern(8193, 9);
+    ea.mr.memory().write(0, &huge);
+    ea.qp
+        .post_send(&SendWr {
+            wr_id: 3,
+            op: SendOp::Send,
+            data: Payload::Sges(&[Sge {
+                addr: ea.mr.addr(),
+                len: 8193,
+                lkey: ea.mr.lkey(),
+            }]),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+    let r = wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
+    assert_eq!(r[0].status, WcStatus::LocLenErr);
+}
+
 pub fn a_silent_peer_exhausts_the_retries<D: Device>(a: &D, b: &D) {
     // timeout 10: 4.096 µs × 2^10 ≈ 4 ms; 2 retries.
     let l = Link {
@@ -528,7 +615,7 @@ pub fn the_state_machine_refuses_out_of_order_steps<D: Device>(a: &D, _b: &D) {
     })
     .unwrap();
     assert!(matches!(
-        e.qp.post_recv(&RecvWr { wr_id: 1, sge: bad }),
+        e.qp.post_recv(&RecvWr::one(1, bad)),
         Err(VerbsError::Protection(_))
     ));
 }

@@ -36,6 +36,14 @@ use std::time::{Duration, Instant};
 pub const RECV_WRS: u32 = 48;
 /// Bytes per receive buffer (`SMC_WR_BUF_SIZE`).
 pub const RECV_BUF: u32 = 48;
+/// The first scatter entry of a receive in an SMC-Rv2 link (`SMC_WR_TX_SIZE`): a message's
+/// first 44 bytes land in its own buffer, the rest in the link's v2 buffer.
+pub const V2_FIRST_SGE: u32 = 44;
+/// The v2 buffer (`SMC_WR_BUF_V2_SIZE`): the longest SMC-Rv2 LLC message sent or received.
+pub const V2_BUF: u32 = 8192;
+/// The region an SMC-Rv2 link needs besides its receive buffers ([`RoceLink::start_in`]):
+/// the receive side's v2 buffer, then the send side's.
+pub const V2_REGION: usize = 2 * V2_BUF as usize;
 /// The longest RDMA WRITE sent inline (the QP's `max_inline_data` may be less).
 const INLINE_MAX: usize = 64;
 /// How long a sender waits for a free send slot before the link counts as failed
@@ -46,6 +54,8 @@ pub const SLOT_WAIT: Duration = Duration::from_secs(10);
 /// sequence number.
 const WR_CDC: u64 = 1 << 56;
 const WR_WRITE: u64 = 2 << 56;
+/// An LLC message sent from the v2 send buffer (longer than inline).
+const WR_LLC_V2: u64 = 3 << 56;
 const WR_KIND: u64 = 0xff << 56;
 
 /// What the link hands a connection.
@@ -172,6 +182,13 @@ pub struct RoceLink<D: Device> {
     scq: Arc<D::Cq>,
     rcq: Arc<D::Cq>,
     recv_mr: D::Mr,
+    /// SMC-Rv2 links: [`V2_REGION`] bytes, the receive spill buffer (bytes 0..8192) and the
+    /// send buffer of LLC messages longer than inline (8192..16384), as the kernel's
+    /// `wr_rx_buf_v2` / `wr_tx_v2_buf`.
+    v2: Option<D::Mr>,
+    /// The v2 send buffer is posted and not completed yet (`smc_wr_tx_get_v2_slot`: one
+    /// message at a time).
+    v2_tx_busy: AtomicBool,
     conns: ConnTable,
     llc: OnceLock<LlcHandler>,
     on_fail: OnceLock<FailHandler>,
@@ -231,11 +248,21 @@ impl<D: Device> RoceLink<D> {
         rcq: Arc<D::Cq>,
         recv_mr: D::Mr,
     ) -> io::Result<Arc<Self>> {
-        Self::start_in(qp, scq, rcq, recv_mr, ConnTable::default(), RECV_WRS)
+        Self::start_in(qp, scq, rcq, recv_mr, ConnTable::default(), RECV_WRS, None)
     }
 
     /// [`RoceLink::start`] for a link of a group whose connections are `conns`, posting
     /// `recv_wrs` receive buffers (`smcr_max_recv_wr`) from `recv_mr`.
+    ///
+    /// With `v2` (an SMC-Rv2 link group; [`V2_REGION`] bytes, the QP made with
+    /// `max_recv_sge` 2) the receives are posted as the kernel's v2 links post them
+    /// (`smc_wr_init_sge`): {the first 44 bytes in the buffer's own slot, the rest in one
+    /// 8148-byte v2 buffer shared by all receives}, so messages up to 8192 bytes arrive; and
+    /// [`RoceLink::send_llc`] sends messages longer than inline from the v2 send buffer.
+    /// Like the kernel's, the shared receive spill holds one long message at a time: the
+    /// completion is copied out when polled, and a second long message arriving before that
+    /// overwrites it (Linux sends one long LLC message per flow step and waits for the
+    /// answer, so that only a misbehaving peer does, garbling its own group's LLC).
     pub fn start_in(
         qp: D::Qp,
         scq: Arc<D::Cq>,
@@ -243,11 +270,18 @@ impl<D: Device> RoceLink<D> {
         recv_mr: D::Mr,
         conns: ConnTable,
         recv_wrs: u32,
+        v2: Option<D::Mr>,
     ) -> io::Result<Arc<Self>> {
         if recv_wrs == 0 || recv_mr.len() < recv_wrs as usize * RECV_BUF as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "receive region too small",
+            ));
+        }
+        if v2.as_ref().is_some_and(|m| m.len() < V2_REGION) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "v2 region too small",
             ));
         }
         let link = Arc::new(Self {
@@ -256,6 +290,8 @@ impl<D: Device> RoceLink<D> {
             scq,
             rcq,
             recv_mr,
+            v2,
+            v2_tx_busy: AtomicBool::new(false),
             conns,
             llc: OnceLock::new(),
             on_fail: OnceLock::new(),
@@ -347,25 +383,84 @@ impl<D: Device> RoceLink<D> {
     }
 
     fn post_recv(&self, slot: u64) -> Result<(), smc_rdma::verbs::VerbsError> {
-        self.qp.post_recv(&RecvWr {
-            wr_id: slot,
-            sge: Sge {
-                addr: self.recv_mr.addr() + slot * u64::from(RECV_BUF),
-                len: RECV_BUF,
-                lkey: self.recv_mr.lkey(),
+        let addr = self.recv_mr.addr() + slot * u64::from(RECV_BUF);
+        let lkey = self.recv_mr.lkey();
+        self.qp.post_recv(&match &self.v2 {
+            Some(v2) => RecvWr {
+                wr_id: slot,
+                sge: Sge {
+                    addr,
+                    len: V2_FIRST_SGE,
+                    lkey,
+                },
+                spill: Some(Sge {
+                    addr: v2.addr() + u64::from(V2_FIRST_SGE),
+                    len: V2_BUF - V2_FIRST_SGE,
+                    lkey: v2.lkey(),
+                }),
             },
+            None => RecvWr::one(
+                slot,
+                Sge {
+                    addr,
+                    len: RECV_BUF,
+                    lkey,
+                },
+            ),
         })
     }
 
     /// Posts an LLC message (or any control SEND) on the link, inline, signaled.
+    ///
+    /// A message longer than the QP's inline limit (an SMC-Rv2 ADD_LINK with its rkeys, a
+    /// REQUEST_ADD_LINK) goes from the link's v2 send buffer, one at a time, as
+    /// `smc_wr_tx_v2_send` sends it: a second one waits for the first one's completion (at
+    /// most [`SLOT_WAIT`]). Without a v2 buffer, or longer than 8192 bytes: `InvalidInput`.
     pub fn send_llc(&self, msg: &[u8]) -> io::Result<()> {
-        self.post(&SendWr {
-            wr_id: 0,
+        if msg.len() <= self.inline_max as usize {
+            return self.post(&SendWr {
+                wr_id: 0,
+                op: SendOp::Send,
+                data: Payload::Inline(msg),
+                signaled: true,
+                solicited: true,
+            });
+        }
+        let Some(v2) = self.v2.as_ref().filter(|_| msg.len() <= V2_BUF as usize) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "LLC message longer than this link sends",
+            ));
+        };
+        let deadline = Instant::now() + SLOT_WAIT;
+        while self.v2_tx_busy.swap(true, Ordering::AcqRel) {
+            if self.failed() || Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the v2 send buffer stays busy",
+                ));
+            }
+            // Its completion frees it: poll here as `post` does for a slot.
+            if self.drain(&*self.scq, Drainer::Poster) == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        v2.memory().write(V2_BUF as usize, msg);
+        let r = self.post(&SendWr {
+            wr_id: WR_LLC_V2,
             op: SendOp::Send,
-            data: Payload::Inline(msg),
+            data: Payload::Sges(&[Sge {
+                addr: v2.addr() + u64::from(V2_BUF),
+                len: msg.len() as u32,
+                lkey: v2.lkey(),
+            }]),
             signaled: true,
             solicited: true,
-        })
+        });
+        if r.is_err() {
+            self.v2_tx_busy.store(false, Ordering::Release);
+        }
+        r
     }
 
     /// Posts a send, waiting for a free slot at most [`SLOT_WAIT`] (the send queue frees as
@@ -607,6 +702,10 @@ impl<D: Device> RoceLink<D> {
 
     /// Hands one completion on; returns the connection it brought something for.
     fn completion(&self, w: &Wc) -> Option<Arc<Side>> {
+        if w.wr_id & WR_KIND == WR_LLC_V2 {
+            // Done with the v2 send buffer, whatever the status.
+            self.v2_tx_busy.store(false, Ordering::Release);
+        }
         if w.status != WcStatus::Success {
             if w.status != WcStatus::WrFlushErr || !self.failed.load(Ordering::Relaxed) {
                 tracing::warn!(qp = self.qp.qp_num(), "SMC-R link failed: {:?}", w.status);
@@ -619,9 +718,22 @@ impl<D: Device> RoceLink<D> {
                 let slot = w.wr_id;
                 let off = (slot * u64::from(RECV_BUF)) as usize;
                 let mut buf = [0u8; RECV_BUF as usize];
-                let n = (w.byte_len as usize).min(buf.len());
-                self.recv_mr.memory().read(off, &mut buf[..n]);
-                let side = self.received(&buf[..n]);
+                let side = match &self.v2 {
+                    // v2: the first 44 bytes in the slot, the rest in the spill buffer.
+                    Some(v2) if w.byte_len > V2_FIRST_SGE => {
+                        let n = (w.byte_len as usize).min(V2_BUF as usize);
+                        let first = V2_FIRST_SGE as usize;
+                        let mut long = vec![0u8; n];
+                        self.recv_mr.memory().read(off, &mut long[..first]);
+                        v2.memory().read(first, &mut long[first..]);
+                        self.received(&long)
+                    }
+                    _ => {
+                        let n = (w.byte_len as usize).min(buf.len());
+                        self.recv_mr.memory().read(off, &mut buf[..n]);
+                        self.received(&buf[..n])
+                    }
+                };
                 if let Err(e) = self.post_recv(slot) {
                     tracing::warn!("SMC-R receive repost failed: {e}");
                     self.fail();
@@ -1373,6 +1485,98 @@ mod tests {
             }
             at += n;
         }
+    }
+
+    /// Two SMC-Rv2 links (`max_recv_sge` 2, a v2 region each): LLC messages of 44 bytes,
+    /// 3000 bytes (from the v2 send buffer, in three packets, received over the slot and the
+    /// spill buffer) and 8192 bytes arrive whole and in order; 8193 bytes are refused.
+    #[test]
+    fn v2_links_carry_llc_messages_up_to_8192_bytes() {
+        let (da, db) = (device(202, 1), device(202, 2));
+        let caps = QpCaps {
+            max_send_wr: 48,
+            max_recv_wr: RECV_WRS,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        };
+        let mk = |d: &SoftDevice| {
+            let pd = d.alloc_pd();
+            let (scq, rcq) = (d.create_cq(1024).unwrap(), d.create_cq(1024).unwrap());
+            let qp = d
+                .create_qp(
+                    pd,
+                    QpInit {
+                        send_cq: Arc::clone(&scq),
+                        recv_cq: Arc::clone(&rcq),
+                        caps,
+                        sq_sig_all: false,
+                    },
+                )
+                .unwrap();
+            let mr = |n| {
+                d.reg_mr(pd, Memory::new(n).unwrap(), Access::LOCAL_WRITE)
+                    .unwrap()
+            };
+            (
+                qp,
+                scq,
+                rcq,
+                mr(RECV_WRS as usize * RECV_BUF as usize),
+                mr(V2_REGION),
+            )
+        };
+        let (qa, sa, ra, recv_a, v2_a) = mk(&da);
+        let (qb, sb, rb, recv_b, v2_b) = mk(&db);
+        let (na, nb) = (qa.qp_num(), qb.qp_num());
+        let path = RcPath {
+            timeout: 14,
+            min_rnr_timer: 1,
+            ..RcPath::default()
+        };
+        for (qp, peer_qpn, peer) in [(&qa, nb, 2u8), (&qb, na, 1u8)] {
+            let g = Gid::from_ipv4(Ipv4Addr::new(127, 0, 202, peer));
+            let (rq, sq) = (u32::from(peer) * 1000, u32::from(3 - peer) * 1000);
+            bring_up(qp, &path, peer_qpn, g, rq, sq).unwrap();
+        }
+        let start = |q, s, r, recv, v2| {
+            RoceLink::<SoftDevice>::start_in(
+                q,
+                s,
+                r,
+                recv,
+                ConnTable::default(),
+                RECV_WRS,
+                Some(v2),
+            )
+            .unwrap()
+        };
+        let la = start(qa, sa, ra, recv_a, v2_a);
+        let lb = start(qb, sb, rb, recv_b, v2_b);
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let tx = Mutex::new(tx);
+        lb.set_llc_handler(Box::new(move |m| {
+            let _ = lock(&tx).send(m.to_vec());
+        }));
+        let msg = |n: usize, seed: u8| -> Vec<u8> {
+            let mut v: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(13) ^ seed).collect();
+            v[0] = 0x22; // an LLC type byte, so the link hands it to the LLC handler
+            v
+        };
+        let sent = [msg(44, 1), msg(3000, 2), msg(8192, 3), msg(100, 4)];
+        for m in &sent {
+            la.send_llc(m).unwrap();
+        }
+        for m in &sent {
+            let got = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            assert_eq!(got.len(), m.len());
+            assert!(got == *m, "{} bytes differ", m.len());
+        }
+        let e = la.send_llc(&msg(8193, 5)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(!la.failed() && !lb.failed());
+        la.take_down();
+        lb.take_down();
     }
 
     /// Bytes staged in the send buffer when the writer left (the peer's ring was full) go out
