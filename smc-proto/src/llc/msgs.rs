@@ -183,6 +183,24 @@ pub struct AddLinkContRkey {
     pub vaddr_new: u64,
 }
 
+impl AddLinkContRkey {
+    /// The 16 bytes at `at` (ADD_LINK_CONT's slots and ADD_LINK v2's extension entries,
+    /// `struct smc_llc_msg_add_link_v2_rkey`, have the same layout).
+    fn parse_at(b: &[u8], at: usize) -> AddLinkContRkey {
+        AddLinkContRkey {
+            rkey: be32(b, at),
+            rkey_new: be32(b, at + 4),
+            vaddr_new: be64(b, at + 8),
+        }
+    }
+
+    fn emit_at(&self, b: &mut [u8], at: usize) {
+        put_be32(b, at, self.rkey);
+        put_be32(b, at + 4, self.rkey_new);
+        put_be64(b, at + 8, self.vaddr_new);
+    }
+}
+
 /// ADD_LINK_CONT (0x03, `struct smc_llc_msg_add_link_cont`): two rkey pairs per message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AddLinkCont {
@@ -199,11 +217,7 @@ pub struct AddLinkCont {
 
 impl AddLinkCont {
     pub(super) fn parse_body(b: &[u8]) -> AddLinkCont {
-        let rt = |at: usize| AddLinkContRkey {
-            rkey: be32(b, at),
-            rkey_new: be32(b, at + 4),
-            vaddr_new: be64(b, at + 8),
-        };
+        let rt = |at: usize| AddLinkContRkey::parse_at(b, at);
         AddLinkCont {
             flags: flags_of(b),
             link_num: b[4],
@@ -217,10 +231,7 @@ impl AddLinkCont {
         b[4] = self.link_num;
         b[5] = self.num_rkeys;
         for (i, rt) in self.rkeys.iter().enumerate() {
-            let at = 8 + 16 * i;
-            put_be32(b, at, rt.rkey);
-            put_be32(b, at + 4, rt.rkey_new);
-            put_be64(b, at + 8, rt.vaddr_new);
+            rt.emit_at(b, 8 + 16 * i);
         }
     }
 }
@@ -514,14 +525,7 @@ impl AddLinkV2Ext {
             });
         }
         let rkeys = (0..usize::from(count))
-            .map(|i| {
-                let at = EXT_AT + EXT_FIXED + EXT_RT_LEN * i;
-                AddLinkContRkey {
-                    rkey: be32(b, at),
-                    rkey_new: be32(b, at + 4),
-                    vaddr_new: be64(b, at + 8),
-                }
-            })
+            .map(|i| AddLinkContRkey::parse_at(b, EXT_AT + EXT_FIXED + EXT_RT_LEN * i))
             .collect();
         Ok(AddLinkV2Ext {
             v2_direct: b[EXT_AT] & 0x80 != 0,
@@ -539,10 +543,7 @@ impl AddLinkV2Ext {
         b[EXT_AT + 2..EXT_AT + 18].copy_from_slice(&self.client_target_gid);
         b[EXT_AT + 26..EXT_AT + 28].copy_from_slice(&(self.rkeys.len() as u16).to_ne_bytes());
         for (i, rt) in self.rkeys.iter().enumerate() {
-            let at = EXT_AT + EXT_FIXED + EXT_RT_LEN * i;
-            put_be32(b, at, rt.rkey);
-            put_be32(b, at + 4, rt.rkey_new);
-            put_be64(b, at + 8, rt.vaddr_new);
+            rt.emit_at(b, EXT_AT + EXT_FIXED + EXT_RT_LEN * i);
         }
     }
 }

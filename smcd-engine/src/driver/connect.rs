@@ -360,28 +360,21 @@ impl Connecting {
         // round trip: most connections to plain TCP servers and to congested listeners with
         // handshake limitation never talk to smcd (the kernel's SYN-ACK without the option).
         if let Some(table) = &session.table {
-            match table.lookup(addr, session.netns()) {
-                Lookup::None => {
-                    return Self::plain(
-                        &addr,
-                        ReasonCode::PEERNOSMC,
-                        blocking,
-                        Some(Path::Intent),
-                        given,
-                    );
-                }
+            let no_smc = match table.lookup(addr, session.netns()) {
+                Lookup::None => true,
                 Lookup::Found(e) if e.hs_limit => {
-                    if session.listener_page(e.id).is_ok_and(|p| p.congested()) {
-                        return Self::plain(
-                            &addr,
-                            ReasonCode::PEERNOSMC,
-                            blocking,
-                            Some(Path::Intent),
-                            given,
-                        );
-                    }
+                    session.listener_page(e.id).is_ok_and(|p| p.congested())
                 }
-                Lookup::Found(_) | Lookup::Ask => {}
+                Lookup::Found(_) | Lookup::Ask => false,
+            };
+            if no_smc {
+                return Self::plain(
+                    &addr,
+                    ReasonCode::PEERNOSMC,
+                    blocking,
+                    Some(Path::Intent),
+                    given,
+                );
             }
         }
         let src = engine.source_for(addr.ip(), || source_for(addr))?;

@@ -1353,6 +1353,32 @@ mod tests {
         .expect("open soft device")
     }
 
+    /// A protection domain and an RC QP with its own completion queues on `d`.
+    fn test_qp(
+        d: &SoftDevice,
+        caps: QpCaps,
+    ) -> (
+        smc_rdma::verbs::Pd,
+        <SoftDevice as Device>::Qp,
+        Arc<<SoftDevice as Device>::Cq>,
+        Arc<<SoftDevice as Device>::Cq>,
+    ) {
+        let pd = d.alloc_pd();
+        let (scq, rcq) = (d.create_cq(1024).unwrap(), d.create_cq(1024).unwrap());
+        let qp = d
+            .create_qp(
+                pd,
+                QpInit {
+                    send_cq: Arc::clone(&scq),
+                    recv_cq: Arc::clone(&rcq),
+                    caps,
+                    sq_sig_all: false,
+                },
+            )
+            .unwrap();
+        (pd, qp, scq, rcq)
+    }
+
     fn tcp_pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -1372,19 +1398,7 @@ mod tests {
         };
         let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let mk = |d: &SoftDevice| {
-            let pd = d.alloc_pd();
-            let (scq, rcq) = (d.create_cq(1024).unwrap(), d.create_cq(1024).unwrap());
-            let qp = d
-                .create_qp(
-                    pd,
-                    QpInit {
-                        send_cq: Arc::clone(&scq),
-                        recv_cq: Arc::clone(&rcq),
-                        caps,
-                        sq_sig_all: false,
-                    },
-                )
-                .unwrap();
+            let (pd, qp, scq, rcq) = test_qp(d, caps);
             let mr = |n| d.reg_mr(pd, Memory::new(n).unwrap(), acc).unwrap();
             (qp, scq, rcq, mr(4096), mr(ring), mr(ring))
         };
@@ -1501,19 +1515,7 @@ mod tests {
             max_inline_data: 64,
         };
         let mk = |d: &SoftDevice| {
-            let pd = d.alloc_pd();
-            let (scq, rcq) = (d.create_cq(1024).unwrap(), d.create_cq(1024).unwrap());
-            let qp = d
-                .create_qp(
-                    pd,
-                    QpInit {
-                        send_cq: Arc::clone(&scq),
-                        recv_cq: Arc::clone(&rcq),
-                        caps,
-                        sq_sig_all: false,
-                    },
-                )
-                .unwrap();
+            let (pd, qp, scq, rcq) = test_qp(d, caps);
             let mr = |n| {
                 d.reg_mr(pd, Memory::new(n).unwrap(), Access::LOCAL_WRITE)
                     .unwrap()
