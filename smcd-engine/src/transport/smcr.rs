@@ -1353,6 +1353,8 @@ mod tests {
         .expect("open soft device")
     }
 
+    type SoftCq = Arc<<SoftDevice as Device>::Cq>;
+
     /// A protection domain and an RC QP with its own completion queues on `d`.
     fn test_qp(
         d: &SoftDevice,
@@ -1360,8 +1362,8 @@ mod tests {
     ) -> (
         smc_rdma::verbs::Pd,
         <SoftDevice as Device>::Qp,
-        Arc<<SoftDevice as Device>::Cq>,
-        Arc<<SoftDevice as Device>::Cq>,
+        SoftCq,
+        SoftCq,
     ) {
         let pd = d.alloc_pd();
         let (scq, rcq) = (d.create_cq(1024).unwrap(), d.create_cq(1024).unwrap());
