@@ -1540,6 +1540,44 @@ pub unsafe extern "C" fn close_range(
     r
 }
 
+/// `closefrom(3)` (glibc 2.34): the C library's closes through its internal `close_range`,
+/// which no hook sees, so a program that called it closed the engine's band and left the
+/// table naming closed descriptors. Here it is the `close_range` hook from `lowfd` on (which
+/// stops below the band); where that fails, each open descriptor from `lowfd` below the band
+/// through the `close` hook, as the C library's fallback closes them.
+///
+/// # Safety
+/// As `closefrom(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn closefrom(lowfd: c_int) {
+    let saved = errno();
+    let first = libc::c_uint::try_from(lowfd).unwrap_or(0);
+    // SAFETY: the hook above, with valid arguments.
+    if unsafe { close_range(first, libc::c_uint::MAX, 0) } != 0 {
+        let band = smcd_engine::sys::fd_band();
+        // The listing's own descriptor is left out (and closed when the listing is done).
+        let open: Vec<c_int> = rustix::fs::open(
+            "/proc/self/fd",
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .and_then(|dir| {
+            let own = dir.as_raw_fd();
+            Ok(rustix::fs::Dir::read_from(&dir)?
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().ok()?.parse::<c_int>().ok())
+                .filter(|&fd| fd >= lowfd && fd != own && (band <= 0 || fd < band))
+                .collect())
+        })
+        .unwrap_or_default();
+        for fd in open {
+            // SAFETY: the hook above; a descriptor that is gone by now says EBADF.
+            unsafe { close(fd) };
+        }
+    }
+    set_errno(saved);
+}
+
 /// After `new` was made a copy of `old` by the C library: `new` is what `old` is, and what
 /// `new` was before is dropped.
 fn copied(old: c_int, new: c_int) {

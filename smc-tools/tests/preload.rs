@@ -322,6 +322,25 @@ fn connect_options(smcd: &Smcd, port: u16) {
     });
 }
 
+/// `closefrom(3)` (the C library's closes through its internal `close_range`): the program's
+/// SMC connections and listener close, the engine's descriptors survive, and a listener and
+/// an SMC-D connection made afterwards carry 256 KiB exactly (before, the engine's
+/// descriptors below its band, listener page, epoll sets, smcd channel, went with them, and
+/// the debug build aborted on the double close, the release build refused the connection).
+#[test]
+fn closefrom_leaves_the_library_its_descriptors() {
+    let test = "closefrom_leaves_the_library_its_descriptors";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let before = counts(&smcd);
+    let (st, out, err) = python_script(&smcd, "closefrom_check.py");
+    assert!(st.success() && out.contains("OK"), "{st}\n{out}\n{err}");
+    assert_smc_since(&smcd, before, 4);
+}
+
 /// Runs `tests/preload/NAME` under smc-run (up to 120 s): its status, stdout and stderr.
 fn python_script(smcd: &Smcd, name: &str) -> (std::process::ExitStatus, String, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))

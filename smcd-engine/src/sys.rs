@@ -40,6 +40,12 @@ pub fn banded(fd: OwnedFd) -> OwnedFd {
     rustix::io::fcntl_dupfd_cloexec(&fd, base).unwrap_or(fd)
 }
 
+/// A copy of `fd` in the engine's band ([`set_fd_band`]; anywhere without one), close-on-exec.
+pub fn dup_banded(fd: impl AsFd) -> io::Result<OwnedFd> {
+    let base = FD_BAND.load(std::sync::atomic::Ordering::Relaxed).max(0);
+    Ok(rustix::io::fcntl_dupfd_cloexec(fd, base)?)
+}
+
 /// A random non-zero 64-bit value (DMB tokens, session keys, epochs).
 pub fn random_u64() -> u64 {
     let mut b = [0u8; 8];

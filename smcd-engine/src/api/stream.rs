@@ -787,7 +787,9 @@ fn gone_fd() -> io::Result<BorrowedFd<'static>> {
     if let Some(fd) = GONE.get() {
         return Ok(fd.as_fd());
     }
-    let fd = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)?;
+    let fd = crate::sys::banded(rustix::event::epoll::create(
+        rustix::event::epoll::CreateFlags::CLOEXEC,
+    )?);
     Ok(GONE.get_or_init(|| fd).as_fd())
 }
 

@@ -195,8 +195,8 @@ impl Maps {
     /// Duplicates both descriptors.
     pub fn try_clone(&self) -> io::Result<Self> {
         Ok(Self {
-            sk: rustix::io::fcntl_dupfd_cloexec(&self.sk, 0)?,
-            listeners: rustix::io::fcntl_dupfd_cloexec(&self.listeners, 0)?,
+            sk: crate::sys::dup_banded(&self.sk)?,
+            listeners: crate::sys::dup_banded(&self.listeners)?,
         })
     }
 

@@ -229,12 +229,13 @@ pub trait BufferProvider: Send + Sync + std::fmt::Debug {
 /// it hands over with the group's first DMB.
 pub fn bell_channel() -> io::Result<(OwnedFd, OwnedFd)> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType};
-    Ok(rustix::net::socketpair(
+    let (a, b) = rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
         SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
         None,
-    )?)
+    )?;
+    Ok((crate::sys::banded(a), crate::sys::banded(b)))
 }
 
 #[cfg(test)]

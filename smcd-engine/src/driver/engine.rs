@@ -297,6 +297,7 @@ impl Engine {
             let Ok((rx, tx)) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK) else {
                 return;
             };
+            let (rx, tx) = (crate::sys::banded(rx), crate::sys::banded(tx));
             self.lgrs.set_kick(tx);
             let weak: Weak<Engine> = Arc::downgrade(self);
             let _ = std::thread::Builder::new()
@@ -374,7 +375,7 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
             bell_ep = e
                 .lgrs
                 .bell_ep()
-                .and_then(|ep| rustix::io::fcntl_dupfd_cloexec(ep, 0).ok());
+                .and_then(|ep| crate::sys::dup_banded(ep).ok());
         }
         let mut fds = vec![PollFd::new(kick, PollFlags::IN)];
         if let Some(ep) = bell_ep.as_ref().filter(|_| drain_in.is_zero()) {

@@ -338,7 +338,7 @@ impl LgrTable {
         if self.bell_ep.get().is_none()
             && let Ok(ep) = epoll::create(epoll::CreateFlags::CLOEXEC)
         {
-            let _ = self.bell_ep.set(ep);
+            let _ = self.bell_ep.set(crate::sys::banded(ep));
         }
         self.bell_ep.get().map(AsFd::as_fd)
     }

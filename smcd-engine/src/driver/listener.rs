@@ -531,7 +531,7 @@ impl ListenerCore {
             .listen(self.local, self.backlog as u32, self.hs_limit, page)
         {
             Ok((ch, _id)) => {
-                let Ok(fd) = rustix::io::fcntl_dupfd_cloexec(&ch, 0) else {
+                let Ok(fd) = crate::sys::dup_banded(&ch) else {
                     return;
                 };
                 *lock(&self.chan) = Some(ch);
@@ -1140,7 +1140,7 @@ impl ListenerCore {
     /// handshake whose step asks for work goes to a worker and comes back through the inbox.
     fn reactor(self: Arc<Self>) {
         use rustix::event::epoll;
-        let Ok(ep) = epoll::create(epoll::CreateFlags::CLOEXEC) else {
+        let Ok(ep) = epoll::create(epoll::CreateFlags::CLOEXEC).map(crate::sys::banded) else {
             return self.reactor_failed();
         };
         const BELL: u64 = u64::MAX;
@@ -1602,7 +1602,7 @@ impl ListenerCore {
             return Ok(fd.as_fd());
         }
         use rustix::event::epoll;
-        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let ep = crate::sys::banded(epoll::create(epoll::CreateFlags::CLOEXEC)?);
         // Edge-triggered: each new connection and each ring wakes one waiting thread, as
         // the kernel wakes one thread blocked in accept(2) per connection. Level-triggered,
         // a woken thread's epoll_wait put the still-ready descriptor back and woke the next
@@ -1631,11 +1631,11 @@ impl ListenerCore {
         {
             let mut inl = lock(&self.inline);
             if inl.ep.is_none() {
-                let hs_ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-                let timer = rustix::time::timerfd_create(
+                let hs_ep = crate::sys::banded(epoll::create(epoll::CreateFlags::CLOEXEC)?);
+                let timer = crate::sys::banded(rustix::time::timerfd_create(
                     rustix::time::TimerfdClockId::Monotonic,
                     rustix::time::TimerfdFlags::NONBLOCK | rustix::time::TimerfdFlags::CLOEXEC,
-                )?;
+                )?);
                 epoll::add(
                     &ep,
                     &hs_ep,

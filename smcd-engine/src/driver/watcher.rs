@@ -94,7 +94,9 @@ impl Watcher {
         static W: OnceLock<&'static Watcher> = OnceLock::new();
         W.get_or_init(|| {
             let w: &'static Watcher = Box::leak(Box::new(Watcher {
-                ep: epoll::create(epoll::CreateFlags::CLOEXEC).expect("an epoll instance"),
+                ep: crate::sys::banded(
+                    epoll::create(epoll::CreateFlags::CLOEXEC).expect("an epoll instance"),
+                ),
                 targets: Mutex::new(HashMap::new()),
                 next: AtomicU64::new(1),
                 later: Mutex::new(std::collections::VecDeque::new()),

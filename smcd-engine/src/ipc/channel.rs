@@ -113,12 +113,12 @@ impl Channel {
     /// Connects to the socket at `path`. Requests on it give up after [`REQUEST_TIMEOUT`].
     pub fn connect(path: &Path) -> io::Result<Self> {
         use rustix::net::sockopt::{Timeout, set_socket_timeout};
-        let sock = rustix::net::socket_with(
+        let sock = crate::sys::banded(rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
             SocketFlags::CLOEXEC,
             None,
-        )?;
+        )?);
         set_socket_timeout(&sock, Timeout::Recv, Some(REQUEST_TIMEOUT))?;
         set_socket_timeout(&sock, Timeout::Send, Some(REQUEST_TIMEOUT))?;
         rustix::net::connect(&sock, &SocketAddrUnix::new(path)?)?;

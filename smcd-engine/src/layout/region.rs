@@ -31,7 +31,10 @@ impl Region {
     /// and no writable mapping by anyone who receives the descriptor later. Returns the mapping
     /// and the descriptor to pass on.
     pub fn create(name: &str, len: usize) -> io::Result<(Region, OwnedFd)> {
-        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+        let fd = crate::sys::banded(rustix::fs::memfd_create(
+            name,
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?);
         rustix::fs::ftruncate(&fd, len as u64)?;
         let region = Self::map(&fd, len, true)?;
         rustix::fs::fcntl_add_seals(
