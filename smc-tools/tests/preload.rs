@@ -156,6 +156,17 @@ impl Drop for Server {
     }
 }
 
+/// Kills a process group when dropped (what a test started, if a check failed before it
+/// ended; a group whose processes all exited is gone and the kill does nothing).
+struct GroupGuard(i32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group our child leads.
+        unsafe { libc::kill(-self.0, libc::SIGKILL) };
+    }
+}
+
 /// Stops a server that has worker processes (nginx): SIGTERM, so its master stops them (a
 /// killed master leaves its workers serving), then SIGKILL after 10 s.
 fn terminate(mut c: Child) {
@@ -351,6 +362,7 @@ fn python_script(smcd: &Smcd, name: &str) -> (std::process::ExitStatus, String, 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let pid = child.id() as i32;
     common::within(Duration::from_secs(120), move || {
         let out = child.wait_with_output().unwrap();
         (
@@ -359,7 +371,12 @@ fn python_script(smcd: &Smcd, name: &str) -> (std::process::ExitStatus, String, 
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     })
-    .unwrap_or_else(|| panic!("{name} did not finish within 120 s"))
+    .unwrap_or_else(|| {
+        // Not left running (a hung script kept a core busy for the tests after it).
+        // SAFETY: kill(2) on our own child, which has not been waited for.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("{name} did not finish within 120 s")
+    })
 }
 
 /// The socket API as Python's socket module calls it, both ends preloaded in one process
@@ -1236,6 +1253,7 @@ fn exec_passes_a_listener_to_the_new_program() {
 /// One run of [`exec_passes_a_listener_to_the_new_program`].
 fn exec_listener(smcd: &Smcd, how: &str) {
     use std::io::Read;
+    use std::os::unix::process::CommandExt;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/exec_listener.py");
     let script = script.to_str().unwrap();
     let mut server = smc_run(smcd, python(), &[script, "serve", how])
@@ -1243,8 +1261,11 @@ fn exec_listener(smcd: &Smcd, how: &str) {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .unwrap();
+    // A failed check leaves nothing serving ("forked": the exec'd program is the server's child).
+    let _group = GroupGuard(server.id() as i32);
     let mut out = BufReader::new(server.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
