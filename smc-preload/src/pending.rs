@@ -521,7 +521,13 @@ impl Connector {
                 Some(&timeout),
             ) {
                 Ok(_) => events.iter().map(|e| e.data.u64()).collect::<Vec<_>>(),
-                Err(_) => Vec::new(),
+                Err(rustix::io::Errno::INTR) => Vec::new(),
+                Err(_) => {
+                    // The set is gone (a program closed a descriptor of ours): no spinning on
+                    // the error; the deadlines below still end what is under way.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    Vec::new()
+                }
             };
             for token in woken {
                 self.step_caught(token);

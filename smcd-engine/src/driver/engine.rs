@@ -402,6 +402,15 @@ fn housekeeping(weak: &Weak<Engine>, kick: &rustix::fd::OwnedFd) {
             rev(at_events),
         );
         drop(fds);
+        // A descriptor of ours closed under us (a program closed it): the kick pipe ends the
+        // thread (nothing could wake it any more), the bell set is dropped (made again when
+        // it can be); neither may turn this loop into a spin.
+        if kicked.contains(PollFlags::NVAL) {
+            return;
+        }
+        if rung.contains(PollFlags::NVAL) {
+            bell_ep = None;
+        }
         if !rung.is_empty()
             && let Some(e) = weak.upgrade()
         {
