@@ -7,7 +7,9 @@ Usage: connect_options.py PLAINPORT
   Sets SO_SNDBUF, SO_RCVBUF, SO_KEEPALIVE, IP_TOS and TCP_KEEPIDLE on a socket, connects it
   (blocking, then non-blocking) to PLAINPORT (a fallback) and to a listener of this process
   (SMC-D), and compares what getsockopt says on the connected socket with what it says on a
-  configured socket that never connects. Then the buffer sizes set on a listener (SO_RCVBUF)
+  configured socket that never connects. A socket bound to 127.0.0.2 without a port
+  (IP_BIND_ADDRESS_NO_PORT) connects from that address, to the plain server and to the
+  listener. Then the buffer sizes set on a listener (SO_RCVBUF)
   and a client (SO_SNDBUF) size the SMC-D buffers: the client sends up to 256 KiB unread with
   them, at most smcd's 64 KiB without. Prints "OK" at the end.
 """
@@ -75,6 +77,29 @@ s, _ = ls.accept()
 check("SMC-D", c)
 c.sendall(b"smc")
 assert s.recv(16) == b"smc"
+for x in (c, s):
+    x.close()
+
+
+def bound_without_port():
+    # IP_BIND_ADDRESS_NO_PORT (24): the address now, the port at connect (proxies do this).
+    s = socket.socket()
+    s.setsockopt(socket.IPPROTO_IP, 24, 1)
+    s.bind(("127.0.0.2", 0))
+    return s
+
+
+c = bound_without_port()
+c.connect(plain)
+assert c.getsockname()[0] == "127.0.0.2", c.getsockname()
+c.close()
+c = bound_without_port()
+c.connect(ls.getsockname())
+s, _ = ls.accept()
+assert c.getsockname()[0] == "127.0.0.2", c.getsockname()
+assert s.getpeername()[0] == "127.0.0.2", s.getpeername()
+c.sendall(b"bound")
+assert s.recv(16) == b"bound"
 for x in (c, s, ls):
     x.close()
 

@@ -377,7 +377,18 @@ impl Connecting {
                 );
             }
         }
-        let src = engine.source_for(addr.ip(), || source_for(addr))?;
+        // A given socket the program bound to an address without a port
+        // (`IP_BIND_ADDRESS_NO_PORT`) connects from that address: the engine's port is bound
+        // there (a second bind is allowed while the socket has no port).
+        let bound_ip = given
+            .as_ref()
+            .and_then(|s| to_std(rustix::net::getsockname(s).ok()?).ok())
+            .map(|a| a.ip())
+            .filter(|ip| !ip.is_unspecified());
+        let src = match bound_ip {
+            Some(ip) => ip,
+            None => engine.source_for(addr.ip(), || source_for(addr))?,
+        };
         for _ in 0..PORT_TRIES {
             let Some((sock, local, own)) = bind_engine_port(src, &addr, blocking, &mut given)?
             else {
