@@ -452,7 +452,7 @@ pub(crate) fn watch_forks() {
 
 static OBJS: RwLock<BTreeMap<i32, Obj>> = RwLock::new(BTreeMap::new());
 /// How many descriptors [`OBJS`] has (changed under its write lock; read without it by the
-/// `vfork` hook, which makes a `fork` of a `vfork` while there is any: `hooks::vfork`).
+/// `vfork` hook, which makes a `fork` of a `vfork` while there is any: `exec::vfork_hook`).
 pub(crate) static N_OBJS: AtomicUsize = AtomicUsize::new(0);
 
 /// The kind of `fd` ([`NONE`] for anything out of range).

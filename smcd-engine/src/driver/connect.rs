@@ -262,11 +262,14 @@ impl Connecting {
 
     /// [`Connecting::start`] from `sock`, an unconnected TCP socket of `addr`'s family that is
     /// not bound to a port (a preloaded program's own, with the options it set): the
-    /// connection is made on it wherever that is the kernel's way (the SMC option path, and
-    /// every plain connect the engine decides on before it); only the intent path connects
-    /// from a socket of the engine's (the port must be chosen before smcd is told), and `sock`
-    /// is then dropped. `blocking` says how `sock` is: a blocking socket's TCP connect waits
-    /// in the kernel.
+    /// connection is made on it, as the kernel's on its clcsock. On the option path and every
+    /// plain connect decided before smcd is asked it is connected as it is; on the intent path
+    /// it is first bound to the engine's port (on the address the program bound it to without
+    /// a port, if it did), and only when that intent fails after the bind (smcd refused, or
+    /// the address was announced by another engine) does a socket of the engine's take over,
+    /// `sock` being dropped. `blocking` says how `sock` is: a blocking socket's TCP connect
+    /// waits in the kernel. Its `SO_RCVBUF`/`SO_SNDBUF`, if the program set them, size the
+    /// connection's buffers ([`user_bufsizes`]).
     pub fn start_on(
         engine: &Arc<Engine>,
         addr: SocketAddr,
