@@ -481,8 +481,9 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         // SAFETY: passed through.
         return unsafe { real::connect(fd, addr, len) };
     };
-    // A socket the program bound to a port of its own keeps it: plain TCP (the engine
-    // connects from a socket of its own).
+    // A socket the program bound to a port of its own is connected from it (the engine
+    // connects on the program's socket, `own_socket`), except when corked, when the engine
+    // would connect from a socket of its own: then plain TCP keeps the port.
     // SAFETY: zeroed sockaddr_storage is valid; the lengths are right.
     let bound = unsafe {
         let mut ss: libc::sockaddr_storage = std::mem::zeroed();
@@ -490,7 +491,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         real::getsockname(fd, (&raw mut ss).cast(), &mut l) == 0
             && read_addr((&raw const ss).cast(), l).is_some_and(|a| a.port() != 0)
     };
-    if bound {
+    if bound && corked(fd) {
         table::set_kind(fd, NONE);
         set_errno(saved);
         // SAFETY: passed through.
@@ -561,7 +562,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 /// connects from a socket of its own, as before): no copy could be made, or the socket is
 /// corked (`TCP_CORK` would hold the CLC Proposal back for 200 ms).
 fn own_socket(fd: c_int) -> Option<rustix::fd::OwnedFd> {
-    if get_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_CORK).unwrap_or(0) != 0 {
+    if corked(fd) {
         return None;
     }
     let band = smcd_engine::sys::fd_band().max(0);
@@ -569,6 +570,11 @@ fn own_socket(fd: c_int) -> Option<rustix::fd::OwnedFd> {
     let dup = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, band as u64) };
     // SAFETY: `dup` is a new descriptor nobody else owns.
     (dup >= 0).then(|| unsafe { rustix::fd::OwnedFd::from_raw_fd(dup) })
+}
+
+/// Whether the program set `TCP_CORK` on its socket at `fd`.
+fn corked(fd: c_int) -> bool {
+    get_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_CORK).unwrap_or(0) != 0
 }
 
 /// What every SMC stream the program gets is set to: its blocking mode, a socket's level

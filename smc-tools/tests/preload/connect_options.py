@@ -9,7 +9,7 @@ Usage: connect_options.py PLAINPORT
   (SMC-D), and compares what getsockopt says on the connected socket with what it says on a
   configured socket that never connects. A socket bound to 127.0.0.2 without a port
   (IP_BIND_ADDRESS_NO_PORT) connects from that address, to the plain server and to the
-  listener. Then the buffer sizes set on a listener (SO_RCVBUF)
+  listener; one bound to a port connects from it. Then the buffer sizes set on a listener (SO_RCVBUF)
   and a client (SO_SNDBUF) size the SMC-D buffers: the client sends up to 256 KiB unread with
   them, at most smcd's 64 KiB without. Prints "OK" at the end.
 """
@@ -100,6 +100,18 @@ assert c.getsockname()[0] == "127.0.0.2", c.getsockname()
 assert s.getpeername()[0] == "127.0.0.2", s.getpeername()
 c.sendall(b"bound")
 assert s.recv(16) == b"bound"
+for x in (c, s):
+    x.close()
+
+# Bound to a port of its own before connect: the connection comes from that port (SMC-D).
+c = socket.socket()
+c.bind(("127.0.0.1", 0))
+port = c.getsockname()[1]
+c.connect(ls.getsockname())
+s, _ = ls.accept()
+assert c.getsockname()[1] == port and s.getpeername()[1] == port, (port, c.getsockname())
+c.sendall(b"port")
+assert s.recv(16) == b"port"
 for x in (c, s, ls):
     x.close()
 

@@ -260,14 +260,14 @@ impl Connecting {
         Self::begin(engine, addr, false, None)
     }
 
-    /// [`Connecting::start`] from `sock`, an unconnected TCP socket of `addr`'s family that is
-    /// not bound to a port (a preloaded program's own, with the options it set): the
-    /// connection is made on it, as the kernel's on its clcsock. On the option path and every
-    /// plain connect decided before smcd is asked it is connected as it is; on the intent path
-    /// it is first bound to the engine's port (on the address the program bound it to without
-    /// a port, if it did), and only when that intent fails after the bind (smcd refused, or
-    /// the address was announced by another engine) does a socket of the engine's take over,
-    /// `sock` being dropped. `blocking` says how `sock` is: a blocking socket's TCP connect
+    /// [`Connecting::start`] from `sock`, an unconnected TCP socket of `addr`'s family (a
+    /// preloaded program's own, with the options it set, bound or not): the connection is
+    /// made on it, as the kernel's on its clcsock. On the option path and every plain connect
+    /// decided before smcd is asked it is connected as it is; on the intent path a socket
+    /// bound to a port announces that address, any other is first bound to the engine's port
+    /// (on the address the program bound it to without a port, if it did), and only when
+    /// that intent fails after the bind (smcd refused, or the address was announced by
+    /// another engine) does a socket of the engine's take over, `sock` being dropped. `blocking` says how `sock` is: a blocking socket's TCP connect
     /// waits in the kernel. Its `SO_RCVBUF`/`SO_SNDBUF`, if the program set them, size the
     /// connection's buffers ([`user_bufsizes`]).
     pub fn start_on(
@@ -380,15 +380,51 @@ impl Connecting {
                 );
             }
         }
-        // A given socket the program bound to an address without a port
-        // (`IP_BIND_ADDRESS_NO_PORT`) connects from that address: the engine's port is bound
-        // there (a second bind is allowed while the socket has no port).
-        let bound_ip = given
+        let bound = given
             .as_ref()
-            .and_then(|s| to_std(rustix::net::getsockname(s).ok()?).ok())
-            .map(|a| a.ip())
-            .filter(|ip| !ip.is_unspecified());
-        let src = match bound_ip {
+            .and_then(|s| to_std(rustix::net::getsockname(s).ok()?).ok());
+        // A given socket the program bound to a port of its own: that address is the one
+        // smcd is told, and the connection's either way (plain from the program's own port is
+        // what its TCP connect would be).
+        if let Some(local) = bound.filter(|a| a.port() != 0)
+            && let Some(sock) = given.take()
+        {
+            let v = match session.connect_intent(local, addr) {
+                Ok(v) if v.smc => v,
+                Ok(v) => {
+                    let reason = ReasonCode(v.reason);
+                    return Self::plain(&addr, reason, blocking, Some(Path::Intent), Some(sock));
+                }
+                Err(e) => {
+                    tracing::debug!("smcd connect intent for a bound socket failed: {e}");
+                    let reason =
+                        if e.raw_os_error() == Some(rustix::io::Errno::ADDRINUSE.raw_os_error()) {
+                            ReasonCode::INTERR
+                        } else {
+                            engine.smcd_failed(session);
+                            ReasonCode::NOSMCDEV
+                        };
+                    return Self::plain(&addr, reason, blocking, None, Some(sock));
+                }
+            };
+            let started = start_connect(&sock, &addr);
+            if !matches!(started, Ok(Some(_))) {
+                session.intent_done(v.intent, false);
+            }
+            let Some(connected) = started? else {
+                return Err(io::Error::from(io::ErrorKind::AddrNotAvailable));
+            };
+            return Ok((
+                sock,
+                Plan::Smc(attached.clone(), v),
+                connected,
+                Some(Path::Intent),
+            ));
+        }
+        // Bound to an address without a port (`IP_BIND_ADDRESS_NO_PORT`): the connection
+        // comes from that address, on the engine's port (a second bind is allowed while the
+        // socket has no port).
+        let src = match bound.map(|a| a.ip()).filter(|ip| !ip.is_unspecified()) {
             Some(ip) => ip,
             None => engine.source_for(addr.ip(), || source_for(addr))?,
         };
