@@ -22,12 +22,25 @@
 //!   nothing they report is lost, only later by at most that many turns of the loop;
 //! - a registered stream has anything but bytes and room to say (end of stream, shutdown,
 //!   error, the end): its readiness socket shows that, with `EPOLLRDHUP`/`EPOLLHUP`;
-//! - any SMC stream of the set is registered edge-triggered, `EPOLLONESHOT`,
-//!   `EPOLLEXCLUSIVE`, `EPOLLWAKEUP` or with events beyond `IN|OUT|RDHUP` (`EPOLLPRI`): those
-//!   states live in the kernel's item, which only the kernel can keep;
+//! - any SMC stream of the set is registered `EPOLLEXCLUSIVE`, `EPOLLWAKEUP` or with events
+//!   beyond `IN|OUT|RDHUP|ET|ONESHOT` (`EPOLLPRI`): those states live in the kernel's item,
+//!   which only the kernel can keep;
 //! - the set existed when the process forked (the other process may change it; a set made
 //!   after the fork, as nginx's workers make theirs, is answered here again), or its
 //!   descriptor was duplicated (a change through the other number would not be seen here).
+//!
+//! # Edge-triggered and one-shot registrations
+//!
+//! An `EPOLLET` stream (nginx registers its connections `IN|OUT|RDHUP|ET`) is answered here
+//! with the kernel's edge semantics for a socket: reported when bytes arrived since the last
+//! report (the peer's producer cursor moved) or room came after a write found none, and then
+//! with what a read and a write would do; the first look after `EPOLL_CTL_ADD`/`MOD` reports
+//! what is ready ([`edge`]). The kernel's item keeps its own edges (the bells rung), so an
+//! arrival reported here may be reported by the kernel again later: [`filter`] takes such an
+//! event out when the cursors show nothing new since (anything they do not show, an end or an
+//! error, stays). A one-shot entry disables itself in the kernel when it is reported, a state
+//! only the kernel keeps: such a stream is left to the kernel as a descriptor of another
+//! kind is (seen at least every [`KERNEL_EVERY`] calls), without sending the whole set there.
 //!
 //! # Why no wake-up is lost
 //!
@@ -40,7 +53,13 @@
 //! ourselves if they moved; the peer publishes its cursor, then a `SeqCst` fence, then takes the
 //! announcement and rings): so the argument in `docs/architecture.md` (readiness) holds
 //! unchanged. What is reported here is what a read or a write would do now: a level-triggered
-//! report of a socket, which the kernel could have made at the same moment.
+//! report of a socket, which the kernel could have made at the same moment. An edge reported
+//! here takes no edge from the kernel's item either; the settle keeps the kernel's edges for
+//! an edge-triggered waiter (`SmcStream::set_edge_readiness`: a settle that finds bytes which
+//! arrived after the read rings once more, since the peer was not asked to); and the only
+//! kernel events [`filter`] takes out of an edge-triggered stream's are those whose bytes and
+//! room this module reported already (the cursors and the count of writes that found no room
+//! unchanged since), which the program was told of.
 //!
 //! # Identity
 //!
@@ -52,6 +71,7 @@
 //! same open file (the readiness pair made for the connect is the stream's).
 
 use crate::table::{self, CONNECTING, MAX_FD, STREAM, Stream};
+use smcd_engine::driver::conn::QuickLook;
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -62,6 +82,21 @@ pub(crate) const KERNEL_EVERY: u32 = 8;
 
 /// Events a level-triggered registration may ask for and still be answered here.
 const PLAIN: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP) as u32;
+/// Edge-triggered.
+const ET: u32 = libc::EPOLLET as u32;
+/// One-shot: left to the kernel (see the module docs).
+const ONESHOT: u32 = libc::EPOLLONESHOT as u32;
+
+/// What an edge-triggered entry was last answered with (see [`Entry::seen`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    /// The peer's producer cursor: an arrival moves it.
+    produced: u64,
+    /// Whether a write would have taken bytes.
+    writable: bool,
+    /// Writes that had found the send buffer full by then.
+    tx_full: u64,
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -73,6 +108,9 @@ struct Entry {
     /// Weak: a program may close a registered descriptor without deleting it from the set
     /// (nginx does), and the entry must not keep the connection alive.
     stream: Option<Weak<Stream>>,
+    /// Edge-triggered entries: what the last look here saw (`None` since the registration:
+    /// as the kernel's `EPOLL_CTL_ADD`/`MOD`, the first look reports what is ready).
+    seen: Option<Seen>,
 }
 
 #[derive(Debug)]
@@ -90,6 +128,9 @@ struct Set {
     next: usize,
     /// Calls in a row answered here.
     run: u32,
+    /// What the edge-triggered entries looked at in this call saw, by index: kept only when
+    /// the call is answered here (a call sent to the kernel reported nothing of it).
+    looks: Vec<(usize, Seen)>,
 }
 
 /// The sets, behind a lock of our own (a spin lock, so that a forked child can make a fresh
@@ -222,6 +263,7 @@ pub(crate) fn created(ep: i32) {
             others: BTreeMap::new(),
             next: 0,
             run: 0,
+            looks: Vec::new(),
         },
     );
     match old {
@@ -312,6 +354,7 @@ pub(crate) unsafe fn ctl(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event
                 data: ev.u64,
                 gen_,
                 stream,
+                seen: None,
             });
         } else {
             set.others.insert(fd, ev.u64);
@@ -325,34 +368,59 @@ pub(crate) unsafe fn ctl(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event
     }
 }
 
-/// `epoll_wait` on `ep` answered from user space: the number of events written to `out`
-/// (at most `max`), or `None` when the kernel must answer (the module docs say when).
+/// What [`collect`] says of an `epoll_wait`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// This many events were written (answered here).
+    Here(usize),
+    /// The kernel answers, with the program's timeout (nothing is ready here, or the set is
+    /// not answered here).
+    Kernel,
+    /// The kernel's turn ([`KERNEL_EVERY`], or a stream with more to say than bytes and
+    /// room): it is asked without waiting, and when it has nothing, this module answers. An
+    /// edge-triggered stream's arrival may be known only here (the peer rang nobody for it),
+    /// so the kernel must not sleep while one is.
+    KernelFirst,
+}
+
+/// `epoll_wait` on `ep` answered from user space (the module docs say when it is not).
 ///
 /// # Safety
 /// `out` is valid for writing `max` events (the program's buffer for the kernel).
-pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -> Option<usize> {
+pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -> Answer {
     if N_ENTRIES.load(Ordering::Relaxed) == 0 || max == 0 {
-        return None;
+        return Answer::Kernel;
     }
     let mut g = Guard::lock();
-    let set = g.map().get_mut(&ep)?;
+    let Some(set) = g.map().get_mut(&ep) else {
+        return Answer::Kernel;
+    };
     if set.shared || set.forks != FORKS.load(Ordering::Relaxed) || set.entries.is_empty() {
-        return None;
+        return Answer::Kernel;
     }
     if set.run >= KERNEL_EVERY {
         set.run = 0;
-        return None;
+        return Answer::KernelFirst;
     }
     let n = set.entries.len();
     let start = set.next % n;
     let mut got = 0;
     let mut looked = 0;
+    let mut other = false;
+    set.looks.clear();
     while looked < n && got < max {
-        let e = &mut set.entries[(start + looked) % n];
+        let i = (start + looked) % n;
+        let e = &mut set.entries[i];
         looked += 1;
-        if e.events & !PLAIN != 0 {
+        if e.events & !(PLAIN | ET | ONESHOT) != 0 {
             set.run = 0;
-            return None;
+            return Answer::Kernel;
+        }
+        if e.events & ONESHOT != 0 {
+            // The kernel's item disables itself when it reports: only the kernel can keep
+            // that state, so such an entry is the kernel's to report, as a descriptor that is
+            // not ours.
+            continue;
         }
         if table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
             // A connect under way (the kernel reports its end), or no longer what was
@@ -366,16 +434,27 @@ pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -
         let Some(st) = e.stream.as_ref().and_then(Weak::upgrade) else {
             continue;
         };
-        let Some((readable, writable)) = st.s.quick_poll() else {
-            set.run = 0;
-            return None;
+        let Some(look) = st.s.quick_look() else {
+            // More to say than bytes and room: the readiness socket says it. The kernel is
+            // asked at the next call at the latest (at once when nothing is ready here).
+            other = true;
+            continue;
         };
         let mut ev = 0;
-        if readable {
+        if look.readable {
             ev |= e.events & libc::EPOLLIN as u32;
         }
-        if writable {
+        if look.writable {
             ev |= e.events & libc::EPOLLOUT as u32;
+        }
+        if e.events & ET != 0 {
+            let mut seen = e.seen;
+            if !edge(&mut seen, &look) {
+                ev = 0;
+            }
+            if let Some(now) = seen {
+                set.looks.push((i, now));
+            }
         }
         if ev != 0 {
             // SAFETY: got < max, the caller's buffer.
@@ -391,10 +470,38 @@ pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -
     set.next = start + looked;
     if got == 0 {
         set.run = 0;
-        return None;
+        return Answer::Kernel;
     }
-    set.run += 1;
-    Some(got)
+    for &(i, now) in &set.looks {
+        set.entries[i].seen = Some(now);
+    }
+    set.run = if other { KERNEL_EVERY } else { set.run + 1 };
+    Answer::Here(got)
+}
+
+/// Whether an edge-triggered entry that last saw `seen` has an edge in `look`; `seen`
+/// becomes `look`.
+///
+/// The kernel's `EPOLLET` reports a socket when it is woken (bytes arrived, room was made for
+/// a writer that found none) and then what its `poll` says: so an arrival (the peer's
+/// producer cursor moved) reports whatever is ready (`EPOLLOUT` too when there is room), and
+/// room after a write found none (or after a look saw none) reports again; nothing else does,
+/// however long the stream stays ready. The first look after the registration reports what
+/// is ready, as `EPOLL_CTL_ADD`/`MOD` do.
+fn edge(seen: &mut Option<Seen>, look: &QuickLook) -> bool {
+    let new = match *seen {
+        None => true,
+        Some(s) => {
+            s.produced != look.produced
+                || (look.writable && (!s.writable || s.tx_full != look.tx_full))
+        }
+    };
+    *seen = Some(Seen {
+        produced: look.produced,
+        writable: look.writable,
+        tx_full: look.tx_full,
+    });
+    new
 }
 
 /// After the kernel's `epoll_wait` on `ep` wrote `n` events to `out`: takes out the
@@ -430,12 +537,26 @@ pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> u
         for i in 0..n {
             // SAFETY: i < n, written by the kernel.
             let mut ev = unsafe { out.add(i).read_unaligned() };
-            if ev.events & libc::EPOLLIN as u32 != 0
-                && let Some(st) = sole_stream(set, ev.u64)
-                && matches!(st.s.quick_poll(), Some((false, _)))
-            {
-                ev.events &= !(libc::EPOLLIN as u32);
-                stale.push(st);
+            match sole_stream(set, ev.u64) {
+                Some((st, None))
+                    if ev.events & libc::EPOLLIN as u32 != 0
+                        && matches!(st.s.quick_poll(), Some((false, _))) =>
+                {
+                    ev.events &= !(libc::EPOLLIN as u32);
+                    stale.push(st);
+                }
+                Some((st, Some(seen))) => {
+                    // Edge-triggered: an edge this module reported already (a bell rung for
+                    // bytes or room it saw) is not reported twice; anything the cursors do
+                    // not show (end of stream, errors) is the kernel's to say.
+                    if ev.events & !((libc::EPOLLIN | libc::EPOLLOUT) as u32) == 0
+                        && let Some(look) = st.s.quick_look()
+                        && !edge(seen, &look)
+                    {
+                        ev.events = 0;
+                    }
+                }
+                _ => {}
             }
             if ev.events != 0 {
                 // SAFETY: kept <= i < n.
@@ -450,21 +571,31 @@ pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> u
     kept
 }
 
-/// The stream of the set's only registration with the data word `data`, if that is a
-/// level-triggered SMC stream that is still what was registered.
-fn sole_stream(set: &Set, data: u64) -> Option<Arc<Stream>> {
-    let mut found = set.entries.iter().filter(|e| e.data == data);
+/// The stream of the set's only registration with the data word `data`, if that is an SMC
+/// stream that is still what was registered, level-triggered (then `None` with it) or
+/// edge-triggered and not one-shot (then its [`Entry::seen`]).
+fn sole_stream(set: &mut Set, data: u64) -> Option<(Arc<Stream>, Option<&mut Option<Seen>>)> {
+    if set.others.values().any(|d| *d == data) {
+        return None;
+    }
+    let mut found = set.entries.iter_mut().filter(|e| e.data == data);
     let e = found.next()?;
-    if found.next().is_some() || set.others.values().any(|d| *d == data) {
+    if found.next().is_some() {
         return None;
     }
-    if e.events & !PLAIN != 0 || table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
+    let et = match e.events & !PLAIN {
+        0 => false,
+        ET => true,
+        _ => return None,
+    };
+    if table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
         return None;
     }
-    match &e.stream {
+    let st = match &e.stream {
         Some(s) => s.upgrade(),
         None => table::stream(e.fd),
-    }
+    }?;
+    Some((st, et.then_some(&mut e.seen)))
 }
 
 /// Whether a registration of `fd` with `ev` in `ep` is one [`filter`] keeps exact: a

@@ -2159,6 +2159,16 @@ unsafe fn epoll_ctl_inner(
     if table::kind(fd) == INHERITED && op != libc::EPOLL_CTL_DEL && !in_lib() {
         adopt_listener(fd);
     }
+    if table::kind(fd) == STREAM && op != libc::EPOLL_CTL_DEL && !event.is_null() && !in_lib() {
+        // SAFETY: the program's event, valid for ADD and MOD.
+        let ev = unsafe { std::ptr::read_unaligned(event) };
+        if ev.events & libc::EPOLLET as u32 != 0
+            && let Some(st) = table::stream(fd)
+        {
+            // Before the kernel has the item: a settle from then on keeps its edges.
+            st.s.set_edge_readiness(true);
+        }
+    }
     match table::kind(fd) {
         _ if in_lib() => {}
         // Registered or re-armed (EPOLLONESHOT) while another thread may be in epoll_wait on
@@ -2295,16 +2305,16 @@ pub unsafe extern "C" fn epoll_wait(
     max: c_int,
     timeout: c_int,
 ) -> c_int {
+    let wait = |t: Timeout| {
+        // SAFETY: the program's arguments, passed through.
+        unsafe { real::epoll_wait(ep, events, max, t.ms()) }
+    };
     // SAFETY: the program's buffer of `max` events.
-    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+    if let Some(n) = unsafe { epoll_ready(ep, events, max, wait) } {
         return n;
     }
-    // SAFETY: the program's arguments, passed through.
-    unsafe {
-        epoll_kernel(ep, events, Timeout::Ms(timeout), |t| {
-            real::epoll_wait(ep, events, max, t.ms())
-        })
-    }
+    // SAFETY: the program's buffer.
+    unsafe { epoll_kernel(ep, events, Timeout::Ms(timeout), wait) }
 }
 
 /// `epoll_pwait(2)`.
@@ -2319,16 +2329,16 @@ pub unsafe extern "C" fn epoll_pwait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    let wait = |t: Timeout| {
+        // SAFETY: the program's arguments, passed through.
+        unsafe { real::epoll_pwait(ep, events, max, t.ms(), mask) }
+    };
     // SAFETY: the program's buffer of `max` events.
-    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+    if let Some(n) = unsafe { epoll_ready(ep, events, max, wait) } {
         return n;
     }
-    // SAFETY: the program's arguments, passed through.
-    unsafe {
-        epoll_kernel(ep, events, Timeout::Ms(timeout), |t| {
-            real::epoll_pwait(ep, events, max, t.ms(), mask)
-        })
-    }
+    // SAFETY: the program's buffer.
+    unsafe { epoll_kernel(ep, events, Timeout::Ms(timeout), wait) }
 }
 
 /// `epoll_pwait2(2)`.
@@ -2343,8 +2353,16 @@ pub unsafe extern "C" fn epoll_pwait2(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let wait0 = |_: Timeout| {
+        // SAFETY: the program's arguments, with a zero timeout.
+        unsafe { real::epoll_pwait2(ep, events, max, &zero, mask) }
+    };
     // SAFETY: the program's buffer of `max` events.
-    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+    if let Some(n) = unsafe { epoll_ready(ep, events, max, wait0) } {
         return n;
     }
     let mut ts = libc::timespec {
@@ -2367,21 +2385,44 @@ pub unsafe extern "C" fn epoll_pwait2(
 /// What an `epoll_wait` on `ep` can answer without the kernel (`crate::ep`): the SMC
 /// streams of the set that are ready in shared memory, while the program is busy. A pending
 /// signal is then not delivered by this call, as the kernel's `epoll_pwait` delivers none
-/// when it has events to return.
+/// when it has events to return. When it is the kernel's turn (`ep::Answer::KernelFirst`),
+/// the kernel is asked without waiting first (`wait0`, the real call with a zero timeout):
+/// what it reports is the answer, and only when it has nothing is the answer made here.
 ///
 /// # Safety
 /// `events` is the program's buffer for `max` events.
-unsafe fn epoll_ready(ep: c_int, events: *mut libc::epoll_event, max: c_int) -> Option<c_int> {
+unsafe fn epoll_ready(
+    ep: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    wait0: impl FnMut(Timeout) -> c_int,
+) -> Option<c_int> {
     if !ep::any_sets() || max <= 0 || events.is_null() || in_lib() {
         return None;
     }
-    let saved = errno();
-    // SAFETY: the caller's buffer.
-    let n = lib(|| Ok(unsafe { ep::collect(ep, events, max as usize) }))
-        .ok()
-        .flatten();
-    set_errno(saved);
-    n.map(|n| n as c_int)
+    let collect = || {
+        let saved = errno();
+        // SAFETY: the caller's buffer.
+        let a = lib(|| Ok(unsafe { ep::collect(ep, events, max as usize) }))
+            .unwrap_or(ep::Answer::Kernel);
+        set_errno(saved);
+        a
+    };
+    match collect() {
+        ep::Answer::Here(n) => Some(n as c_int),
+        ep::Answer::Kernel => None,
+        ep::Answer::KernelFirst => {
+            // SAFETY: the caller's buffer; the real call.
+            let r = unsafe { epoll_kernel(ep, events, Timeout::Ms(0), wait0) };
+            if r != 0 {
+                return Some(r);
+            }
+            match collect() {
+                ep::Answer::Here(n) => Some(n as c_int),
+                _ => None,
+            }
+        }
+    }
 }
 
 /// An `epoll_wait` timeout: milliseconds (negative: none) or a `timespec` (null: none).
