@@ -276,6 +276,15 @@ pub(crate) fn created(ep: i32) {
     }
 }
 
+/// Whether `fd` is one of the program's sets (a look under the lock, no system call).
+pub(crate) fn is_set(fd: i32) -> bool {
+    if !any_sets() {
+        return false;
+    }
+    let mut g = Guard::lock();
+    g.map().contains_key(&fd)
+}
+
 /// `fd` was closed: if it was a set, the set is forgotten (the number may be reused).
 pub(crate) fn closed(fd: i32) {
     if !any_sets() {

@@ -1459,7 +1459,9 @@ pub unsafe extern "C" fn sendfile64(
 /// As `close(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if ep::any_sets() && !in_lib() && !table::borrowed_memory() {
+    // The cheap tests first: `borrowed_memory` asks the kernel for the process id, which a
+    // program that closes a file per request (nginx) would otherwise pay at every close.
+    if ep::any_sets() && !in_lib() && ep::is_set(fd) && !table::borrowed_memory() {
         ep::closed(fd);
     }
     if table::kind(fd) == NONE || in_lib() || table::borrowed_memory() {
@@ -1999,8 +2001,20 @@ pub unsafe extern "C" fn setsockopt(
         return unsafe { real::setsockopt(fd, level, name, val, len) };
     };
     let tcp = tcp_fd(&o);
-    // SAFETY: the program's option, on the TCP socket.
-    let r = unsafe { real::setsockopt(tcp, level, name, val, len) };
+    // An SMC stream's TCP socket carries no byte after the handshake: its cork and Nagle
+    // setting change nothing there, and `getsockopt` reads them back from the stream. Not
+    // asking the kernel saves nginx two calls per response (`tcp_nopush` corks around it).
+    let stream_only = matches!(&o, Obj::Stream(st) if st.s.is_smc())
+        && level == libc::IPPROTO_TCP
+        && (name == libc::TCP_CORK || name == libc::TCP_NODELAY)
+        && !val.is_null()
+        && len as usize >= size_of::<c_int>();
+    let r = if stream_only {
+        0
+    } else {
+        // SAFETY: the program's option, on the TCP socket.
+        unsafe { real::setsockopt(tcp, level, name, val, len) }
+    };
     let Obj::Stream(st) = &o else { return r };
     if r < 0 || val.is_null() {
         return r;
