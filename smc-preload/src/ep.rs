@@ -111,6 +111,15 @@ struct Entry {
     /// Edge-triggered entries: what the last look here saw (`None` since the registration:
     /// as the kernel's `EPOLL_CTL_ADD`/`MOD`, the first look reports what is ready).
     seen: Option<Seen>,
+    /// A change of the program's is not in the kernel's item yet ([`defer`]).
+    stale: bool,
+    /// The program deleted it ([`defer`]): never reported; the kernel's item goes at the
+    /// next [`flush`].
+    deleted: bool,
+    /// The events and data word of the kernel's item: a [`flush`] leaves an item alone that
+    /// the program changed and changed back (redis-benchmark, waiting for replies at every
+    /// sleep, has each connection registered for them then as at the sleep before).
+    kernel: (u32, u64),
 }
 
 #[derive(Debug)]
@@ -131,6 +140,8 @@ struct Set {
     /// What the edge-triggered entries looked at in this call saw, by index: kept only when
     /// the call is answered here (a call sent to the kernel reported nothing of it).
     looks: Vec<(usize, Seen)>,
+    /// Some entry is [`Entry::stale`].
+    stale: bool,
 }
 
 /// The sets, behind a lock of our own (a spin lock, so that a forked child can make a fresh
@@ -188,6 +199,29 @@ impl Drop for Guard {
     }
 }
 
+extern "C" fn fork_prepare() {
+    // The child shares the kernel's sets: it should find the program's registrations there.
+    // Only if the lock is free now: the table's handler may hold its lock already (it takes
+    // it for the fork), and a thread in `collect` holds ours and waits for that one. When it
+    // is not, the parent makes them before its next wait in the kernel (a set from before a
+    // fork is the kernel's to answer in the child).
+    if STALE.load(Ordering::SeqCst)
+        && SETS
+            .locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    {
+        let saved = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        let mut g = Guard;
+        STALE.store(false, Ordering::Relaxed);
+        for (ep, set) in g.map().iter_mut() {
+            apply(*ep, set);
+        }
+        drop(g);
+        crate::hooks::set_errno(saved);
+    }
+}
+
 extern "C" fn fork_parent() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
@@ -201,6 +235,9 @@ extern "C" fn fork_child() {
     unsafe { std::ptr::write(SETS.map.get(), BTreeMap::new()) };
     N_SETS.store(0, Ordering::Relaxed);
     N_ENTRIES.store(0, Ordering::Relaxed);
+    // The parent's waiters are not here; what it kept from the kernel it makes there itself.
+    KERNEL_WAITERS.store(0, Ordering::SeqCst);
+    STALE.store(false, Ordering::SeqCst);
     SETS.locked.store(false, Ordering::Release);
 }
 
@@ -209,7 +246,7 @@ fn watch_forks() {
     ONCE.call_once(|| {
         // SAFETY: plain functions that live as long as the library. No lock is held across
         // the fork (the table's handlers hold its own, which `collect` takes under ours).
-        unsafe { libc::pthread_atfork(None, Some(fork_parent), Some(fork_child)) };
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
     });
 }
 
@@ -264,6 +301,7 @@ pub(crate) fn created(ep: i32) {
             next: 0,
             run: 0,
             looks: Vec::new(),
+            stale: false,
         },
     );
     match old {
@@ -291,7 +329,9 @@ pub(crate) fn closed(fd: i32) {
         return;
     }
     let mut g = Guard::lock();
-    if let Some(s) = g.map().remove(&fd) {
+    if let Some(mut s) = g.map().remove(&fd) {
+        // A duplicate may keep the kernel's set: it has the program's registrations.
+        apply(fd, &mut s);
         N_SETS.fetch_sub(1, Ordering::Relaxed);
         N_ENTRIES.fetch_sub(s.entries.len(), Ordering::Relaxed);
     }
@@ -310,6 +350,7 @@ pub(crate) fn closed_range(first: u32, last: u32) {
         .take_while(|k| u32::try_from(*k).is_ok_and(|k| k <= last))
         .collect();
     for k in gone {
+        // (Closed already: nothing is left to apply.)
         if let Some(s) = g.map().remove(&k) {
             N_SETS.fetch_sub(1, Ordering::Relaxed);
             N_ENTRIES.fetch_sub(s.entries.len(), Ordering::Relaxed);
@@ -327,6 +368,8 @@ pub(crate) fn copied(old: i32, new: i32) {
     closed(new);
     let mut g = Guard::lock();
     if let Some(s) = g.map().get_mut(&old) {
+        // Changed through the other number from now on, which must find what we deferred.
+        apply(old, s);
         s.shared = true;
     }
 }
@@ -364,6 +407,9 @@ pub(crate) unsafe fn ctl(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event
                 gen_,
                 stream,
                 seen: None,
+                stale: false,
+                deleted: false,
+                kernel: (ev.events, ev.u64),
             });
         } else {
             set.others.insert(fd, ev.u64);
@@ -375,6 +421,166 @@ pub(crate) unsafe fn ctl(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event
     } else {
         N_ENTRIES.fetch_sub(before - after, Ordering::Relaxed);
     }
+}
+
+/// Threads of the program in a wait of the kernel's on descriptors (`epoll_wait`, `poll`,
+/// `select`), entered through the hooks ([`wait_begin`]).
+static KERNEL_WAITERS: AtomicUsize = AtomicUsize::new(0);
+/// Some set has a [`Entry::stale`] entry.
+static STALE: AtomicBool = AtomicBool::new(false);
+
+/// The program's `epoll_ctl(ep, op, fd, ev)`, kept here without the kernel when that
+/// changes nothing anybody can see: `true` when it was (the call returns 0).
+///
+/// Event loops of the `ae` kind (redis, redis-benchmark, wrk) register `EPOLLOUT` before
+/// every write and take it out after, redis-benchmark even deletes and adds the descriptor
+/// each time: two to four calls per request, most of what such a client asks the kernel for
+/// under SMC. A stream's entry is what this module reports from (at once: the entry changes
+/// here), and the kernel's item matters only to a wait of the kernel's. So the change is
+/// kept in the entry and made in the kernel ([`flush`]) before any thread waits there
+/// ([`wait_begin`]), before any other `epoll_ctl`, a `close`, a fork (the child shares the
+/// set), an exec, and when the set's number is closed or duplicated.
+///
+/// Kept: `MOD` and `DEL` of a stream registered through the hooks in a set followed here,
+/// level- or edge-triggered without one-shot, and the `ADD` that brings a deleted one back
+/// (in the kernel a `MOD`): then the kernel's call cannot fail, and what it would report is
+/// what this module does. Only while no thread waits in the kernel: a waiter sleeping there
+/// would not be woken by a change it cannot see. The test of that and a waiter's
+/// announcement ([`wait_begin`]) are a load and a store each way, `SeqCst`, so one of them
+/// sees the other.
+///
+/// # Safety
+/// `ev` is null or valid for reading.
+pub(crate) unsafe fn defer(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event) -> bool {
+    if !any_sets() || OFF.load(Ordering::Relaxed) || table::kind(fd) != STREAM {
+        return false;
+    }
+    let ev = if op == libc::EPOLL_CTL_DEL {
+        None
+    } else if ev.is_null() {
+        return false;
+    } else {
+        // SAFETY: the caller's promise; the struct is packed on some targets.
+        let ev = unsafe { std::ptr::read_unaligned(ev) };
+        if ev.events & !(PLAIN | ET) != 0 {
+            return false;
+        }
+        Some(ev)
+    };
+    let gen_ = gen_of(fd);
+    let mut g = Guard::lock();
+    let Some(set) = g.map().get_mut(&ep) else {
+        return false;
+    };
+    if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
+        return false;
+    }
+    // Pairs with `wait_begin` (see above).
+    if KERNEL_WAITERS.load(Ordering::SeqCst) != 0 {
+        return false;
+    }
+    // The data word the kernel's item would carry after the change, and the one it carries
+    // now, name this entry alone (`filter` tells the kernel's reports of a kept item by it).
+    let Some(old) = set.entries.iter().find(|e| e.fd == fd).map(|e| e.data) else {
+        return false;
+    };
+    let new = ev.map_or(old, |ev| ev.u64);
+    if set
+        .entries
+        .iter()
+        .any(|e| e.fd != fd && (e.data == old || e.data == new))
+        || set.others.values().any(|d| *d == old || *d == new)
+    {
+        return false;
+    }
+    let Some(e) = set.entries.iter_mut().find(|e| e.fd == fd) else {
+        return false;
+    };
+    if e.gen_ != gen_ || e.events & !(PLAIN | ET) != 0 {
+        return false;
+    }
+    match (op, ev) {
+        (libc::EPOLL_CTL_MOD, Some(ev)) if !e.deleted => {
+            e.events = ev.events;
+            e.data = ev.u64;
+        }
+        (libc::EPOLL_CTL_ADD, Some(ev)) if e.deleted => {
+            e.events = ev.events;
+            e.data = ev.u64;
+            e.deleted = false;
+        }
+        (libc::EPOLL_CTL_DEL, None) if !e.deleted => e.deleted = true,
+        _ => return false,
+    }
+    // As the kernel's `ADD`/`MOD`: the first look reports what is ready.
+    e.seen = None;
+    e.stale = true;
+    set.stale = true;
+    STALE.store(true, Ordering::SeqCst);
+    true
+}
+
+/// Makes the kernel's items of `set` (the set `ep`) what [`defer`] kept.
+fn apply(ep: i32, set: &mut Set) {
+    if !set.stale {
+        return;
+    }
+    set.stale = false;
+    let before = set.entries.len();
+    set.entries.retain_mut(|e| {
+        if !e.stale {
+            return true;
+        }
+        e.stale = false;
+        if gen_of(e.fd) != e.gen_ {
+            // Closed since: the kernel dropped the item with it.
+            return !e.deleted;
+        }
+        let op = if e.deleted {
+            libc::EPOLL_CTL_DEL
+        } else if e.kernel != (e.events, e.data) {
+            e.kernel = (e.events, e.data);
+            libc::EPOLL_CTL_MOD
+        } else {
+            return true;
+        };
+        let mut ev = libc::epoll_event {
+            events: e.events,
+            u64: e.data,
+        };
+        // SAFETY: a plain call; an error (the set or descriptor gone) leaves nothing to do.
+        unsafe { crate::real::epoll_ctl(ep, op, e.fd, &mut ev) };
+        !e.deleted
+    });
+    N_ENTRIES.fetch_sub(before - set.entries.len(), Ordering::Relaxed);
+}
+
+/// Makes every change [`defer`] kept in the kernel; errno is kept.
+pub(crate) fn flush() {
+    // Pairs with the store in `defer_mod` (see there).
+    if !STALE.load(Ordering::SeqCst) {
+        return;
+    }
+    let saved = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let mut g = Guard::lock();
+    STALE.store(false, Ordering::Relaxed);
+    for (ep, set) in g.map().iter_mut() {
+        apply(*ep, set);
+    }
+    drop(g);
+    crate::hooks::set_errno(saved);
+}
+
+/// A thread is about to wait in the kernel on descriptors: from now on no change is kept
+/// from the kernel, and what was kept is made there first.
+pub(crate) fn wait_begin() {
+    KERNEL_WAITERS.fetch_add(1, Ordering::SeqCst);
+    flush();
+}
+
+/// The wait of [`wait_begin`] returned.
+pub(crate) fn wait_end() {
+    KERNEL_WAITERS.fetch_sub(1, Ordering::Release);
 }
 
 /// What [`collect`] says of an `epoll_wait`.
@@ -425,10 +631,10 @@ pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -
             set.run = 0;
             return Answer::Kernel;
         }
-        if e.events & ONESHOT != 0 {
+        if e.events & ONESHOT != 0 || e.deleted {
             // The kernel's item disables itself when it reports: only the kernel can keep
             // that state, so such an entry is the kernel's to report, as a descriptor that is
-            // not ours.
+            // not ours. (A deleted one is reported by nobody.)
             continue;
         }
         if table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
@@ -514,8 +720,10 @@ fn edge(seen: &mut Option<Seen>, look: &QuickLook) -> bool {
 }
 
 /// After the kernel's `epoll_wait` on `ep` wrote `n` events to `out`: takes out the
-/// readability it reported for an SMC stream that a read would not serve, and returns how
-/// many events are left (moved to the front).
+/// readability it reported for an SMC stream that a read would not serve, edges of an
+/// edge-triggered one reported here already, and what an item whose change was kept from the
+/// kernel ([`defer`]) no longer asks for; returns how many events are left (moved to the
+/// front).
 ///
 /// That happens when the peer's bell lands late: the peer publishes its cursor, takes the
 /// announcement and rings; the program, answered in user space, read the bytes and settled the
@@ -546,6 +754,18 @@ pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> u
         for i in 0..n {
             // SAFETY: i < n, written by the kernel.
             let mut ev = unsafe { out.add(i).read_unaligned() };
+            if set.stale
+                && let Some(e) = set.entries.iter().find(|e| e.data == ev.u64 && e.stale)
+            {
+                // An item whose change was kept from the kernel (asked without waiting, see
+                // `Answer::KernelFirst`): what the program registered says what is reported
+                // (its data word is its alone: see `defer`).
+                if e.deleted {
+                    ev.events = 0;
+                } else {
+                    ev.events &= e.events | (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+                }
+            }
             match sole_stream(set, ev.u64) {
                 Some((st, None))
                     if ev.events & libc::EPOLLIN as u32 != 0
@@ -587,7 +807,10 @@ fn sole_stream(set: &mut Set, data: u64) -> Option<(Arc<Stream>, Option<&mut Opt
     if set.others.values().any(|d| *d == data) {
         return None;
     }
-    let mut found = set.entries.iter_mut().filter(|e| e.data == data);
+    let mut found = set
+        .entries
+        .iter_mut()
+        .filter(|e| e.data == data && !e.deleted);
     let e = found.next()?;
     if found.next().is_some() {
         return None;

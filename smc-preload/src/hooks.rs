@@ -1461,8 +1461,13 @@ pub unsafe extern "C" fn sendfile64(
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     // The cheap tests first: `borrowed_memory` asks the kernel for the process id, which a
     // program that closes a file per request (nginx) would otherwise pay at every close.
-    if ep::any_sets() && !in_lib() && ep::is_set(fd) && !table::borrowed_memory() {
-        ep::closed(fd);
+    if ep::any_sets() && !in_lib() {
+        // The kernel drops a closed descriptor's items: the ones kept from it go first (a
+        // duplicate would keep an item the program deleted).
+        ep::flush();
+        if ep::is_set(fd) && !table::borrowed_memory() {
+            ep::closed(fd);
+        }
     }
     if table::kind(fd) == NONE || in_lib() || table::borrowed_memory() {
         // SAFETY: passed through.
@@ -1492,6 +1497,8 @@ pub unsafe extern "C" fn close_range(
     last: libc::c_uint,
     flags: c_int,
 ) -> c_int {
+    // As in `close`: what was kept from the kernel goes there before its items may.
+    ep::flush();
     // SAFETY: passed through.
     let r = unsafe { real::close_range(first, last, flags) };
     if r == 0
@@ -2111,6 +2118,22 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     event: *mut libc::epoll_event,
 ) -> c_int {
+    if ep::any_sets() && !in_lib() {
+        if op != libc::EPOLL_CTL_DEL {
+            // SAFETY: the program's event, valid for ADD and MOD.
+            unsafe { note_edge(fd, event) };
+        }
+        let saved = errno();
+        // SAFETY: as above.
+        let kept = lib(|| Ok(unsafe { ep::defer(epfd, op, fd, event) })).unwrap_or(false);
+        if kept {
+            set_errno(saved);
+            return 0;
+        }
+        // The kernel's items are the program's before it changes one there.
+        ep::flush();
+        set_errno(saved);
+    }
     // SAFETY: the caller's arguments.
     let r = unsafe { epoll_ctl_inner(epfd, op, fd, event) };
     if r == 0 && ep::any_sets() && !in_lib() {
@@ -2160,6 +2183,24 @@ fn epoll_created(ep: c_int) -> c_int {
     ep
 }
 
+/// An edge-triggered registration of the stream `fd` with `event`: from now on a settle
+/// keeps its edges (`SmcStream::set_edge_readiness`). Before the kernel has the item.
+///
+/// # Safety
+/// `event` is null or valid for reading.
+unsafe fn note_edge(fd: c_int, event: *const libc::epoll_event) {
+    if table::kind(fd) != STREAM || event.is_null() || in_lib() {
+        return;
+    }
+    // SAFETY: the caller's promise.
+    let ev = unsafe { std::ptr::read_unaligned(event) };
+    if ev.events & libc::EPOLLET as u32 != 0
+        && let Some(st) = table::stream(fd)
+    {
+        st.s.set_edge_readiness(true);
+    }
+}
+
 /// The program's `epoll_ctl`, before the set is followed.
 ///
 /// # Safety
@@ -2173,15 +2214,9 @@ unsafe fn epoll_ctl_inner(
     if table::kind(fd) == INHERITED && op != libc::EPOLL_CTL_DEL && !in_lib() {
         adopt_listener(fd);
     }
-    if table::kind(fd) == STREAM && op != libc::EPOLL_CTL_DEL && !event.is_null() && !in_lib() {
+    if op != libc::EPOLL_CTL_DEL {
         // SAFETY: the program's event, valid for ADD and MOD.
-        let ev = unsafe { std::ptr::read_unaligned(event) };
-        if ev.events & libc::EPOLLET as u32 != 0
-            && let Some(st) = table::stream(fd)
-        {
-            // Before the kernel has the item: a settle from then on keeps its edges.
-            st.s.set_edge_readiness(true);
-        }
+        unsafe { note_edge(fd, event) };
     }
     match table::kind(fd) {
         _ if in_lib() => {}
@@ -2236,9 +2271,8 @@ unsafe fn epoll_ctl_inner(
 /// As `poll(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::poll(fds, n, timeout) }
+    kernel_wait(|| unsafe { real::poll(fds, n, timeout) })
 }
 
 /// `__poll_chk` (`_FORTIFY_SOURCE`).
@@ -2252,9 +2286,8 @@ pub unsafe extern "C" fn __poll_chk(
     timeout: c_int,
     fdslen: size_t,
 ) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::__poll_chk(fds, n, timeout, fdslen) }
+    kernel_wait(|| unsafe { real::__poll_chk(fds, n, timeout, fdslen) })
 }
 
 /// `ppoll(2)`.
@@ -2268,9 +2301,8 @@ pub unsafe extern "C" fn ppoll(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::ppoll(fds, n, ts, mask) }
+    kernel_wait(|| unsafe { real::ppoll(fds, n, ts, mask) })
 }
 
 /// `select(2)`.
@@ -2285,9 +2317,8 @@ pub unsafe extern "C" fn select(
     e: *mut libc::fd_set,
     tv: *mut libc::timeval,
 ) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::select(n, r, w, e, tv) }
+    kernel_wait(|| unsafe { real::select(n, r, w, e, tv) })
 }
 
 /// `pselect(2)`.
@@ -2303,9 +2334,8 @@ pub unsafe extern "C" fn pselect(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::pselect(n, r, w, e, ts, mask) }
+    kernel_wait(|| unsafe { real::pselect(n, r, w, e, ts, mask) })
 }
 
 /// `epoll_wait(2)`.
@@ -2328,7 +2358,7 @@ pub unsafe extern "C" fn epoll_wait(
         return n;
     }
     // SAFETY: the program's buffer.
-    unsafe { epoll_kernel(ep, events, Timeout::Ms(timeout), wait) }
+    unsafe { epoll_kernel(ep, events, Timeout::Ms(timeout), true, wait) }
 }
 
 /// `epoll_pwait(2)`.
@@ -2352,7 +2382,7 @@ pub unsafe extern "C" fn epoll_pwait(
         return n;
     }
     // SAFETY: the program's buffer.
-    unsafe { epoll_kernel(ep, events, Timeout::Ms(timeout), wait) }
+    unsafe { epoll_kernel(ep, events, Timeout::Ms(timeout), true, wait) }
 }
 
 /// `epoll_pwait2(2)`.
@@ -2386,7 +2416,7 @@ pub unsafe extern "C" fn epoll_pwait2(
     // SAFETY: the program's arguments, passed through.
     unsafe {
         let mut first = true;
-        epoll_kernel(ep, events, Timeout::of_ts(timeout), |t| {
+        epoll_kernel(ep, events, Timeout::of_ts(timeout), true, |t| {
             // The program's own timeout the first time (an invalid one gets the kernel's
             // EINVAL); what is left of it after a wait whose events were all taken out.
             let p = if first { timeout } else { t.ts_ptr(&mut ts) };
@@ -2426,8 +2456,9 @@ unsafe fn epoll_ready(
         ep::Answer::Here(n) => Some(n as c_int),
         ep::Answer::Kernel => None,
         ep::Answer::KernelFirst => {
-            // SAFETY: the caller's buffer; the real call.
-            let r = unsafe { epoll_kernel(ep, events, Timeout::Ms(0), wait0) };
+            // SAFETY: the caller's buffer; the real call. It does not sleep: changes kept from
+            // the kernel stay kept (`crate::ep::filter` reads the kernel's reports by them).
+            let r = unsafe { epoll_kernel(ep, events, Timeout::Ms(0), false, wait0) };
             if r != 0 {
                 return Some(r);
             }
@@ -2505,7 +2536,8 @@ impl Timeout {
 /// The kernel's wait, after the settle; then, for a set followed in user space, events the
 /// kernel reported for an SMC stream that a read would not serve (the peer's ring of a bell
 /// landed after the program had read what it rang for: `crate::ep::filter`) are taken out,
-/// and when nothing is left the wait goes on for the rest of the timeout.
+/// and when nothing is left the wait goes on for the rest of the timeout. A wait that
+/// `sleeps` (any timeout but zero) is announced first (`kernel_wait`).
 ///
 /// # Safety
 /// `events` is the program's buffer; `wait` is the real call with the program's arguments.
@@ -2513,13 +2545,18 @@ unsafe fn epoll_kernel(
     ep: c_int,
     events: *mut libc::epoll_event,
     timeout: Timeout,
+    sleeps: bool,
     mut wait: impl FnMut(Timeout) -> c_int,
 ) -> c_int {
     let started = std::time::Instant::now();
     let mut t = timeout;
     loop {
-        settle_all();
-        let r = wait(t);
+        let r = if sleeps {
+            kernel_wait(|| wait(t))
+        } else {
+            settle_all();
+            wait(t)
+        };
         if r <= 0 || !ep::any_sets() || in_lib() {
             return r;
         }
@@ -2535,6 +2572,17 @@ unsafe fn epoll_kernel(
             None => return 0,
         }
     }
+}
+
+/// A wait of the kernel's on descriptors (`wait`, the real call): announced first, so that
+/// no `EPOLL_CTL_MOD` is kept from the kernel meanwhile and what was kept is made there
+/// (`crate::ep::wait_begin`), then every stream a read left readable is settled.
+fn kernel_wait<R>(wait: impl FnOnce() -> R) -> R {
+    ep::wait_begin();
+    settle_all();
+    let r = wait();
+    ep::wait_end();
+    r
 }
 
 /// Settles every stream a read left readable (one atomic load when there is none, as for a
@@ -2562,6 +2610,8 @@ fn exec_with(call: impl FnOnce() -> c_int) -> c_int {
     if in_lib() || table::borrowed_memory() {
         return call();
     }
+    // The new program shares the kernel's sets it inherits.
+    ep::flush();
     around(crate::exec::before, call, crate::exec::failed)
 }
 
@@ -2724,7 +2774,12 @@ pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
 /// Runs `posix_spawn` (the real call, which returns an error number) with the connections the
 /// new program can see handed to a keeper around it; errno is kept.
 fn spawn_with(fa: *const libc::posix_spawn_file_actions_t, call: impl FnOnce() -> c_int) -> c_int {
-    if in_lib() || table::borrowed_memory() || table::all().is_empty() {
+    if in_lib() || table::borrowed_memory() {
+        return call();
+    }
+    // The new program shares the kernel's sets it inherits.
+    ep::flush();
+    if table::all().is_empty() {
         return call();
     }
     let extra: Vec<c_int> = if fa.is_null() {
