@@ -16,12 +16,16 @@
 //! The kernel's own `epoll_wait` (after the settle, as before) runs when:
 //! - no registered stream is ready in user space (the program is about to sleep: only the
 //!   settle's announcement makes the peers ring, and it is made only then);
-//! - [`KERNEL_EVERY`] calls in a row were answered here: the set's other descriptors
-//!   (listeners, plain TCP, pipes, timers, nested sets) and streams whose connect is still
-//!   under way are seen at least that often, and they are level-triggered in the kernel, so
-//!   nothing they report is lost, only later by at most that many turns of the loop;
+//! - [`KERNEL_EVERY`] calls in a row were answered here (then the kernel is asked without
+//!   waiting, and this module answers if it has nothing: see [`Answer::Probe`]): the set's
+//!   other descriptors (listeners, plain TCP, pipes, timers, nested sets), one-shot streams
+//!   and streams whose connect is still under way are seen at least that often, and the
+//!   kernel keeps what they report (level-triggered, or an edge queued in its item), so
+//!   nothing is lost, only later by at most that many turns of the loop;
 //! - a registered stream has anything but bytes and room to say (end of stream, shutdown,
-//!   error, the end): its readiness socket shows that, with `EPOLLRDHUP`/`EPOLLHUP`;
+//!   error, the end): its readiness socket shows that, with `EPOLLRDHUP`/`EPOLLHUP` (when
+//!   others are ready here, such a stream is skipped and the kernel's turn is the next
+//!   call);
 //! - any SMC stream of the set is registered `EPOLLEXCLUSIVE`, `EPOLLWAKEUP` or with events
 //!   beyond `IN|OUT|RDHUP|ET|ONESHOT` (`EPOLLPRI`): those states live in the kernel's item,
 //!   which only the kernel can keep;
@@ -591,11 +595,15 @@ pub(crate) enum Answer {
     /// The kernel answers, with the program's timeout (nothing is ready here, or the set is
     /// not answered here).
     Kernel,
-    /// The kernel's turn ([`KERNEL_EVERY`], or a stream with more to say than bytes and
-    /// room): it is asked without waiting, and when it has nothing, this module answers. An
-    /// edge-triggered stream's arrival may be known only here (the peer rang nobody for it),
-    /// so the kernel must not sleep while one is.
-    KernelFirst,
+    /// Ready here, but it is the kernel's turn ([`KERNEL_EVERY`], or a stream with more to
+    /// say than bytes and room): this many events were written, nothing of them is kept
+    /// (the looks of edge-triggered entries), and the kernel is asked without waiting
+    /// first. If it has nothing, the caller asks here again (the kernel's call may have
+    /// written events the filter then took out). Never a sleep in the kernel while something
+    /// is ready here: an edge-triggered stream's arrival may be known only here (the peer
+    /// rang nobody for it), and a signal handled during a call that does not sleep would not
+    /// end the sleep after it (nginx's `SIGTERM` while it is busy).
+    Probe(usize),
 }
 
 /// `epoll_wait` on `ep` answered from user space (the module docs say when it is not).
@@ -613,10 +621,7 @@ pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -
     if set.shared || set.forks != FORKS.load(Ordering::Relaxed) || set.entries.is_empty() {
         return Answer::Kernel;
     }
-    if set.run >= KERNEL_EVERY {
-        set.run = 0;
-        return Answer::KernelFirst;
-    }
+    let due = set.run >= KERNEL_EVERY;
     let n = set.entries.len();
     let start = set.next % n;
     let mut got = 0;
@@ -686,6 +691,10 @@ pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -
     if got == 0 {
         set.run = 0;
         return Answer::Kernel;
+    }
+    if due {
+        set.run = 0;
+        return Answer::Probe(got);
     }
     for &(i, now) in &set.looks {
         set.entries[i].seen = Some(now);
@@ -758,7 +767,7 @@ pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> u
                 && let Some(e) = set.entries.iter().find(|e| e.data == ev.u64 && e.stale)
             {
                 // An item whose change was kept from the kernel (asked without waiting, see
-                // `Answer::KernelFirst`): what the program registered says what is reported
+                // `Answer::Probe`): what the program registered says what is reported
                 // (its data word is its alone: see `defer`).
                 if e.deleted {
                     ev.events = 0;

@@ -2429,9 +2429,9 @@ pub unsafe extern "C" fn epoll_pwait2(
 /// What an `epoll_wait` on `ep` can answer without the kernel (`crate::ep`): the SMC
 /// streams of the set that are ready in shared memory, while the program is busy. A pending
 /// signal is then not delivered by this call, as the kernel's `epoll_pwait` delivers none
-/// when it has events to return. When it is the kernel's turn (`ep::Answer::KernelFirst`),
-/// the kernel is asked without waiting first (`wait0`, the real call with a zero timeout):
-/// what it reports is the answer, and only when it has nothing is the answer made here.
+/// when it has events to return. When it is the kernel's turn (`ep::Answer::Probe`), the
+/// kernel is asked without waiting first (`wait0`, the real call with a zero timeout): what
+/// it reports is the answer, and only when it has nothing is the answer made here.
 ///
 /// # Safety
 /// `events` is the program's buffer for `max` events.
@@ -2455,16 +2455,18 @@ unsafe fn epoll_ready(
     match collect() {
         ep::Answer::Here(n) => Some(n as c_int),
         ep::Answer::Kernel => None,
-        ep::Answer::KernelFirst => {
+        ep::Answer::Probe(_) => {
             // SAFETY: the caller's buffer; the real call. It does not sleep: changes kept from
             // the kernel stay kept (`crate::ep::filter` reads the kernel's reports by them).
             let r = unsafe { epoll_kernel(ep, events, Timeout::Ms(0), false, wait0) };
             if r != 0 {
                 return Some(r);
             }
+            // Not the kernel's turn now: answered here, unless nothing is ready any more
+            // (another thread took it), when the kernel answers as usual.
             match collect() {
-                ep::Answer::Here(n) => Some(n as c_int),
-                _ => None,
+                ep::Answer::Here(n) | ep::Answer::Probe(n) => Some(n as c_int),
+                ep::Answer::Kernel => None,
             }
         }
     }
