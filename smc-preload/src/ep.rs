@@ -732,7 +732,8 @@ fn edge(seen: &mut Option<Seen>, look: &QuickLook) -> bool {
 /// readability it reported for an SMC stream that a read would not serve, edges of an
 /// edge-triggered one reported here already, and what an item whose change was kept from the
 /// kernel ([`defer`]) no longer asks for; returns how many events are left (moved to the
-/// front).
+/// front), and when none is, how many edge-triggered ones it took out as reported already
+/// (written back to the front: the caller gives them to the program rather than sleep on).
 ///
 /// That happens when the peer's bell lands late: the peer publishes its cursor, takes the
 /// announcement and rings; the program, answered in user space, read the bytes and settled the
@@ -746,19 +747,22 @@ fn edge(seen: &mut Option<Seen>, look: &QuickLook) -> bool {
 ///
 /// # Safety
 /// `out` holds `n` events.
-pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> usize {
+pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> (usize, usize) {
     if N_ENTRIES.load(Ordering::Relaxed) == 0 {
-        return n;
+        return (n, 0);
     }
     let mut stale: Vec<Arc<Stream>> = Vec::new();
     let mut kept = 0;
+    // Edge-triggered events taken out as reported already: given back when nothing else is
+    // left (see below).
+    let mut again: Vec<libc::epoll_event> = Vec::new();
     {
         let mut g = Guard::lock();
         let Some(set) = g.map().get_mut(&ep) else {
-            return n;
+            return (n, 0);
         };
         if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
-            return n;
+            return (n, 0);
         }
         for i in 0..n {
             // SAFETY: i < n, written by the kernel.
@@ -791,6 +795,7 @@ pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> u
                         && let Some(look) = st.s.quick_look()
                         && !edge(seen, &look)
                     {
+                        again.push(ev);
                         ev.events = 0;
                     }
                 }
@@ -806,7 +811,18 @@ pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> u
     for st in stale {
         st.s.settle_readiness_now();
     }
-    kept
+    if kept == 0 && !again.is_empty() {
+        // Nothing else: the edges are written back, for the caller to give the program once
+        // more rather than wait on (an edge-triggered program reads until EAGAIN and takes a
+        // spare event). A wait that went on would sleep through a signal the program's
+        // handler took when this wait returned (nginx's SIGTERM, with `master_process off`).
+        for (i, ev) in again.iter().take(n).enumerate() {
+            // SAFETY: i < again.len() <= n.
+            unsafe { out.add(i).write_unaligned(*ev) };
+        }
+        return (0, again.len().min(n));
+    }
+    (kept, 0)
 }
 
 /// The stream of the set's only registration with the data word `data`, if that is an SMC

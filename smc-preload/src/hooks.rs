@@ -2564,12 +2564,16 @@ unsafe fn epoll_kernel(
         }
         let saved = errno();
         // SAFETY: the kernel wrote `r` events there.
-        let n = lib(|| Ok(unsafe { ep::filter(ep, events, r as usize) })).unwrap_or(r as usize);
+        let (n, again) =
+            lib(|| Ok(unsafe { ep::filter(ep, events, r as usize) })).unwrap_or((r as usize, 0));
         set_errno(saved);
         if n > 0 {
             return n as c_int;
         }
         match t.left(started) {
+            // Edges reported already, and time left: given once more rather than slept on
+            // (a signal the program's handler took as this wait returned must end it).
+            Some(_) if again > 0 => return again as c_int,
             Some(rest) => t = rest,
             None => return 0,
         }
