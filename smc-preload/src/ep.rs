@@ -16,18 +16,35 @@
 //! The kernel's own `epoll_wait` (after the settle, as before) runs when:
 //! - no registered stream is ready in user space (the program is about to sleep: only the
 //!   settle's announcement makes the peers ring, and it is made only then);
-//! - [`KERNEL_EVERY`] calls in a row were answered here: the set's other descriptors
-//!   (listeners, plain TCP, pipes, timers, nested sets) and streams whose connect is still
-//!   under way are seen at least that often, and they are level-triggered in the kernel, so
-//!   nothing they report is lost, only later by at most that many turns of the loop;
+//! - [`KERNEL_EVERY`] calls in a row were answered here (then the kernel is asked without
+//!   waiting, and this module answers if it has nothing: see [`Answer::Probe`]): the set's
+//!   other descriptors (listeners, plain TCP, pipes, timers, nested sets), one-shot streams
+//!   and streams whose connect is still under way are seen at least that often, and the
+//!   kernel keeps what they report (level-triggered, or an edge queued in its item), so
+//!   nothing is lost, only later by at most that many turns of the loop;
 //! - a registered stream has anything but bytes and room to say (end of stream, shutdown,
-//!   error, the end): its readiness socket shows that, with `EPOLLRDHUP`/`EPOLLHUP`;
-//! - any SMC stream of the set is registered edge-triggered, `EPOLLONESHOT`,
-//!   `EPOLLEXCLUSIVE`, `EPOLLWAKEUP` or with events beyond `IN|OUT|RDHUP` (`EPOLLPRI`): those
-//!   states live in the kernel's item, which only the kernel can keep;
+//!   error, the end): its readiness socket shows that, with `EPOLLRDHUP`/`EPOLLHUP` (when
+//!   others are ready here, such a stream is skipped and the kernel's turn is the next
+//!   call);
+//! - any SMC stream of the set is registered `EPOLLEXCLUSIVE`, `EPOLLWAKEUP` or with events
+//!   beyond `IN|OUT|RDHUP|ET|ONESHOT` (`EPOLLPRI`): those states live in the kernel's item,
+//!   which only the kernel can keep;
 //! - the set existed when the process forked (the other process may change it; a set made
 //!   after the fork, as nginx's workers make theirs, is answered here again), or its
 //!   descriptor was duplicated (a change through the other number would not be seen here).
+//!
+//! # Edge-triggered and one-shot registrations
+//!
+//! An `EPOLLET` stream (nginx registers its connections `IN|OUT|RDHUP|ET`) is answered here
+//! with the kernel's edge semantics for a socket: reported when bytes arrived since the last
+//! report (the peer's producer cursor moved) or room came after a write found none, and then
+//! with what a read and a write would do; the first look after `EPOLL_CTL_ADD`/`MOD` reports
+//! what is ready ([`edge`]). The kernel's item keeps its own edges (the bells rung), so an
+//! arrival reported here may be reported by the kernel again later: [`filter`] takes such an
+//! event out when the cursors show nothing new since (anything they do not show, an end or an
+//! error, stays). A one-shot entry disables itself in the kernel when it is reported, a state
+//! only the kernel keeps: such a stream is left to the kernel as a descriptor of another
+//! kind is (seen at least every [`KERNEL_EVERY`] calls), without sending the whole set there.
 //!
 //! # Why no wake-up is lost
 //!
@@ -40,7 +57,13 @@
 //! ourselves if they moved; the peer publishes its cursor, then a `SeqCst` fence, then takes the
 //! announcement and rings): so the argument in `docs/architecture.md` (readiness) holds
 //! unchanged. What is reported here is what a read or a write would do now: a level-triggered
-//! report of a socket, which the kernel could have made at the same moment.
+//! report of a socket, which the kernel could have made at the same moment. An edge reported
+//! here takes no edge from the kernel's item either; the settle keeps the kernel's edges for
+//! an edge-triggered waiter (`SmcStream::set_edge_readiness`: a settle that finds bytes which
+//! arrived after the read rings once more, since the peer was not asked to); and the only
+//! kernel events [`filter`] takes out of an edge-triggered stream's are those whose bytes and
+//! room this module reported already (the cursors and the count of writes that found no room
+//! unchanged since), which the program was told of.
 //!
 //! # Identity
 //!
@@ -52,6 +75,7 @@
 //! same open file (the readiness pair made for the connect is the stream's).
 
 use crate::table::{self, CONNECTING, MAX_FD, STREAM, Stream};
+use smcd_engine::driver::conn::QuickLook;
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -62,6 +86,21 @@ pub(crate) const KERNEL_EVERY: u32 = 8;
 
 /// Events a level-triggered registration may ask for and still be answered here.
 const PLAIN: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP) as u32;
+/// Edge-triggered.
+const ET: u32 = libc::EPOLLET as u32;
+/// One-shot: left to the kernel (see the module docs).
+const ONESHOT: u32 = libc::EPOLLONESHOT as u32;
+
+/// What an edge-triggered entry was last answered with (see [`Entry::seen`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    /// The peer's producer cursor: an arrival moves it.
+    produced: u64,
+    /// Whether a write would have taken bytes.
+    writable: bool,
+    /// Writes that had found the send buffer full by then.
+    tx_full: u64,
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -73,6 +112,18 @@ struct Entry {
     /// Weak: a program may close a registered descriptor without deleting it from the set
     /// (nginx does), and the entry must not keep the connection alive.
     stream: Option<Weak<Stream>>,
+    /// Edge-triggered entries: what the last look here saw (`None` since the registration:
+    /// as the kernel's `EPOLL_CTL_ADD`/`MOD`, the first look reports what is ready).
+    seen: Option<Seen>,
+    /// A change of the program's is not in the kernel's item yet ([`defer`]).
+    stale: bool,
+    /// The program deleted it ([`defer`]): never reported; the kernel's item goes at the
+    /// next [`flush`].
+    deleted: bool,
+    /// The events and data word of the kernel's item: a [`flush`] leaves an item alone that
+    /// the program changed and changed back (redis-benchmark, waiting for replies at every
+    /// sleep, has each connection registered for them then as at the sleep before).
+    kernel: (u32, u64),
 }
 
 #[derive(Debug)]
@@ -90,6 +141,11 @@ struct Set {
     next: usize,
     /// Calls in a row answered here.
     run: u32,
+    /// What the edge-triggered entries looked at in this call saw, by index: kept only when
+    /// the call is answered here (a call sent to the kernel reported nothing of it).
+    looks: Vec<(usize, Seen)>,
+    /// Some entry is [`Entry::stale`].
+    stale: bool,
 }
 
 /// The sets, behind a lock of our own (a spin lock, so that a forked child can make a fresh
@@ -147,6 +203,29 @@ impl Drop for Guard {
     }
 }
 
+extern "C" fn fork_prepare() {
+    // The child shares the kernel's sets: it should find the program's registrations there.
+    // Only if the lock is free now: the table's handler may hold its lock already (it takes
+    // it for the fork), and a thread in `collect` holds ours and waits for that one. When it
+    // is not, the parent makes them before its next wait in the kernel (a set from before a
+    // fork is the kernel's to answer in the child).
+    if STALE.load(Ordering::SeqCst)
+        && SETS
+            .locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    {
+        let saved = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        let mut g = Guard;
+        STALE.store(false, Ordering::Relaxed);
+        for (ep, set) in g.map().iter_mut() {
+            apply(*ep, set);
+        }
+        drop(g);
+        crate::hooks::set_errno(saved);
+    }
+}
+
 extern "C" fn fork_parent() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
@@ -160,6 +239,9 @@ extern "C" fn fork_child() {
     unsafe { std::ptr::write(SETS.map.get(), BTreeMap::new()) };
     N_SETS.store(0, Ordering::Relaxed);
     N_ENTRIES.store(0, Ordering::Relaxed);
+    // The parent's waiters are not here; what it kept from the kernel it makes there itself.
+    KERNEL_WAITERS.store(0, Ordering::SeqCst);
+    STALE.store(false, Ordering::SeqCst);
     SETS.locked.store(false, Ordering::Release);
 }
 
@@ -168,7 +250,7 @@ fn watch_forks() {
     ONCE.call_once(|| {
         // SAFETY: plain functions that live as long as the library. No lock is held across
         // the fork (the table's handlers hold its own, which `collect` takes under ours).
-        unsafe { libc::pthread_atfork(None, Some(fork_parent), Some(fork_child)) };
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
     });
 }
 
@@ -222,6 +304,8 @@ pub(crate) fn created(ep: i32) {
             others: BTreeMap::new(),
             next: 0,
             run: 0,
+            looks: Vec::new(),
+            stale: false,
         },
     );
     match old {
@@ -234,13 +318,24 @@ pub(crate) fn created(ep: i32) {
     }
 }
 
+/// Whether `fd` is one of the program's sets (a look under the lock, no system call).
+pub(crate) fn is_set(fd: i32) -> bool {
+    if !any_sets() {
+        return false;
+    }
+    let mut g = Guard::lock();
+    g.map().contains_key(&fd)
+}
+
 /// `fd` was closed: if it was a set, the set is forgotten (the number may be reused).
 pub(crate) fn closed(fd: i32) {
     if !any_sets() {
         return;
     }
     let mut g = Guard::lock();
-    if let Some(s) = g.map().remove(&fd) {
+    if let Some(mut s) = g.map().remove(&fd) {
+        // A duplicate may keep the kernel's set: it has the program's registrations.
+        apply(fd, &mut s);
         N_SETS.fetch_sub(1, Ordering::Relaxed);
         N_ENTRIES.fetch_sub(s.entries.len(), Ordering::Relaxed);
     }
@@ -259,6 +354,7 @@ pub(crate) fn closed_range(first: u32, last: u32) {
         .take_while(|k| u32::try_from(*k).is_ok_and(|k| k <= last))
         .collect();
     for k in gone {
+        // (Closed already: nothing is left to apply.)
         if let Some(s) = g.map().remove(&k) {
             N_SETS.fetch_sub(1, Ordering::Relaxed);
             N_ENTRIES.fetch_sub(s.entries.len(), Ordering::Relaxed);
@@ -276,6 +372,8 @@ pub(crate) fn copied(old: i32, new: i32) {
     closed(new);
     let mut g = Guard::lock();
     if let Some(s) = g.map().get_mut(&old) {
+        // Changed through the other number from now on, which must find what we deferred.
+        apply(old, s);
         s.shared = true;
     }
 }
@@ -312,6 +410,10 @@ pub(crate) unsafe fn ctl(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event
                 data: ev.u64,
                 gen_,
                 stream,
+                seen: None,
+                stale: false,
+                deleted: false,
+                kernel: (ev.events, ev.u64),
             });
         } else {
             set.others.insert(fd, ev.u64);
@@ -325,34 +427,220 @@ pub(crate) unsafe fn ctl(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event
     }
 }
 
-/// `epoll_wait` on `ep` answered from user space: the number of events written to `out`
-/// (at most `max`), or `None` when the kernel must answer (the module docs say when).
+/// Threads of the program in a wait of the kernel's on descriptors (`epoll_wait`, `poll`,
+/// `select`), entered through the hooks ([`wait_begin`]).
+static KERNEL_WAITERS: AtomicUsize = AtomicUsize::new(0);
+/// Some set has a [`Entry::stale`] entry.
+static STALE: AtomicBool = AtomicBool::new(false);
+
+/// The program's `epoll_ctl(ep, op, fd, ev)`, kept here without the kernel when that
+/// changes nothing anybody can see: `true` when it was (the call returns 0).
+///
+/// Event loops of the `ae` kind (redis, redis-benchmark, wrk) register `EPOLLOUT` before
+/// every write and take it out after, redis-benchmark even deletes and adds the descriptor
+/// each time: two to four calls per request, most of what such a client asks the kernel for
+/// under SMC. A stream's entry is what this module reports from (at once: the entry changes
+/// here), and the kernel's item matters only to a wait of the kernel's. So the change is
+/// kept in the entry and made in the kernel ([`flush`]) before any thread waits there
+/// ([`wait_begin`]), before any other `epoll_ctl`, a `close`, a fork (the child shares the
+/// set), an exec, and when the set's number is closed or duplicated.
+///
+/// Kept: `MOD` and `DEL` of a stream registered through the hooks in a set followed here,
+/// level- or edge-triggered without one-shot, and the `ADD` that brings a deleted one back
+/// (in the kernel a `MOD`): then the kernel's call cannot fail, and what it would report is
+/// what this module does. Only while no thread waits in the kernel: a waiter sleeping there
+/// would not be woken by a change it cannot see. The test of that and a waiter's
+/// announcement ([`wait_begin`]) are a load and a store each way, `SeqCst`, so one of them
+/// sees the other.
+///
+/// # Safety
+/// `ev` is null or valid for reading.
+pub(crate) unsafe fn defer(ep: i32, op: i32, fd: i32, ev: *const libc::epoll_event) -> bool {
+    if !any_sets() || OFF.load(Ordering::Relaxed) || table::kind(fd) != STREAM {
+        return false;
+    }
+    let ev = if op == libc::EPOLL_CTL_DEL {
+        None
+    } else if ev.is_null() {
+        return false;
+    } else {
+        // SAFETY: the caller's promise; the struct is packed on some targets.
+        let ev = unsafe { std::ptr::read_unaligned(ev) };
+        if ev.events & !(PLAIN | ET) != 0 {
+            return false;
+        }
+        Some(ev)
+    };
+    let gen_ = gen_of(fd);
+    let mut g = Guard::lock();
+    let Some(set) = g.map().get_mut(&ep) else {
+        return false;
+    };
+    if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
+        return false;
+    }
+    // Pairs with `wait_begin` (see above).
+    if KERNEL_WAITERS.load(Ordering::SeqCst) != 0 {
+        return false;
+    }
+    // The data word the kernel's item would carry after the change, and the one it carries
+    // now, name this entry alone (`filter` tells the kernel's reports of a kept item by it).
+    let Some(old) = set.entries.iter().find(|e| e.fd == fd).map(|e| e.data) else {
+        return false;
+    };
+    let new = ev.map_or(old, |ev| ev.u64);
+    if set
+        .entries
+        .iter()
+        .any(|e| e.fd != fd && (e.data == old || e.data == new))
+        || set.others.values().any(|d| *d == old || *d == new)
+    {
+        return false;
+    }
+    let Some(e) = set.entries.iter_mut().find(|e| e.fd == fd) else {
+        return false;
+    };
+    if e.gen_ != gen_ || e.events & !(PLAIN | ET) != 0 {
+        return false;
+    }
+    match (op, ev) {
+        (libc::EPOLL_CTL_MOD, Some(ev)) if !e.deleted => {
+            e.events = ev.events;
+            e.data = ev.u64;
+        }
+        (libc::EPOLL_CTL_ADD, Some(ev)) if e.deleted => {
+            e.events = ev.events;
+            e.data = ev.u64;
+            e.deleted = false;
+        }
+        (libc::EPOLL_CTL_DEL, None) if !e.deleted => e.deleted = true,
+        _ => return false,
+    }
+    // As the kernel's `ADD`/`MOD`: the first look reports what is ready.
+    e.seen = None;
+    e.stale = true;
+    set.stale = true;
+    STALE.store(true, Ordering::SeqCst);
+    true
+}
+
+/// Makes the kernel's items of `set` (the set `ep`) what [`defer`] kept.
+fn apply(ep: i32, set: &mut Set) {
+    if !set.stale {
+        return;
+    }
+    set.stale = false;
+    let before = set.entries.len();
+    set.entries.retain_mut(|e| {
+        if !e.stale {
+            return true;
+        }
+        e.stale = false;
+        if gen_of(e.fd) != e.gen_ {
+            // Closed since: the kernel dropped the item with it.
+            return !e.deleted;
+        }
+        let op = if e.deleted {
+            libc::EPOLL_CTL_DEL
+        } else if e.kernel != (e.events, e.data) {
+            e.kernel = (e.events, e.data);
+            libc::EPOLL_CTL_MOD
+        } else {
+            return true;
+        };
+        let mut ev = libc::epoll_event {
+            events: e.events,
+            u64: e.data,
+        };
+        // SAFETY: a plain call; an error (the set or descriptor gone) leaves nothing to do.
+        unsafe { crate::real::epoll_ctl(ep, op, e.fd, &mut ev) };
+        !e.deleted
+    });
+    N_ENTRIES.fetch_sub(before - set.entries.len(), Ordering::Relaxed);
+}
+
+/// Makes every change [`defer`] kept in the kernel; errno is kept.
+pub(crate) fn flush() {
+    // Pairs with the store in `defer_mod` (see there).
+    if !STALE.load(Ordering::SeqCst) {
+        return;
+    }
+    let saved = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let mut g = Guard::lock();
+    STALE.store(false, Ordering::Relaxed);
+    for (ep, set) in g.map().iter_mut() {
+        apply(*ep, set);
+    }
+    drop(g);
+    crate::hooks::set_errno(saved);
+}
+
+/// A thread is about to wait in the kernel on descriptors: from now on no change is kept
+/// from the kernel, and what was kept is made there first.
+pub(crate) fn wait_begin() {
+    KERNEL_WAITERS.fetch_add(1, Ordering::SeqCst);
+    flush();
+}
+
+/// The wait of [`wait_begin`] returned.
+pub(crate) fn wait_end() {
+    KERNEL_WAITERS.fetch_sub(1, Ordering::Release);
+}
+
+/// What [`collect`] says of an `epoll_wait`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// This many events were written (answered here).
+    Here(usize),
+    /// The kernel answers, with the program's timeout (nothing is ready here, or the set is
+    /// not answered here).
+    Kernel,
+    /// Ready here, but it is the kernel's turn ([`KERNEL_EVERY`], or a stream with more to
+    /// say than bytes and room): this many events were written, nothing of them is kept
+    /// (the looks of edge-triggered entries), and the kernel is asked without waiting
+    /// first. If it has nothing, the caller asks here again (the kernel's call may have
+    /// written events the filter then took out). Never a sleep in the kernel while something
+    /// is ready here: an edge-triggered stream's arrival may be known only here (the peer
+    /// rang nobody for it), and a signal handled during a call that does not sleep would not
+    /// end the sleep after it (nginx's `SIGTERM` while it is busy).
+    Probe(usize),
+}
+
+/// `epoll_wait` on `ep` answered from user space (the module docs say when it is not).
 ///
 /// # Safety
 /// `out` is valid for writing `max` events (the program's buffer for the kernel).
-pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -> Option<usize> {
+pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -> Answer {
     if N_ENTRIES.load(Ordering::Relaxed) == 0 || max == 0 {
-        return None;
+        return Answer::Kernel;
     }
     let mut g = Guard::lock();
-    let set = g.map().get_mut(&ep)?;
+    let Some(set) = g.map().get_mut(&ep) else {
+        return Answer::Kernel;
+    };
     if set.shared || set.forks != FORKS.load(Ordering::Relaxed) || set.entries.is_empty() {
-        return None;
+        return Answer::Kernel;
     }
-    if set.run >= KERNEL_EVERY {
-        set.run = 0;
-        return None;
-    }
+    let due = set.run >= KERNEL_EVERY;
     let n = set.entries.len();
     let start = set.next % n;
     let mut got = 0;
     let mut looked = 0;
+    let mut other = false;
+    set.looks.clear();
     while looked < n && got < max {
-        let e = &mut set.entries[(start + looked) % n];
+        let i = (start + looked) % n;
+        let e = &mut set.entries[i];
         looked += 1;
-        if e.events & !PLAIN != 0 {
+        if e.events & !(PLAIN | ET | ONESHOT) != 0 {
             set.run = 0;
-            return None;
+            return Answer::Kernel;
+        }
+        if e.events & ONESHOT != 0 || e.deleted {
+            // The kernel's item disables itself when it reports: only the kernel can keep
+            // that state, so such an entry is the kernel's to report, as a descriptor that is
+            // not ours. (A deleted one is reported by nobody.)
+            continue;
         }
         if table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
             // A connect under way (the kernel reports its end), or no longer what was
@@ -366,16 +654,27 @@ pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -
         let Some(st) = e.stream.as_ref().and_then(Weak::upgrade) else {
             continue;
         };
-        let Some((readable, writable)) = st.s.quick_poll() else {
-            set.run = 0;
-            return None;
+        let Some(look) = st.s.quick_look() else {
+            // More to say than bytes and room: the readiness socket says it. The kernel is
+            // asked at the next call at the latest (at once when nothing is ready here).
+            other = true;
+            continue;
         };
         let mut ev = 0;
-        if readable {
+        if look.readable {
             ev |= e.events & libc::EPOLLIN as u32;
         }
-        if writable {
+        if look.writable {
             ev |= e.events & libc::EPOLLOUT as u32;
+        }
+        if e.events & ET != 0 {
+            let mut seen = e.seen;
+            if !edge(&mut seen, &look) {
+                ev = 0;
+            }
+            if let Some(now) = seen {
+                set.looks.push((i, now));
+            }
         }
         if ev != 0 {
             // SAFETY: got < max, the caller's buffer.
@@ -391,15 +690,50 @@ pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -
     set.next = start + looked;
     if got == 0 {
         set.run = 0;
-        return None;
+        return Answer::Kernel;
     }
-    set.run += 1;
-    Some(got)
+    if due {
+        set.run = 0;
+        return Answer::Probe(got);
+    }
+    for &(i, now) in &set.looks {
+        set.entries[i].seen = Some(now);
+    }
+    set.run = if other { KERNEL_EVERY } else { set.run + 1 };
+    Answer::Here(got)
+}
+
+/// Whether an edge-triggered entry that last saw `seen` has an edge in `look`; `seen`
+/// becomes `look`.
+///
+/// The kernel's `EPOLLET` reports a socket when it is woken (bytes arrived, room was made for
+/// a writer that found none) and then what its `poll` says: so an arrival (the peer's
+/// producer cursor moved) reports whatever is ready (`EPOLLOUT` too when there is room), and
+/// room after a write found none (or after a look saw none) reports again; nothing else does,
+/// however long the stream stays ready. The first look after the registration reports what
+/// is ready, as `EPOLL_CTL_ADD`/`MOD` do.
+fn edge(seen: &mut Option<Seen>, look: &QuickLook) -> bool {
+    let new = match *seen {
+        None => true,
+        Some(s) => {
+            s.produced != look.produced
+                || (look.writable && (!s.writable || s.tx_full != look.tx_full))
+        }
+    };
+    *seen = Some(Seen {
+        produced: look.produced,
+        writable: look.writable,
+        tx_full: look.tx_full,
+    });
+    new
 }
 
 /// After the kernel's `epoll_wait` on `ep` wrote `n` events to `out`: takes out the
-/// readability it reported for an SMC stream that a read would not serve, and returns how
-/// many events are left (moved to the front).
+/// readability it reported for an SMC stream that a read would not serve, edges of an
+/// edge-triggered one reported here already, and what an item whose change was kept from the
+/// kernel ([`defer`]) no longer asks for; returns how many events are left (moved to the
+/// front), and when none is, how many edge-triggered ones it took out as reported already
+/// (written back to the front: the caller gives them to the program rather than sleep on).
 ///
 /// That happens when the peer's bell lands late: the peer publishes its cursor, takes the
 /// announcement and rings; the program, answered in user space, read the bytes and settled the
@@ -413,29 +747,59 @@ pub(crate) unsafe fn collect(ep: i32, out: *mut libc::epoll_event, max: usize) -
 ///
 /// # Safety
 /// `out` holds `n` events.
-pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> usize {
+pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> (usize, usize) {
     if N_ENTRIES.load(Ordering::Relaxed) == 0 {
-        return n;
+        return (n, 0);
     }
     let mut stale: Vec<Arc<Stream>> = Vec::new();
     let mut kept = 0;
+    // Edge-triggered events taken out as reported already: given back when nothing else is
+    // left (see below).
+    let mut again: Vec<libc::epoll_event> = Vec::new();
     {
         let mut g = Guard::lock();
         let Some(set) = g.map().get_mut(&ep) else {
-            return n;
+            return (n, 0);
         };
         if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
-            return n;
+            return (n, 0);
         }
         for i in 0..n {
             // SAFETY: i < n, written by the kernel.
             let mut ev = unsafe { out.add(i).read_unaligned() };
-            if ev.events & libc::EPOLLIN as u32 != 0
-                && let Some(st) = sole_stream(set, ev.u64)
-                && matches!(st.s.quick_poll(), Some((false, _)))
+            if set.stale
+                && let Some(e) = set.entries.iter().find(|e| e.data == ev.u64 && e.stale)
             {
-                ev.events &= !(libc::EPOLLIN as u32);
-                stale.push(st);
+                // An item whose change was kept from the kernel (asked without waiting, see
+                // `Answer::Probe`): what the program registered says what is reported
+                // (its data word is its alone: see `defer`).
+                if e.deleted {
+                    ev.events = 0;
+                } else {
+                    ev.events &= e.events | (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+                }
+            }
+            match sole_stream(set, ev.u64) {
+                Some((st, None))
+                    if ev.events & libc::EPOLLIN as u32 != 0
+                        && matches!(st.s.quick_poll(), Some((false, _))) =>
+                {
+                    ev.events &= !(libc::EPOLLIN as u32);
+                    stale.push(st);
+                }
+                Some((st, Some(seen))) => {
+                    // Edge-triggered: an edge this module reported already (a bell rung for
+                    // bytes or room it saw) is not reported twice; anything the cursors do
+                    // not show (end of stream, errors) is the kernel's to say.
+                    if ev.events & !((libc::EPOLLIN | libc::EPOLLOUT) as u32) == 0
+                        && let Some(look) = st.s.quick_look()
+                        && !edge(seen, &look)
+                    {
+                        again.push(ev);
+                        ev.events = 0;
+                    }
+                }
+                _ => {}
             }
             if ev.events != 0 {
                 // SAFETY: kept <= i < n.
@@ -447,24 +811,48 @@ pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> u
     for st in stale {
         st.s.settle_readiness_now();
     }
-    kept
+    if kept == 0 && !again.is_empty() {
+        // Nothing else: the edges are written back, for the caller to give the program once
+        // more rather than wait on (an edge-triggered program reads until EAGAIN and takes a
+        // spare event). A wait that went on would sleep through a signal the program's
+        // handler took when this wait returned (nginx's SIGTERM, with `master_process off`).
+        for (i, ev) in again.iter().take(n).enumerate() {
+            // SAFETY: i < again.len() <= n.
+            unsafe { out.add(i).write_unaligned(*ev) };
+        }
+        return (0, again.len().min(n));
+    }
+    (kept, 0)
 }
 
-/// The stream of the set's only registration with the data word `data`, if that is a
-/// level-triggered SMC stream that is still what was registered.
-fn sole_stream(set: &Set, data: u64) -> Option<Arc<Stream>> {
-    let mut found = set.entries.iter().filter(|e| e.data == data);
+/// The stream of the set's only registration with the data word `data`, if that is an SMC
+/// stream that is still what was registered, level-triggered (then `None` with it) or
+/// edge-triggered and not one-shot (then its [`Entry::seen`]).
+fn sole_stream(set: &mut Set, data: u64) -> Option<(Arc<Stream>, Option<&mut Option<Seen>>)> {
+    if set.others.values().any(|d| *d == data) {
+        return None;
+    }
+    let mut found = set
+        .entries
+        .iter_mut()
+        .filter(|e| e.data == data && !e.deleted);
     let e = found.next()?;
-    if found.next().is_some() || set.others.values().any(|d| *d == data) {
+    if found.next().is_some() {
         return None;
     }
-    if e.events & !PLAIN != 0 || table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
+    let et = match e.events & !PLAIN {
+        0 => false,
+        ET => true,
+        _ => return None,
+    };
+    if table::kind(e.fd) != STREAM || gen_of(e.fd) != e.gen_ {
         return None;
     }
-    match &e.stream {
+    let st = match &e.stream {
         Some(s) => s.upgrade(),
         None => table::stream(e.fd),
-    }
+    }?;
+    Some((st, et.then_some(&mut e.seen)))
 }
 
 /// Whether a registration of `fd` with `ev` in `ep` is one [`filter`] keeps exact: a

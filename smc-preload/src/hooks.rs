@@ -1488,8 +1488,15 @@ pub unsafe extern "C" fn sendfile64(
 /// As `close(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if ep::any_sets() && !in_lib() && !table::borrowed_memory() {
-        ep::closed(fd);
+    // The cheap tests first: `borrowed_memory` asks the kernel for the process id, which a
+    // program that closes a file per request (nginx) would otherwise pay at every close.
+    if ep::any_sets() && !in_lib() {
+        // The kernel drops a closed descriptor's items: the ones kept from it go first (a
+        // duplicate would keep an item the program deleted).
+        ep::flush();
+        if ep::is_set(fd) && !table::borrowed_memory() {
+            ep::closed(fd);
+        }
     }
     if table::kind(fd) == NONE || in_lib() || table::borrowed_memory() {
         // SAFETY: passed through.
@@ -1519,6 +1526,8 @@ pub unsafe extern "C" fn close_range(
     last: libc::c_uint,
     flags: c_int,
 ) -> c_int {
+    // As in `close`: what was kept from the kernel goes there before its items may.
+    ep::flush();
     // A range from below the engine's band into it ends below it: the program closes every
     // descriptor it did not open (CPython's child before its `exec`, daemons), and the band
     // holds the engine's (`engine()`), which the connections handed on at the `exec` need.
@@ -2074,8 +2083,20 @@ pub unsafe extern "C" fn setsockopt(
         return unsafe { real::setsockopt(fd, level, name, val, len) };
     };
     let tcp = tcp_fd(&o);
-    // SAFETY: the program's option, on the TCP socket.
-    let r = unsafe { real::setsockopt(tcp, level, name, val, len) };
+    // An SMC stream's TCP socket carries no byte after the handshake: its cork and Nagle
+    // setting change nothing there, and `getsockopt` reads them back from the stream. Not
+    // asking the kernel saves nginx two calls per response (`tcp_nopush` corks around it).
+    let stream_only = matches!(&o, Obj::Stream(st) if st.s.is_smc())
+        && level == libc::IPPROTO_TCP
+        && (name == libc::TCP_CORK || name == libc::TCP_NODELAY)
+        && !val.is_null()
+        && len as usize >= size_of::<c_int>();
+    let r = if stream_only {
+        0
+    } else {
+        // SAFETY: the program's option, on the TCP socket.
+        unsafe { real::setsockopt(tcp, level, name, val, len) }
+    };
     let Obj::Stream(st) = &o else { return r };
     if r < 0 || val.is_null() {
         return r;
@@ -2172,6 +2193,22 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     event: *mut libc::epoll_event,
 ) -> c_int {
+    if ep::any_sets() && !in_lib() {
+        if op != libc::EPOLL_CTL_DEL {
+            // SAFETY: the program's event, valid for ADD and MOD.
+            unsafe { note_edge(fd, event) };
+        }
+        let saved = errno();
+        // SAFETY: as above.
+        let kept = lib(|| Ok(unsafe { ep::defer(epfd, op, fd, event) })).unwrap_or(false);
+        if kept {
+            set_errno(saved);
+            return 0;
+        }
+        // The kernel's items are the program's before it changes one there.
+        ep::flush();
+        set_errno(saved);
+    }
     // SAFETY: the caller's arguments.
     let r = unsafe { epoll_ctl_inner(epfd, op, fd, event) };
     if r == 0 && ep::any_sets() && !in_lib() {
@@ -2221,6 +2258,24 @@ fn epoll_created(ep: c_int) -> c_int {
     ep
 }
 
+/// An edge-triggered registration of the stream `fd` with `event`: from now on a settle
+/// keeps its edges (`SmcStream::set_edge_readiness`). Before the kernel has the item.
+///
+/// # Safety
+/// `event` is null or valid for reading.
+unsafe fn note_edge(fd: c_int, event: *const libc::epoll_event) {
+    if table::kind(fd) != STREAM || event.is_null() || in_lib() {
+        return;
+    }
+    // SAFETY: the caller's promise.
+    let ev = unsafe { std::ptr::read_unaligned(event) };
+    if ev.events & libc::EPOLLET as u32 != 0
+        && let Some(st) = table::stream(fd)
+    {
+        st.s.set_edge_readiness(true);
+    }
+}
+
 /// The program's `epoll_ctl`, before the set is followed.
 ///
 /// # Safety
@@ -2233,6 +2288,10 @@ unsafe fn epoll_ctl_inner(
 ) -> c_int {
     if table::kind(fd) == INHERITED && op != libc::EPOLL_CTL_DEL && !in_lib() {
         adopt_listener(fd);
+    }
+    if op != libc::EPOLL_CTL_DEL {
+        // SAFETY: the program's event, valid for ADD and MOD.
+        unsafe { note_edge(fd, event) };
     }
     match table::kind(fd) {
         _ if in_lib() => {}
@@ -2287,9 +2346,8 @@ unsafe fn epoll_ctl_inner(
 /// As `poll(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::poll(fds, n, timeout) }
+    kernel_wait(|| unsafe { real::poll(fds, n, timeout) })
 }
 
 /// `__poll_chk` (`_FORTIFY_SOURCE`).
@@ -2303,9 +2361,8 @@ pub unsafe extern "C" fn __poll_chk(
     timeout: c_int,
     fdslen: size_t,
 ) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::__poll_chk(fds, n, timeout, fdslen) }
+    kernel_wait(|| unsafe { real::__poll_chk(fds, n, timeout, fdslen) })
 }
 
 /// `ppoll(2)`.
@@ -2319,9 +2376,8 @@ pub unsafe extern "C" fn ppoll(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::ppoll(fds, n, ts, mask) }
+    kernel_wait(|| unsafe { real::ppoll(fds, n, ts, mask) })
 }
 
 /// `select(2)`.
@@ -2336,9 +2392,8 @@ pub unsafe extern "C" fn select(
     e: *mut libc::fd_set,
     tv: *mut libc::timeval,
 ) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::select(n, r, w, e, tv) }
+    kernel_wait(|| unsafe { real::select(n, r, w, e, tv) })
 }
 
 /// `pselect(2)`.
@@ -2354,9 +2409,8 @@ pub unsafe extern "C" fn pselect(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    settle_all();
     // SAFETY: passed through.
-    unsafe { real::pselect(n, r, w, e, ts, mask) }
+    kernel_wait(|| unsafe { real::pselect(n, r, w, e, ts, mask) })
 }
 
 /// `epoll_wait(2)`.
@@ -2370,16 +2424,16 @@ pub unsafe extern "C" fn epoll_wait(
     max: c_int,
     timeout: c_int,
 ) -> c_int {
+    let wait = |t: Timeout| {
+        // SAFETY: the program's arguments, passed through.
+        unsafe { real::epoll_wait(ep, events, max, t.ms()) }
+    };
     // SAFETY: the program's buffer of `max` events.
-    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+    if let Some(n) = unsafe { epoll_ready(ep, events, max, wait) } {
         return n;
     }
-    // SAFETY: the program's arguments, passed through.
-    unsafe {
-        epoll_kernel(ep, events, Timeout::Ms(timeout), |t| {
-            real::epoll_wait(ep, events, max, t.ms())
-        })
-    }
+    // SAFETY: the program's buffer.
+    unsafe { epoll_kernel(ep, events, Timeout::Ms(timeout), true, wait) }
 }
 
 /// `epoll_pwait(2)`.
@@ -2394,16 +2448,16 @@ pub unsafe extern "C" fn epoll_pwait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    let wait = |t: Timeout| {
+        // SAFETY: the program's arguments, passed through.
+        unsafe { real::epoll_pwait(ep, events, max, t.ms(), mask) }
+    };
     // SAFETY: the program's buffer of `max` events.
-    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+    if let Some(n) = unsafe { epoll_ready(ep, events, max, wait) } {
         return n;
     }
-    // SAFETY: the program's arguments, passed through.
-    unsafe {
-        epoll_kernel(ep, events, Timeout::Ms(timeout), |t| {
-            real::epoll_pwait(ep, events, max, t.ms(), mask)
-        })
-    }
+    // SAFETY: the program's buffer.
+    unsafe { epoll_kernel(ep, events, Timeout::Ms(timeout), true, wait) }
 }
 
 /// `epoll_pwait2(2)`.
@@ -2418,8 +2472,16 @@ pub unsafe extern "C" fn epoll_pwait2(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let wait0 = |_: Timeout| {
+        // SAFETY: the program's arguments, with a zero timeout.
+        unsafe { real::epoll_pwait2(ep, events, max, &zero, mask) }
+    };
     // SAFETY: the program's buffer of `max` events.
-    if let Some(n) = unsafe { epoll_ready(ep, events, max) } {
+    if let Some(n) = unsafe { epoll_ready(ep, events, max, wait0) } {
         return n;
     }
     let mut ts = libc::timespec {
@@ -2429,7 +2491,7 @@ pub unsafe extern "C" fn epoll_pwait2(
     // SAFETY: the program's arguments, passed through.
     unsafe {
         let mut first = true;
-        epoll_kernel(ep, events, Timeout::of_ts(timeout), |t| {
+        epoll_kernel(ep, events, Timeout::of_ts(timeout), true, |t| {
             // The program's own timeout the first time (an invalid one gets the kernel's
             // EINVAL); what is left of it after a wait whose events were all taken out.
             let p = if first { timeout } else { t.ts_ptr(&mut ts) };
@@ -2442,21 +2504,47 @@ pub unsafe extern "C" fn epoll_pwait2(
 /// What an `epoll_wait` on `ep` can answer without the kernel (`crate::ep`): the SMC
 /// streams of the set that are ready in shared memory, while the program is busy. A pending
 /// signal is then not delivered by this call, as the kernel's `epoll_pwait` delivers none
-/// when it has events to return.
+/// when it has events to return. When it is the kernel's turn (`ep::Answer::Probe`), the
+/// kernel is asked without waiting first (`wait0`, the real call with a zero timeout): what
+/// it reports is the answer, and only when it has nothing is the answer made here.
 ///
 /// # Safety
 /// `events` is the program's buffer for `max` events.
-unsafe fn epoll_ready(ep: c_int, events: *mut libc::epoll_event, max: c_int) -> Option<c_int> {
+unsafe fn epoll_ready(
+    ep: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    wait0: impl FnMut(Timeout) -> c_int,
+) -> Option<c_int> {
     if !ep::any_sets() || max <= 0 || events.is_null() || in_lib() {
         return None;
     }
-    let saved = errno();
-    // SAFETY: the caller's buffer.
-    let n = lib(|| Ok(unsafe { ep::collect(ep, events, max as usize) }))
-        .ok()
-        .flatten();
-    set_errno(saved);
-    n.map(|n| n as c_int)
+    let collect = || {
+        let saved = errno();
+        // SAFETY: the caller's buffer.
+        let a = lib(|| Ok(unsafe { ep::collect(ep, events, max as usize) }))
+            .unwrap_or(ep::Answer::Kernel);
+        set_errno(saved);
+        a
+    };
+    match collect() {
+        ep::Answer::Here(n) => Some(n as c_int),
+        ep::Answer::Kernel => None,
+        ep::Answer::Probe(_) => {
+            // SAFETY: the caller's buffer; the real call. It does not sleep: changes kept from
+            // the kernel stay kept (`crate::ep::filter` reads the kernel's reports by them).
+            let r = unsafe { epoll_kernel(ep, events, Timeout::Ms(0), false, wait0) };
+            if r != 0 {
+                return Some(r);
+            }
+            // Not the kernel's turn now: answered here, unless nothing is ready any more
+            // (another thread took it), when the kernel answers as usual.
+            match collect() {
+                ep::Answer::Here(n) | ep::Answer::Probe(n) => Some(n as c_int),
+                ep::Answer::Kernel => None,
+            }
+        }
+    }
 }
 
 /// An `epoll_wait` timeout: milliseconds (negative: none) or a `timespec` (null: none).
@@ -2525,7 +2613,8 @@ impl Timeout {
 /// The kernel's wait, after the settle; then, for a set followed in user space, events the
 /// kernel reported for an SMC stream that a read would not serve (the peer's ring of a bell
 /// landed after the program had read what it rang for: `crate::ep::filter`) are taken out,
-/// and when nothing is left the wait goes on for the rest of the timeout.
+/// and when nothing is left the wait goes on for the rest of the timeout. A wait that
+/// `sleeps` (any timeout but zero) is announced first (`kernel_wait`).
 ///
 /// # Safety
 /// `events` is the program's buffer; `wait` is the real call with the program's arguments.
@@ -2533,28 +2622,48 @@ unsafe fn epoll_kernel(
     ep: c_int,
     events: *mut libc::epoll_event,
     timeout: Timeout,
+    sleeps: bool,
     mut wait: impl FnMut(Timeout) -> c_int,
 ) -> c_int {
     let started = std::time::Instant::now();
     let mut t = timeout;
     loop {
-        settle_all();
-        let r = wait(t);
+        let r = if sleeps {
+            kernel_wait(|| wait(t))
+        } else {
+            settle_all();
+            wait(t)
+        };
         if r <= 0 || !ep::any_sets() || in_lib() {
             return r;
         }
         let saved = errno();
         // SAFETY: the kernel wrote `r` events there.
-        let n = lib(|| Ok(unsafe { ep::filter(ep, events, r as usize) })).unwrap_or(r as usize);
+        let (n, again) =
+            lib(|| Ok(unsafe { ep::filter(ep, events, r as usize) })).unwrap_or((r as usize, 0));
         set_errno(saved);
         if n > 0 {
             return n as c_int;
         }
         match t.left(started) {
+            // Edges reported already, and time left: given once more rather than slept on
+            // (a signal the program's handler took as this wait returned must end it).
+            Some(_) if again > 0 => return again as c_int,
             Some(rest) => t = rest,
             None => return 0,
         }
     }
+}
+
+/// A wait of the kernel's on descriptors (`wait`, the real call): announced first, so that
+/// no `EPOLL_CTL_MOD` is kept from the kernel meanwhile and what was kept is made there
+/// (`crate::ep::wait_begin`), then every stream a read left readable is settled.
+fn kernel_wait<R>(wait: impl FnOnce() -> R) -> R {
+    ep::wait_begin();
+    settle_all();
+    let r = wait();
+    ep::wait_end();
+    r
 }
 
 /// Settles every stream a read left readable (one atomic load when there is none, as for a
@@ -2582,6 +2691,8 @@ fn exec_with(call: impl FnOnce() -> c_int) -> c_int {
     if in_lib() || table::borrowed_memory() {
         return call();
     }
+    // The new program shares the kernel's sets it inherits.
+    ep::flush();
     around(crate::exec::before, call, crate::exec::failed)
 }
 
@@ -2744,7 +2855,12 @@ pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
 /// Runs `posix_spawn` (the real call, which returns an error number) with the connections the
 /// new program can see handed to a keeper around it; errno is kept.
 fn spawn_with(fa: *const libc::posix_spawn_file_actions_t, call: impl FnOnce() -> c_int) -> c_int {
-    if in_lib() || table::borrowed_memory() || table::all().is_empty() {
+    if in_lib() || table::borrowed_memory() {
+        return call();
+    }
+    // The new program shares the kernel's sets it inherits.
+    ep::flush();
+    if table::all().is_empty() {
         return call();
     }
     let extra: Vec<c_int> = if fa.is_null() {

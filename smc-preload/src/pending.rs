@@ -673,6 +673,9 @@ fn finish(p: &Arc<Pending>, r: Running, s: SmcStream) {
     if s.is_smc() {
         let ok = (|| -> io::Result<()> {
             crate::hooks::prepare_stream(&s, nonblocking, nodelay)?;
+            if regs.iter().any(|g| g.events & libc::EPOLLET as u32 != 0) {
+                s.set_edge_readiness(true);
+            }
             s.set_cork(cork)?;
             s.adopt_readiness(ready)
         })();

@@ -433,6 +433,32 @@ fn epoll_answered_in_user_space() {
     );
 }
 
+/// Edge-triggered and one-shot registrations answered in user space
+/// (`tests/preload/epoll_edge.py`, `smc-preload/src/ep.rs`): a stream registered as nginx
+/// registers its connections is reported once at its registration, once per arrival (again
+/// when more bytes arrive, never twice for one under a busy loop), for room after a full
+/// buffer and at the end of stream; a pipe in the set is still reported; a one-shot stream is
+/// not reported again until it is re-armed.
+#[test]
+fn epoll_edge_triggered_in_user_space() {
+    let test = "epoll_edge_triggered_in_user_space";
+    if skip_unless_tool(test, "python3") {
+        return;
+    }
+    let smcd = Smcd::start(BINS);
+    smcd.require_control_plane();
+    let before = counts(&smcd);
+    let (st, out, err) = python_script(&smcd, "epoll_edge.py");
+    assert!(st.success(), "epoll_edge.py failed: {st:?}\n{out}\n{err}");
+    assert!(out.contains("OK 5 connections"), "{out}");
+    let after = counts(&smcd);
+    assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
+    assert!(
+        after.0 >= before.0 + 10,
+        "SMC connections: {before:?} -> {after:?}"
+    );
+}
+
 // ------------------------------------------------------------------------------------------
 // Debian's servers and load generators, unmodified, with smc-run on both ends.
 

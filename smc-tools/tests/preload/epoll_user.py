@@ -4,12 +4,15 @@ Both ends in this process. A level-triggered set holds SMC streams and a pipe; c
 what it reports is exact (never a stream whose read says EAGAIN, never a closed or deleted
 descriptor), that the pipe is reported while the streams stay busy, EPOLLOUT, end of stream
 with EPOLLRDHUP, a set changed through a duplicate of its descriptor, and a set from before a
-fork in the child. The last line printed is "OK <n> connections".
+fork in the child, registrations changed as ae event loops change them (also while another
+thread sleeps in the kernel's wait). The last line printed is "OK <n> connections".
 """
 import errno
 import os
 import select
 import socket
+import threading
+import time
 
 N = 0
 IN, OUT, RDHUP = select.EPOLLIN, select.EPOLLOUT, select.EPOLLRDHUP
@@ -162,6 +165,35 @@ assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, f"child failed: {st}"
 
 # A timeout with nothing ready returns nothing.
 assert ep.poll(0.05) == []
+
+# Registrations changed the way ae event loops change them (redis-benchmark deletes and adds
+# a connection per request, wrk modifies it): what is reported follows at once (these
+# changes are kept from the kernel), and a wait that sleeps in the kernel sees them too.
+ep.unregister(s1.fileno())
+fd0 = s0.fileno()
+for rnd in range(50):
+    ep.modify(fd0, IN | OUT)
+    evs = dict(ep.poll(5))
+    assert evs.get(fd0) == OUT, (rnd, evs)
+    ep.modify(fd0, IN)
+    assert ep.poll(0) == [], rnd
+    ep.unregister(fd0)
+    c0.sendall(b"d")
+    assert ep.poll(0.01) == [], f"round {rnd}: a deleted stream was reported"
+    ep.register(fd0, IN)
+    evs = dict(ep.poll(5))
+    assert evs.get(fd0) == IN, (rnd, evs)
+    assert drain(s0) == b"d"
+    assert ep.poll(0) == [], rnd
+# A thread asleep in the kernel's wait is woken by a change another thread makes.
+got = []
+t = threading.Thread(target=lambda: got.append(ep.poll(10)))
+t.start()
+time.sleep(0.2)
+ep.modify(fd0, IN | OUT)
+t.join(10)
+assert got and dict(got[0]).get(fd0) == OUT, got
+ep.modify(fd0, IN)
 
 ep.close()
 for c, s in pairs:

@@ -438,6 +438,16 @@ impl SmcStream {
         }
     }
 
+    /// An edge-triggered waiter (`EPOLLET`) may wait on the readiness descriptor: a settle
+    /// ([`SmcStream::settle_readiness`]) that finds bytes which arrived after the read that
+    /// noted it then makes a new edge (a level-triggered waiter needs none: the descriptor
+    /// stays readable). A preload library turns it on when the program registers so.
+    pub fn set_edge_readiness(&self, on: bool) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.set_edge_readiness(on);
+        }
+    }
+
     /// Whether a read left the readiness for [`SmcStream::settle_readiness`].
     pub fn readiness_dirty(&self) -> bool {
         match &self.inner.kind {
@@ -452,6 +462,14 @@ impl SmcStream {
     pub fn quick_poll(&self) -> Option<(bool, bool)> {
         match &self.inner.kind {
             Kind::Smc { conn, .. } => conn.quick_poll(),
+            Kind::Tcp { .. } => None,
+        }
+    }
+
+    /// [`SmcStream::quick_poll`] with the peer's producer cursor: see `SmcConn::quick_look`.
+    pub fn quick_look(&self) -> Option<crate::driver::conn::QuickLook> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.quick_look(),
             Kind::Tcp { .. } => None,
         }
     }

@@ -194,6 +194,22 @@ struct State {
     /// The close asked for the TCP shutdown while CDCs were in flight (SMC-R): it waits for
     /// their completions, so the peer has our close before our FIN.
     tcp_shutdown_pending: bool,
+    /// Writes that found the send buffer full ([`QuickLook::tx_full`]).
+    tx_full: u64,
+}
+
+/// What [`SmcConn::quick_look`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuickLook {
+    /// A read would return bytes.
+    pub readable: bool,
+    /// A write would take some.
+    pub writable: bool,
+    /// The peer's producer cursor (bytes it ever wrote to us): moves with each arrival.
+    pub produced: u64,
+    /// How many writes found the send buffer full: room after one of those is an event for
+    /// an edge-triggered writer (a socket's write space after `SOCK_NOSPACE`).
+    pub tx_full: u64,
 }
 
 /// An established SMC connection over the transport `T`.
@@ -230,6 +246,9 @@ pub struct SmcConn<T: Transport> {
     /// announcement is only ever taken by a ringer (who rings) or by us (when we ring
     /// ourselves), and a ring's byte stays until a drain, which re-announces.
     deferred: AtomicBool,
+    /// An edge-triggered waiter may wait on the readiness ([`SmcConn::set_edge_readiness`]):
+    /// a settle that finds bytes which arrived after a read rings once more for it.
+    edge: AtomicBool,
     /// A read emptied the ring and the readiness was left readable (see `deferred`).
     rx_dirty: AtomicBool,
     /// A blocking call a signal interrupts returns `Interrupted` (`EINTR`), as a socket's does
@@ -307,12 +326,14 @@ impl<T: Transport> SmcConn<T> {
                 rx_full: false,
                 retired: false,
                 tcp_shutdown_pending: false,
+                tx_full: 0,
             }),
             over: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
             level: AtomicBool::new(false),
             deferred: AtomicBool::new(false),
+            edge: AtomicBool::new(false),
             rx_dirty: AtomicBool::new(false),
             interruptible: AtomicBool::new(false),
             nodelay: AtomicBool::new(false),
@@ -437,6 +458,11 @@ impl<T: Transport> SmcConn<T> {
         self.deferred.store(on, Ordering::Relaxed);
     }
 
+    /// Whether an edge-triggered waiter (`EPOLLET`) may wait on the readiness (see the field).
+    pub fn set_edge_readiness(&self, on: bool) {
+        self.edge.store(on, Ordering::Relaxed);
+    }
+
     /// Whether a read left the readiness readable for [`SmcConn::settle_readiness`].
     pub fn readiness_dirty(&self) -> bool {
         self.rx_dirty.load(Ordering::Acquire)
@@ -458,8 +484,27 @@ impl<T: Transport> SmcConn<T> {
         let Some(ready) = self.link.readiness() else {
             return;
         };
-        if !matches!(st.core.recv_ready(), Ok(smc_core::conn::RecvReady::Empty)) {
+        // The peer's CDC first, as a read takes it: when its bytes arrived since the read
+        // (an event loop with many connections finds the next request there by now), the
+        // descriptor stays readable as it is, with no drain and no announcement (never "not
+        // readable and not announced": see `deferred`). For an edge-triggered waiter it is
+        // rung once more: its last edge came before that read, and the peer, not asked to,
+        // rang nobody for the new bytes. An error there shows on the descriptor as a read's
+        // would.
+        let mut st = st;
+        let _ = self.observe(&mut st);
+        if st.retired {
             return;
+        }
+        match st.core.recv_ready() {
+            Ok(smc_core::conn::RecvReady::Empty) => {}
+            Ok(smc_core::conn::RecvReady::Data(n)) if n > 0 => {
+                if self.edge.load(Ordering::Relaxed) {
+                    ready.bell().ring(Dir::Rx);
+                }
+                return;
+            }
+            _ => return,
         }
         self.clear_and_announce(ready, Dir::Rx);
         if self.link.cdc_pending() {
@@ -482,6 +527,14 @@ impl<T: Transport> SmcConn<T> {
     /// connection): then only the descriptor, where the engine shows it, tells it right.
     /// Processes the peer's CDC first, as a read does; never makes a system call.
     pub fn quick_poll(&self) -> Option<(bool, bool)> {
+        self.quick_look().map(|l| (l.readable, l.writable))
+    }
+
+    /// [`SmcConn::quick_poll`] with the peer's producer cursor, which moves with every arrival
+    /// of bytes: an edge-triggered wait done without the descriptor reports a stream again
+    /// only when that moved since it last did (what the kernel's `EPOLLET` reports for a
+    /// socket: the arrivals, not the state).
+    pub fn quick_look(&self) -> Option<QuickLook> {
         if self.over.load(Ordering::Acquire) {
             return None;
         }
@@ -499,7 +552,12 @@ impl<T: Transport> SmcConn<T> {
             _ => return None,
         };
         st.core.send_check().ok()?;
-        Some((readable, st.core.send_space() > 0))
+        Some(QuickLook {
+            readable,
+            writable: st.core.send_space() > 0,
+            produced: st.core.positions().produced,
+            tx_full: st.tx_full,
+        })
     }
 
     /// Interruptible blocking calls (see the field).

@@ -100,6 +100,7 @@ impl<T: Transport> SmcConn<T> {
             // update (it answers as soon as it has read anything).
             let eff = st.core.send_blocked();
             self.apply(&mut st, eff);
+            st.tx_full = st.tx_full.wrapping_add(1);
             self.slot.rmb_event(RmbEvent::TxFull);
             drop(st);
             if nonblocking {
