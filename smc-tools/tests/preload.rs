@@ -342,16 +342,27 @@ fn connect_options(smcd: &Smcd, port: u16) {
 /// the debug build aborted on the double close, the release build refused the connection).
 #[test]
 fn closefrom_leaves_the_library_its_descriptors() {
-    let test = "closefrom_leaves_the_library_its_descriptors";
+    python_check(
+        "closefrom_leaves_the_library_its_descriptors",
+        "closefrom_check.py",
+        "OK",
+        4,
+    );
+}
+
+/// Runs `tests/preload/NAME` under smc-run with a fresh smcd: it exits 0 and prints `ok`, and
+/// smcd counted at least `min_smc` SMC connection ends and no fallback.
+fn python_check(test: &str, name: &str, ok: &str, min_smc: u64) {
     if !need(test, &["python3"]) {
         return;
     }
     let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
     let before = counts(&smcd);
-    let (st, out, err) = python_script(&smcd, "closefrom_check.py");
-    assert!(st.success() && out.contains("OK"), "{st}\n{out}\n{err}");
-    assert_smc_since(&smcd, before, 4);
+    let (st, out, err) = python_script(&smcd, name);
+    assert!(st.success(), "{name} failed: {st:?}\n{out}\n{err}");
+    assert!(out.contains(ok), "{out}");
+    assert_smc_since(&smcd, before, min_smc);
 }
 
 /// Runs `tests/preload/NAME` under smc-run (up to 120 s): its status, stdout and stderr.
@@ -415,21 +426,11 @@ fn socket_api_under_python() {
 /// changed through a duplicate, a set from before a fork.
 #[test]
 fn epoll_answered_in_user_space() {
-    let test = "epoll_answered_in_user_space";
-    if skip_unless_tool(test, "python3") {
-        return;
-    }
-    let smcd = Smcd::start(BINS);
-    smcd.require_control_plane();
-    let before = counts(&smcd);
-    let (st, out, err) = python_script(&smcd, "epoll_user.py");
-    assert!(st.success(), "epoll_user.py failed: {st:?}\n{out}\n{err}");
-    assert!(out.contains("OK 5 connections"), "{out}");
-    let after = counts(&smcd);
-    assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
-    assert!(
-        after.0 >= before.0 + 10,
-        "SMC connections: {before:?} -> {after:?}"
+    python_check(
+        "epoll_answered_in_user_space",
+        "epoll_user.py",
+        "OK 5 connections",
+        10,
     );
 }
 
@@ -441,21 +442,11 @@ fn epoll_answered_in_user_space() {
 /// not reported again until it is re-armed.
 #[test]
 fn epoll_edge_triggered_in_user_space() {
-    let test = "epoll_edge_triggered_in_user_space";
-    if skip_unless_tool(test, "python3") {
-        return;
-    }
-    let smcd = Smcd::start(BINS);
-    smcd.require_control_plane();
-    let before = counts(&smcd);
-    let (st, out, err) = python_script(&smcd, "epoll_edge.py");
-    assert!(st.success(), "epoll_edge.py failed: {st:?}\n{out}\n{err}");
-    assert!(out.contains("OK 5 connections"), "{out}");
-    let after = counts(&smcd);
-    assert_eq!(after.1, before.1, "fallbacks: {before:?} -> {after:?}");
-    assert!(
-        after.0 >= before.0 + 10,
-        "SMC connections: {before:?} -> {after:?}"
+    python_check(
+        "epoll_edge_triggered_in_user_space",
+        "epoll_edge.py",
+        "OK 5 connections",
+        10,
     );
 }
 
@@ -1612,15 +1603,10 @@ fn nginx_upgrade(smcd: &Smcd, nginx: &Path, preload_new: bool) {
 /// 1 MiB through `cat` and back (before, the child's copy was a dead socket and this hung).
 #[test]
 fn subprocess_keeps_the_parents_connections_and_gives_one_to_its_child() {
-    let test = "subprocess_keeps_the_parents_connections_and_gives_one_to_its_child";
-    if !need(test, &["python3"]) {
-        return;
-    }
-    let smcd = Smcd::start(BINS);
-    smcd.require_control_plane();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/subprocess_check.py");
-    let before = counts(&smcd);
-    let out = run_ok(smc_run(&smcd, python(), &[script.to_str().unwrap()]), 120);
-    assert!(out.contains("OK"), "{out}");
-    assert_smc_since(&smcd, before, 3);
+    python_check(
+        "subprocess_keeps_the_parents_connections_and_gives_one_to_its_child",
+        "subprocess_check.py",
+        "OK",
+        3,
+    );
 }

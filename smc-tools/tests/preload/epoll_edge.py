@@ -14,32 +14,11 @@ import os
 import select
 import socket
 
-N = 0
+from epoll_pairs import drain, made, pair
+
 IN, OUT, RDHUP = select.EPOLLIN, select.EPOLLOUT, select.EPOLLRDHUP
 ET, ONESHOT = select.EPOLLET, select.EPOLLONESHOT
 NGINX = IN | OUT | RDHUP | ET
-
-
-def pair(listener):
-    global N
-    c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    c.connect(listener.getsockname())
-    s, _ = listener.accept()
-    s.setblocking(False)
-    N += 1
-    return c, s
-
-
-def drain(s):
-    """Reads what is there."""
-    got = b""
-    while True:
-        try:
-            b = s.recv(65536)
-        except BlockingIOError:
-            return got
-        assert b, "end of stream"
-        got += b
 
 
 def quiet(ep, what, calls=20):
@@ -190,4 +169,4 @@ for c, s in pairs + [(c4, s4)]:
 os.close(rp)
 os.close(wp)
 lst.close()
-print("OK", N, "connections", flush=True)
+print("OK", made(), "connections", flush=True)

@@ -14,30 +14,9 @@ import socket
 import threading
 import time
 
-N = 0
+from epoll_pairs import drain, made, pair
+
 IN, OUT, RDHUP = select.EPOLLIN, select.EPOLLOUT, select.EPOLLRDHUP
-
-
-def pair(listener):
-    global N
-    c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    c.connect(listener.getsockname())
-    s, _ = listener.accept()
-    s.setblocking(False)
-    N += 1
-    return c, s
-
-
-def drain(s):
-    """Reads what is there; a stream reported readable must have something."""
-    got = b""
-    while True:
-        try:
-            b = s.recv(65536)
-        except BlockingIOError:
-            return got
-        assert b, "end of stream"
-        got += b
 
 
 lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -200,4 +179,4 @@ for c, s in pairs:
     c.close()
     s.close()
 lst.close()
-print("OK", N, "connections", flush=True)
+print("OK", made(), "connections", flush=True)
