@@ -54,7 +54,7 @@ use smcd_engine::{SmcConnecting, SmcStream};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// An `epoll_ctl` registration of the program's descriptor made while the connect ran.
@@ -464,19 +464,25 @@ struct Connector {
 /// How long a replaced pair stays open (see [`finish`]).
 const RETIRE_AFTER: Duration = Duration::from_secs(1);
 
+/// This process's connector, started on first use (again in a forked child, whose copy of
+/// its parent's has no thread and shares the parent's epoll instance).
 fn connector() -> &'static Connector {
-    static C: OnceLock<&'static Connector> = OnceLock::new();
-    C.get_or_init(|| {
+    static C: smcd_engine::fork::PerProcess<Connector> = smcd_engine::fork::PerProcess::new();
+    let mut started = false;
+    let c = C.get(|| {
+        started = true;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
-        let c: &'static Connector = Box::leak(Box::new(Connector {
+        Connector {
             ep: smcd_engine::sys::banded(ep),
             inflight: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             retired: Mutex::new(Vec::new()),
-        }));
+        }
+    });
+    if started {
         crate::hooks::spawn_quiet("smc-connect", move || c.run());
-        c
-    })
+    }
+    c
 }
 
 impl Connector {

@@ -83,6 +83,23 @@ pub(crate) fn dirty(st: &Arc<Stream>) {
     DIRTY_N.fetch_add(1, Ordering::Release);
 }
 
+/// Takes `st` off the list of streams to settle: its last descriptor is gone, and the list's
+/// reference would keep the connection from ending until the program next waits on
+/// descriptors, which a program that closes and exits never does (its peer then saw the TCP
+/// connection end under an SMC connection never closed, and read `ECONNRESET` instead of the
+/// end of the stream).
+fn unlist(st: &Arc<Stream>) {
+    if !st.listed.load(Ordering::Acquire) {
+        return;
+    }
+    let mut list = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = list.iter().position(|x| Arc::ptr_eq(x, st)) {
+        list.swap_remove(i);
+        st.listed.store(false, Ordering::Release);
+        DIRTY_N.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Whether some stream's readiness waits to be settled (or is being settled).
 #[inline]
 pub(crate) fn any_dirty() -> bool {
@@ -209,38 +226,74 @@ impl Hold {
 }
 
 /// Process counts in memory that `fork` shares (an anonymous shared mapping made before the
-/// first object, so every later child shares it with its parent).
+/// first object, so every later child shares it with its parent), with the process ids of
+/// the holders beside each count: a process that exits (or is killed) without closing its
+/// copies never lets go of them, and a count that only went down at a `close` kept an object
+/// alive for good after any forked child had ended (a connection whose last `close` then sent
+/// nothing: its peer waited forever). Before an object is found still held, the holders that
+/// have ended are taken out ([`reap`]).
 mod holders {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
     const SLOTS: usize = 1 << 16;
+    /// Process ids kept per slot; further holders are only counted (and never reaped).
+    const PIDS: usize = 6;
 
-    /// The process counts, then one word per slot for its object's own use ([`word`]).
+    /// The process counts, one word per slot for its object's own use ([`word`]), then
+    /// `PIDS` process ids per slot (0: free).
     fn page() -> Option<&'static [AtomicU32]> {
         static PAGE: OnceLock<Option<&'static [AtomicU32]>> = OnceLock::new();
         *PAGE.get_or_init(|| {
-            let len = 2 * SLOTS * size_of::<AtomicU32>();
+            let len = (2 + PIDS) * SLOTS * size_of::<AtomicU32>();
             // SAFETY: a fresh anonymous mapping, never unmapped; zeroed memory is a valid
-            // AtomicU32 array.
+            // AtomicU32 array (pages are touched only when a slot is used).
             unsafe {
                 let p = libc::mmap(
                     std::ptr::null_mut(),
                     len,
                     libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                    libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                     -1,
                     0,
                 );
                 if p == libc::MAP_FAILED {
                     return None;
                 }
-                Some(std::slice::from_raw_parts(p.cast::<AtomicU32>(), 2 * SLOTS))
+                Some(std::slice::from_raw_parts(
+                    p.cast::<AtomicU32>(),
+                    (2 + PIDS) * SLOTS,
+                ))
             }
         })
     }
 
-    /// A free slot, counting one process.
+    fn pids(page: &'static [AtomicU32], slot: usize) -> &'static [AtomicU32] {
+        let at = 2 * SLOTS + slot * PIDS;
+        &page[at..at + PIDS]
+    }
+
+    fn me() -> u32 {
+        std::process::id()
+    }
+
+    /// Notes this process among the slot's holders (where there is room).
+    fn note(page: &'static [AtomicU32], slot: usize) {
+        let me = me();
+        let ids = pids(page, slot);
+        if ids.iter().any(|p| p.load(Ordering::Acquire) == me) {
+            return;
+        }
+        for p in ids {
+            if p.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// A free slot, counting one process: this one.
     pub(super) fn take() -> Option<usize> {
         static HINT: AtomicUsize = AtomicUsize::new(0);
         let page = page()?;
@@ -251,17 +304,29 @@ mod holders {
                 .is_ok();
             if ok {
                 HINT.store(i + 1, Ordering::Relaxed);
-                // A slot nobody holds: its word is ours to reset.
+                // A slot nobody holds: its word and ids are ours to reset.
                 page[SLOTS + i].store(0, Ordering::Release);
+                for p in pids(page, i) {
+                    p.store(0, Ordering::Release);
+                }
+                note(page, i);
             }
             ok
         })
     }
 
-    /// One more process holds the slot's object (a fork).
+    /// One more process holds the slot's object (before a fork: the child, which notes its
+    /// id with [`noted`]; or this process again, an `exec` that failed).
     pub(super) fn add(slot: usize) {
         if let Some(p) = page() {
             p[slot].fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// This process (a forked child, or a process whose `exec` failed) is a holder.
+    pub(super) fn noted(slot: usize) {
+        if let Some(p) = page() {
+            note(p, slot);
         }
     }
 
@@ -275,14 +340,83 @@ mod holders {
         page().map(|p| &p[SLOTS + slot])
     }
 
-    /// Whether exactly one process holds the slot's object.
+    /// Whether exactly one process holds the slot's object (after taking out the holders that
+    /// ended).
     pub(super) fn sole(slot: usize) -> bool {
-        page().is_some_and(|p| p[slot].load(Ordering::Acquire) == 1)
+        page().is_some_and(|p| {
+            let n = p[slot].load(Ordering::Acquire);
+            n == 1
+                || (n > 1 && {
+                    let _ = reap(slot);
+                    p[slot].load(Ordering::Acquire) == 1
+                })
+        })
     }
 
-    /// One process fewer; whether it was the last.
+    /// One process fewer (this one); whether it was the last, holders that ended without
+    /// letting go not counted.
     pub(super) fn drop_one(slot: usize) -> bool {
-        page().is_none_or(|p| p[slot].fetch_sub(1, Ordering::AcqRel) <= 1)
+        let Some(p) = page() else {
+            return true;
+        };
+        let me = me();
+        for id in pids(p, slot) {
+            if id
+                .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                break;
+            }
+        }
+        // The last is whoever takes the count to 0: by its own decrement or by taking out a
+        // holder that ended (so two processes letting go at once never both end it).
+        p[slot].fetch_sub(1, Ordering::AcqRel) <= 1 || reap(slot)
+    }
+
+    /// Takes the holders that have ended (exited, killed, or zombies) out of the slot's count.
+    /// Each id is taken out by one process only (its exchange to 0), so each ended holder
+    /// lowers the count once. A child counted before the fork and not yet noted is never
+    /// taken out here (it lives). Whether this took the count to 0.
+    pub(super) fn reap(slot: usize) -> bool {
+        let Some(p) = page() else { return false };
+        let me = me();
+        let mut zeroed = false;
+        for id in pids(p, slot) {
+            let pid = id.load(Ordering::Acquire);
+            if pid == 0 || pid == me || alive(pid) {
+                continue;
+            }
+            if id
+                .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                let was =
+                    p[slot].fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+                zeroed |= was == Ok(1);
+            }
+        }
+        zeroed
+    }
+
+    /// Whether process `pid` still runs (a zombie does not: it holds no descriptors).
+    fn alive(pid: u32) -> bool {
+        let Ok(p) = i32::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        if unsafe { libc::kill(p, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        {
+            return false;
+        }
+        // Exists: a zombie has the state Z (or X) after the command's closing parenthesis.
+        match std::fs::read(format!("/proc/{pid}/stat")) {
+            Ok(stat) => {
+                let after = stat.iter().rposition(|&b| b == b')').map_or(0, |i| i + 2);
+                !matches!(stat.get(after), Some(b'Z' | b'X'))
+            }
+            Err(_) => true,
+        }
     }
 }
 
@@ -328,6 +462,9 @@ pub(crate) fn release(obj: Obj) {
     if hold.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
         return drop(obj);
     }
+    if let Obj::Stream(st) = &obj {
+        unlist(st);
+    }
     if let Obj::Stream(st) = &obj
         && st.spawn_far.load(Ordering::Acquire) >= 0
         && hold.slot.is_none_or(holders::sole)
@@ -341,7 +478,37 @@ pub(crate) fn release(obj: Obj) {
         }
     }
     match hold.slot {
-        Some(slot) if !holders::drop_one(slot) => std::mem::forget(obj),
+        Some(slot) if !holders::drop_one(slot) => {
+            match &obj {
+                // Other processes hold the listener on: this one stops accepting from the
+                // socket (its threads, its queue) and leaves the socket and its registrations
+                // to them.
+                Obj::Listener(l) => {
+                    l.l.abandon();
+                    if let Some(v) = l.own_view() {
+                        v.abandon();
+                    }
+                }
+                // Other processes hold the connection on: this one's copy of the TCP socket
+                // under it goes (its number stays taken, by /dev/null, for the engine's
+                // sake), so that when the last of them ends, exiting without a `close`
+                // included, the TCP connection ends and the peer's engine sees the
+                // connection end (an abort) instead of waiting for ever.
+                Obj::Stream(st) => {
+                    use std::os::fd::{AsRawFd, FromRawFd};
+                    if let Ok(null) = std::fs::File::open("/dev/null") {
+                        // SAFETY: the engine's descriptor of the TCP socket, replaced in
+                        // place and never closed here: the number stays open.
+                        let mut tcp = std::mem::ManuallyDrop::new(unsafe {
+                            rustix::fd::OwnedFd::from_raw_fd(st.s.tcp_socket().as_raw_fd())
+                        });
+                        let _ = rustix::io::dup3(&null, &mut tcp, rustix::io::DupFlags::CLOEXEC);
+                    }
+                }
+                Obj::Connecting(_) => {}
+            }
+            std::mem::forget(obj)
+        }
         _ => {
             // A listener an `exec` passed on (`crate::exec`): the socket lives on in another
             // program, which may have made it an SMC listener of its own.
@@ -393,6 +560,14 @@ extern "C" fn fork_prepare() {
         {
             holders::add(slot);
         }
+        if let Obj::Listener(l) = o {
+            // The child may accept from the socket: this process's engine stops taking
+            // connections its program does not ask for.
+            l.l.note_fork();
+            if let Some(v) = l.own_view() {
+                v.note_fork();
+            }
+        }
         if let Obj::Connecting(p) = o
             && seen_connects.insert(o.ptr())
         {
@@ -416,6 +591,17 @@ extern "C" fn fork_parent() {
 
 extern "C" fn fork_child() {
     note_pid();
+    // This process holds every object its parent did (counted in by the prepare handler):
+    // its id goes beside each count, so that its end is seen even if it never closes them.
+    let _ = HELD.try_with(|h| {
+        if let Some(g) = h.borrow().as_ref() {
+            for o in g.values() {
+                if let Some(slot) = o.hold().slot {
+                    holders::noted(slot);
+                }
+            }
+        }
+    });
     let _ = HELD_DIRTY.try_with(|h| h.borrow_mut().take());
     let _ = HELD_CONNECTS.try_with(|h| h.borrow_mut().clear());
     let _ = HELD.try_with(|h| h.borrow_mut().take());
@@ -572,6 +758,7 @@ pub(crate) fn let_go(obj: &Obj) -> bool {
 pub(crate) fn hold_again(obj: &Obj) {
     if let Some(slot) = obj.hold().slot {
         holders::add(slot);
+        holders::noted(slot);
     }
 }
 

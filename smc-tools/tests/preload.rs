@@ -350,6 +350,80 @@ fn closefrom_leaves_the_library_its_descriptors() {
     );
 }
 
+/// A listening socket shared by fork with children that accept while the parent never does,
+/// kept or closed by the parent (tests/preload/fork_listener.py: 24 clients answered byte for
+/// byte over SMC-D; with the library before, the parent's engine took connections into a
+/// queue nobody read and the clients hung). With the SMC option program: with intents only, a
+/// client announced to the parent before a child's first `accept` still waits in the parent's
+/// queue (docs/smc-run.md, "fork").
+#[test]
+fn a_listener_shared_by_fork_is_served_by_the_process_that_accepts() {
+    // Both ends of each of the 24 connections.
+    python_check_option(
+        "a_listener_shared_by_fork_is_served_by_the_process_that_accepts",
+        "fork_listener.py",
+        "OK",
+        48,
+    );
+}
+
+/// A client that reads its answer and closes, then exits at once or sleeps: the server reads
+/// the end of the stream, not `ECONNRESET` (tests/preload/close_after_read.py; with the
+/// library before, the read's settle list kept the connection past the close and nothing
+/// ended it: the server's read of the end hung or was reset).
+#[test]
+fn a_close_after_a_read_ends_the_connection() {
+    python_check_option(
+        "a_close_after_a_read_ends_the_connection",
+        "close_after_read.py",
+        "OK",
+        8,
+    );
+}
+
+/// A forked child's own non-blocking connect after its parent made one finishes, and its
+/// connection sees its peer's end (tests/preload/fork_child_connects.py: the child used the
+/// parent's connector and liveness watcher, whose threads it does not have).
+#[test]
+fn a_forked_child_connects_and_watches_with_threads_of_its_own() {
+    python_check_option(
+        "a_forked_child_connects_and_watches_with_threads_of_its_own",
+        "fork_child_connects.py",
+        "OK",
+        4,
+    );
+}
+
+/// A connection inherited by a forked child that exits without closing it, before or after
+/// the parent's close: the peer reads the bytes and the connection's end, never waits for
+/// ever (tests/preload/fork_exit.py).
+#[test]
+fn a_connection_ends_when_its_holders_end_without_closing_it() {
+    python_check_option(
+        "a_connection_ends_when_its_holders_end_without_closing_it",
+        "fork_exit.py",
+        "OK",
+        4,
+    );
+}
+
+/// [`python_check`] with smcd's SMC option program (a listener shared by fork is SMC-D only
+/// there).
+fn python_check_option(test: &str, name: &str, ok: &str, min_smc: u64) {
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    smcd.require_control_plane();
+    let before = counts(&smcd);
+    let (st, out, err) = python_script(&smcd, name);
+    assert!(st.success(), "{name} failed: {st:?}\n{out}\n{err}");
+    assert!(out.contains(ok), "{out}");
+    assert_smc_since(&smcd, before, min_smc);
+}
+
 /// Runs `tests/preload/NAME` under smc-run with a fresh smcd: it exits 0 and prints `ok`, and
 /// smcd counted at least `min_smc` SMC connection ends and no fallback.
 fn python_check(test: &str, name: &str, ok: &str, min_smc: u64) {

@@ -47,6 +47,74 @@ pub fn child() {
     let _ = HELD.try_with(|h| h.borrow_mut().take());
 }
 
+/// A process-wide object with a thread of its own (the liveness watcher, a preload's
+/// connector), made once per process: a forked child has the parent's object in its memory
+/// but not its thread, and an epoll instance it would share with the parent (whose thread
+/// would then take the child's events, and the child's waits would never end: a forked child's
+/// non-blocking connect hung when its parent had made one before the fork). Made again in a
+/// process that finds its parent's. No lock the child could inherit locked: a thread of this
+/// process that finds another making it waits for that one (a stale mark from the parent,
+/// copied by the fork, is another process's and taken over).
+#[derive(Debug)]
+pub struct PerProcess<T: 'static> {
+    /// The process the object was made for (0: none yet).
+    ready: std::sync::atomic::AtomicU32,
+    obj: std::sync::atomic::AtomicPtr<T>,
+    /// The process one of whose threads is making it.
+    making: std::sync::atomic::AtomicU32,
+}
+
+impl<T: Send + Sync + 'static> Default for PerProcess<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Send + Sync + 'static> PerProcess<T> {
+    /// None made yet.
+    pub const fn new() -> Self {
+        Self {
+            ready: std::sync::atomic::AtomicU32::new(0),
+            obj: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            making: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// This process's object, made by `make` (leaked: it lives as long as the process) at the
+    /// first call in each process.
+    pub fn get(&self, make: impl FnOnce() -> T) -> &'static T {
+        use std::sync::atomic::Ordering;
+        let me = std::process::id();
+        loop {
+            if self.ready.load(Ordering::Acquire) == me {
+                // SAFETY: published with `ready == me` below, never freed.
+                return unsafe { &*self.obj.load(Ordering::Acquire) };
+            }
+            let m = self.making.load(Ordering::Acquire);
+            if m == me {
+                std::thread::yield_now();
+                continue;
+            }
+            if self
+                .making
+                .compare_exchange(m, me, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break;
+            }
+        }
+        if self.ready.load(Ordering::Acquire) != me {
+            let obj: &'static T = Box::leak(Box::new(make()));
+            self.obj
+                .store(std::ptr::from_ref(obj).cast_mut(), Ordering::Release);
+            self.ready.store(me, Ordering::Release);
+        }
+        self.making.store(0, Ordering::Release);
+        // SAFETY: as above.
+        unsafe { &*self.obj.load(Ordering::Acquire) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,6 +101,14 @@ impl SmcListener {
         self.core.set_shared();
     }
 
+    /// The process is about to fork with this listener: its socket becomes shared with the
+    /// child. Until this process's program accepts again, connections the program is not
+    /// waiting for are left in the kernel's queue for whichever process accepts (a server
+    /// whose master listens and whose forked workers accept; with the SMC option program).
+    pub fn note_fork(&self) {
+        self.core.note_fork();
+    }
+
     /// Stops being an SMC listener while the socket listens on (a program `exec`s with it
     /// inherited): deregistered from smcd and the SMC option program, threads stopped,
     /// connections accepted but not yet taken closed; the socket itself is left alone, and

@@ -293,6 +293,11 @@ pub struct ListenerCore {
     /// Application threads waiting in `accept` (they take new connections themselves, so the
     /// acceptor stays out of their way).
     waiters: AtomicUsize,
+    /// The process forked since the listener was made ([`ListenerCore::note_fork`]): other
+    /// processes may accept from the socket.
+    forked: AtomicBool,
+    /// The application called `accept` since the last fork.
+    accepting: AtomicBool,
     /// Rung when the backlog has room again while threads in `accept` wait for that
     /// (`starved`): in the readiness set, so it wakes one waiter.
     room: Doorbell,
@@ -488,6 +493,8 @@ impl ListenerCore {
             nonblocking: AtomicBool::new(false),
             readiness: OnceLock::new(),
             waiters: AtomicUsize::new(0),
+            forked: AtomicBool::new(false),
+            accepting: AtomicBool::new(false),
             room: Doorbell::new()?,
             starved: AtomicUsize::new(0),
             room_rung: AtomicBool::new(false),
@@ -594,8 +601,29 @@ impl ListenerCore {
     /// Whether the acceptor should take connections while nobody accepts: an intent waits for
     /// its connection, or (with the option program) any new connection may be an SMC client
     /// whose connect must finish meanwhile (the kernel's listen work).
+    ///
+    /// On the option path after a fork, only while this process's program accepts from the
+    /// socket: the connections the acceptor takes queue for this process alone, and a server
+    /// whose master listens and never accepts (its forked workers do, or a child it left the
+    /// socket to) would otherwise take clients into a queue nobody reads (the kernel has one
+    /// queue, served by whichever process accepts). An intent is this process's to serve
+    /// whatever it does: smcd announced the client here, and only here is it known to send a
+    /// Proposal (a view's first accept marks the socket shared, which ends intents for it;
+    /// until then a client announced to a master that never accepts waits in its queue, as
+    /// before: the SMC option path has no such window).
     fn acceptor_needed(&self) -> bool {
-        self.intents_pending() || lock(&self.option).is_some()
+        self.intents_pending()
+            || ((!self.forked.load(Ordering::Acquire) || self.accepting.load(Ordering::Acquire))
+                && lock(&self.option).is_some())
+    }
+
+    /// The process is about to fork: from now on the socket is shared with a process that
+    /// may accept from it, and on the option path the acceptor takes connections for this
+    /// process only once its program accepts again ([`ListenerCore::acceptor_needed`]).
+    pub fn note_fork(&self) {
+        self.accepting.store(false, Ordering::Release);
+        self.forked.store(true, Ordering::Release);
+        self.kick.ring();
     }
 
     /// Whether an intent is waiting for its connection.
@@ -1501,6 +1529,9 @@ impl ListenerCore {
     /// are returned at once), waiting unless non-blocking.
     pub fn accept(self: &Arc<Self>) -> io::Result<Accepted> {
         self.reregister_if_needed();
+        if !self.accepting.load(Ordering::Relaxed) {
+            self.accepting.store(true, Ordering::Release);
+        }
         if self.inline_count.load(Ordering::Acquire) > 0 {
             if self.driven() {
                 self.step_inline();

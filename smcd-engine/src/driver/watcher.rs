@@ -13,7 +13,7 @@ use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, Weak};
+use std::sync::{Mutex, Weak};
 
 /// A connection the watcher watches.
 pub trait Watched: Send + Sync {
@@ -89,11 +89,14 @@ impl Drop for WatchGuard {
 }
 
 impl Watcher {
-    /// The watcher, started on first use.
+    /// This process's watcher, started on first use (again in a forked child: see
+    /// [`crate::fork::PerProcess`]).
     pub fn get() -> &'static Watcher {
-        static W: OnceLock<&'static Watcher> = OnceLock::new();
-        W.get_or_init(|| {
-            let w: &'static Watcher = Box::leak(Box::new(Watcher {
+        static W: crate::fork::PerProcess<Watcher> = crate::fork::PerProcess::new();
+        let mut started = false;
+        let w = W.get(|| {
+            started = true;
+            let w = Watcher {
                 ep: crate::sys::banded(
                     epoll::create(epoll::CreateFlags::CLOEXEC).expect("an epoll instance"),
                 ),
@@ -101,7 +104,7 @@ impl Watcher {
                 next: AtomicU64::new(1),
                 later: Mutex::new(std::collections::VecDeque::new()),
                 kick: crate::sys::Doorbell::new().expect("an eventfd"),
-            }));
+            };
             epoll::add(
                 &w.ep,
                 &w.kick,
@@ -109,12 +112,15 @@ impl Watcher {
                 epoll::EventFlags::IN,
             )
             .expect("the watcher's doorbell in its set");
+            w
+        });
+        if started {
             std::thread::Builder::new()
                 .name("smc-liveness".into())
                 .spawn(move || w.run())
                 .expect("the liveness thread");
-            w
-        })
+        }
+        w
     }
 
     /// Watches `tcp` for `target` until the guard is dropped, which must happen before `tcp`
