@@ -33,6 +33,27 @@ fn smcd_ring(dmb: usize) -> usize {
 
 const BOUND: usize = 200_000;
 
+/// An SMC-D connection's state owns no heap memory at any step (so processes that share it
+/// after a fork can keep it in memory they share), and a state replaced by its copy after
+/// every step streams byte-exact both ways and closes; an SMC-R state, with completions, is
+/// not such plain data.
+#[test]
+fn smcd_states_own_no_heap_and_carry_over_as_copies() {
+    let mut p = Pair::smcd(smcd_cfgs(smcd_ring(64 << 10), smcd_ring(16 << 10)));
+    p.through_copies = true;
+    p.s[0].to_write = 300_001;
+    p.s[1].to_write = 100_003;
+    p.write_size = 5000;
+    p.read_size = 3000;
+    p.finish(BOUND);
+    assert_eq!(p.s[1].read, 300_001);
+    assert_eq!(p.s[0].read, 100_003);
+    assert!(p.both_closed() && p.s[0].freed && p.s[1].freed);
+    assert!(p.copied > 100, "{} steps carried over as copies", p.copied);
+    let r = Pair::smcr(smcr_cfgs(64 << 10, 64 << 10, 64 << 10, 64 << 10));
+    assert!(!r.s[0].conn.owns_no_heap());
+}
+
 #[test]
 fn every_smcd_buffer_pair_streams_both_ways() {
     for &a in &SIZES {

@@ -218,6 +218,12 @@ impl Hold {
         self.slot.is_some_and(holders::count_nonzero)
     }
 
+    /// Where the processes holding the object keep a connection's state between their turns
+    /// (`SmcStream::share_state`), or `None` without a slot.
+    pub(crate) fn area(&self) -> Option<&'static smcd_engine::StateArea> {
+        self.slot.and_then(holders::area)
+    }
+
     /// The word every process holding the object shares (0 when it is made), or `None`
     /// without a slot.
     pub(crate) fn word(&self) -> Option<&'static std::sync::atomic::AtomicU32> {
@@ -304,8 +310,11 @@ mod holders {
                 .is_ok();
             if ok {
                 HINT.store(i + 1, Ordering::Relaxed);
-                // A slot nobody holds: its word and ids are ours to reset.
+                // A slot nobody holds: its word, ids and state area are ours to reset.
                 page[SLOTS + i].store(0, Ordering::Release);
+                if let Some(a) = areas() {
+                    a[i].reset();
+                }
                 for p in pids(page, i) {
                     p.store(0, Ordering::Release);
                 }
@@ -333,6 +342,18 @@ mod holders {
     /// Whether some process holds the slot's object.
     pub(super) fn count_nonzero(slot: usize) -> bool {
         page().is_some_and(|p| p[slot].load(Ordering::Acquire) != 0)
+    }
+
+    /// The slot's state area (see `Hold::area`).
+    pub(super) fn area(slot: usize) -> Option<&'static smcd_engine::StateArea> {
+        areas().map(|a| &a[slot])
+    }
+
+    /// One state area per slot, in memory every later child shares (made with the first
+    /// slot taken, before any fork that could share its object).
+    fn areas() -> Option<&'static [smcd_engine::StateArea]> {
+        static AREAS: OnceLock<Option<&'static [smcd_engine::StateArea]>> = OnceLock::new();
+        *AREAS.get_or_init(|| smcd_engine::StateArea::region(SLOTS))
     }
 
     /// The slot's word (see `Hold::word`).
@@ -383,7 +404,7 @@ mod holders {
         let mut zeroed = false;
         for id in pids(p, slot) {
             let pid = id.load(Ordering::Acquire);
-            if pid == 0 || pid == me || alive(pid) {
+            if pid == 0 || pid == me || smcd_engine::sys::process_alive(pid) {
                 continue;
             }
             if id
@@ -396,27 +417,6 @@ mod holders {
             }
         }
         zeroed
-    }
-
-    /// Whether process `pid` still runs (a zombie does not: it holds no descriptors).
-    fn alive(pid: u32) -> bool {
-        let Ok(p) = i32::try_from(pid) else {
-            return false;
-        };
-        // SAFETY: signal 0 only checks that the process exists.
-        if unsafe { libc::kill(p, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-        {
-            return false;
-        }
-        // Exists: a zombie has the state Z (or X) after the command's closing parenthesis.
-        match std::fs::read(format!("/proc/{pid}/stat")) {
-            Ok(stat) => {
-                let after = stat.iter().rposition(|&b| b == b')').map_or(0, |i| i + 2);
-                !matches!(stat.get(after), Some(b'Z' | b'X'))
-            }
-            Err(_) => true,
-        }
     }
 }
 
@@ -494,17 +494,7 @@ pub(crate) fn release(obj: Obj) {
                 // sake), so that when the last of them ends, exiting without a `close`
                 // included, the TCP connection ends and the peer's engine sees the
                 // connection end (an abort) instead of waiting for ever.
-                Obj::Stream(st) => {
-                    use std::os::fd::{AsRawFd, FromRawFd};
-                    if let Ok(null) = std::fs::File::open("/dev/null") {
-                        // SAFETY: the engine's descriptor of the TCP socket, replaced in
-                        // place and never closed here: the number stays open.
-                        let mut tcp = std::mem::ManuallyDrop::new(unsafe {
-                            rustix::fd::OwnedFd::from_raw_fd(st.s.tcp_socket().as_raw_fd())
-                        });
-                        let _ = rustix::io::dup3(&null, &mut tcp, rustix::io::DupFlags::CLOEXEC);
-                    }
-                }
+                Obj::Stream(st) => st.s.let_go(),
                 Obj::Connecting(_) => {}
             }
             std::mem::forget(obj)
@@ -559,6 +549,13 @@ extern "C" fn fork_prepare() {
             && let Some(slot) = o.hold().slot
         {
             holders::add(slot);
+        }
+        if let Obj::Stream(st) = o
+            && let Some(area) = st.hold.area()
+        {
+            // Both processes will hold the connection: its state goes where both see it, and
+            // each use is a turn that starts from where the last one left it.
+            st.s.share_state(area);
         }
         if let Obj::Listener(l) = o {
             // The child may accept from the socket: this process's engine stops taking

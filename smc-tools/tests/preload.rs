@@ -407,6 +407,21 @@ fn a_connection_ends_when_its_holders_end_without_closing_it() {
     );
 }
 
+/// A connection a parent and its forked child use one after the other and at the same time
+/// (tests/preload/fork_share.py: writes in turn arrive in order, concurrent writers' bytes
+/// each whole and in order, reads in turn and at the same time take every byte once; with the
+/// library before, each process moved its own cursors and the peer read a child's bytes
+/// overwritten by the parent's).
+#[test]
+fn a_connection_shared_by_fork_is_one_stream_for_both_processes() {
+    python_check_option(
+        "a_connection_shared_by_fork_is_one_stream_for_both_processes",
+        "fork_share.py",
+        "OK",
+        2,
+    );
+}
+
 /// [`python_check`] with smcd's SMC option program (a listener shared by fork is SMC-D only
 /// there).
 fn python_check_option(test: &str, name: &str, ok: &str, min_smc: u64) {

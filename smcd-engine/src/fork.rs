@@ -44,7 +44,26 @@ pub fn parent() {
 /// After `fork`, in the child (which has none of the engine's threads; any it starts may
 /// enter sections again).
 pub fn child() {
+    PID.store(0, std::sync::atomic::Ordering::Relaxed);
     let _ = HELD.try_with(|h| h.borrow_mut().take());
+}
+
+/// This process's id as [`pid`] last read it (0: to be read again; [`child`] resets it).
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// This process's id without a system call each time (the C library reads it from the kernel
+/// at every `getpid`): kept here, and read again in a child once [`child`] ran (a program's
+/// `fork` through a preload library; a process made by a raw `clone` that uses the engine
+/// without it would see its parent's id, as programs did when the C library cached it).
+pub fn pid() -> u32 {
+    match PID.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            let p = std::process::id();
+            PID.store(p, std::sync::atomic::Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
 }
 
 /// A process-wide object with a thread of its own (the liveness watcher, a preload's

@@ -34,6 +34,7 @@ pub mod sys;
 pub mod transport;
 
 pub use api::{Mode, SmcConnecting, SmcListener, SmcStream};
+pub use driver::conn::StateArea;
 pub use driver::engine::{Engine, EngineConfig};
 pub use driver::handshake::Fallback;
 pub use settings::Settings;

@@ -91,6 +91,27 @@ pub fn current_netns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether process `pid` still runs (a zombie does not: it holds no descriptors any more).
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(p) = i32::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(p, 0) } != 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return false;
+    }
+    // It exists: a zombie has the state Z (or X) after the command's closing parenthesis.
+    match std::fs::read(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let after = stat.iter().rposition(|&b| b == b')').map_or(0, |i| i + 2);
+            !matches!(stat.get(after), Some(b'Z' | b'X'))
+        }
+        Err(_) => true,
+    }
+}
+
 /// The process's clock as the sans-IO core takes it: nanoseconds since the first call.
 pub fn core_now() -> smc_core::Instant {
     smc_core::Instant::from_nanos(Instant::now().duration_since(epoch()).as_nanos() as u64)

@@ -511,6 +511,14 @@ impl Connection {
         &self.cfg
     }
 
+    /// Whether the state owns no heap memory: a connection without completions (SMC-D: a CDC
+    /// completes when it is written), whose queue of CDCs in flight was never allocated. Such
+    /// a state is plain data, which a driver may keep in memory other processes running the
+    /// same program image share (processes that take turns at one connection after a fork).
+    pub fn owns_no_heap(&self) -> bool {
+        !self.cfg.completions && self.inflight.capacity() == 0
+    }
+
     /// The close state.
     pub fn state(&self) -> SmcState {
         self.close.state()

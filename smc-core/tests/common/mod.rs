@@ -129,6 +129,12 @@ pub struct Pair {
     whole_toggle: u8,
     /// Sends that took [`Connection::send_fast`].
     pub whole_sends: usize,
+    /// After every step of `drive`, each side's state is checked to own no heap memory
+    /// ([`Connection::owns_no_heap`]) and replaced by a copy, as processes that take turns at
+    /// a shared connection do.
+    pub through_copies: bool,
+    /// Steps whose states were carried over as copies.
+    pub copied: usize,
 }
 
 /// A connection config for side `i` given each side's receive ring and send buffer.
@@ -164,6 +170,8 @@ impl Pair {
             fast_sends: 0,
             whole_toggle: 0,
             whole_sends: 0,
+            through_copies: false,
+            copied: 0,
         }
     }
 
@@ -455,6 +463,18 @@ impl Pair {
                 progress |= self.complete(i);
             }
             self.check();
+            if self.through_copies {
+                for i in 0..2 {
+                    assert!(
+                        self.s[i].conn.owns_no_heap(),
+                        "an SMC-D state owns heap memory"
+                    );
+                    // What a turn at a shared connection does: the next holder starts from a
+                    // copy of the state the last one left.
+                    self.s[i].conn = self.s[i].conn.clone();
+                }
+                self.copied += 1;
+            }
             if progress {
                 continue;
             }

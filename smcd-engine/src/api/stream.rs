@@ -1,7 +1,7 @@
 //! [`SmcStream`]: a `std::net::TcpStream` look-alike whose bytes travel through shared memory
 //! when both ends are SMC-capable, and through TCP otherwise.
 
-use crate::driver::conn::{SmcConn, SmcdInfo};
+use crate::driver::conn::{SmcConn, SmcdInfo, StateArea};
 use crate::driver::connect::{self, Connecting};
 use crate::driver::engine::Engine;
 use crate::driver::handshake::{Fallback, Outcome};
@@ -478,6 +478,30 @@ impl SmcStream {
     pub fn settle_readiness_now(&self) {
         if let Kind::Smc { conn, .. } = &self.inner.kind {
             conn.settle_readiness_now();
+        }
+    }
+
+    /// Before a fork: the connection's state moves into `area` (memory the fork shares, all
+    /// zeroes or left by [`StateArea::reset`]), and from then on the processes that hold the
+    /// stream take turns at it, each starting from where the last one left it (a parent and
+    /// its child writing one after the other, as they can with a TCP socket). False for a
+    /// stream whose state cannot be shared (SMC-R) and for a fallback (the kernel's socket is
+    /// shared anyway).
+    pub fn share_state(&self, area: &'static StateArea) -> bool {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.share_state(area),
+            _ => false,
+        }
+    }
+
+    /// This process lets go of the stream while other processes hold it on (see
+    /// [`SmcStream::share_state`]): nothing is sent, its watch of the TCP connection ends and
+    /// its copy of the TCP socket goes (the number stays taken), so that the connection ends
+    /// for the peer when the others end, with a close or without. Drop the stream with
+    /// `std::mem::forget` afterwards: dropping it would close the connection for everyone.
+    pub fn let_go(&self) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.let_go();
         }
     }
 

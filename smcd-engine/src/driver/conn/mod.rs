@@ -22,7 +22,10 @@
 
 mod cdc;
 mod rx;
+mod shared;
 mod tx;
+
+pub use shared::StateArea;
 
 use super::watcher::{WatchGuard, Watched, Watcher};
 use crate::device::Dir;
@@ -196,6 +199,40 @@ struct State {
     tcp_shutdown_pending: bool,
     /// Writes that found the send buffer full ([`QuickLook::tx_full`]).
     tx_full: u64,
+    /// The number of the shared state's turn this process last saw (see
+    /// [`SmcConn::share_state`]).
+    area_gen: u64,
+}
+
+/// The connection's state, locked; for a connection processes share after a fork, also this
+/// process's turn at it ([`shared`]), which ends with the guard after the state was put back.
+struct StateGuard<'a> {
+    g: MutexGuard<'a, State>,
+    area: Option<&'static StateArea>,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.g
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(a) = self.area {
+            if let Some(turn_no) = a.put(&self.g.core) {
+                self.g.area_gen = turn_no;
+            }
+            a.leave();
+        }
+    }
 }
 
 /// What [`SmcConn::quick_look`] saw.
@@ -262,6 +299,9 @@ pub struct SmcConn<T: Transport> {
     /// Wake-ups that found nothing changed (a hostile peer's bell, or a race).
     spurious: AtomicU64,
     me: OnceLock<Weak<Self>>,
+    /// Where the processes that share the connection after a fork keep its state
+    /// ([`SmcConn::share_state`]).
+    shared: OnceLock<&'static StateArea>,
     /// Identity and sizes.
     pub info: SmcdInfo,
     /// This connection's slot in the engine's status area: counters, cursors, state.
@@ -327,6 +367,7 @@ impl<T: Transport> SmcConn<T> {
                 retired: false,
                 tcp_shutdown_pending: false,
                 tx_full: 0,
+                area_gen: 0,
             }),
             over: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
@@ -345,6 +386,7 @@ impl<T: Transport> SmcConn<T> {
             watch_asked: AtomicBool::new(false),
             unwatched: AtomicBool::new(false),
             me: OnceLock::new(),
+            shared: OnceLock::new(),
             info,
             slot,
         });
@@ -358,17 +400,75 @@ impl<T: Transport> SmcConn<T> {
     /// Runs the CDC processing for the transport when no thread is in the connection (see
     /// [`Transport::set_service`]); `false` when a thread holds the connection now.
     fn service(&self) -> bool {
-        let mut st = match self.st.try_lock() {
+        let g = match self.st.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
+        let mut st = self.turn(g);
         let _ = self.observe(&mut st);
         true
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.st)
+    fn lock(&self) -> StateGuard<'_> {
+        self.turn(lock(&self.st))
+    }
+
+    /// The locked state, and for a shared connection this process's turn at it, starting from
+    /// the state another process's turn left.
+    fn turn<'a>(&self, mut g: MutexGuard<'a, State>) -> StateGuard<'a> {
+        let area = self.shared.get().copied();
+        if let Some(a) = area {
+            a.enter();
+            if let Some((turn_no, core)) = a.take_newer(g.area_gen) {
+                g.core = core;
+                g.area_gen = turn_no;
+            }
+        }
+        StateGuard { g, area }
+    }
+
+    /// Before a fork that shares the connection with another process: its state moves into
+    /// `area`, memory the fork shares, and every use from now on, in either process, is a turn
+    /// that starts from the state the last one left ([`shared`]). False (nothing changes) for
+    /// a state that cannot be shared so (SMC-R); true if it already is.
+    pub fn share_state(&self, area: &'static StateArea) -> bool {
+        if self.shared.get().is_some() {
+            return true;
+        }
+        let mut g = lock(&self.st);
+        if !g.core.owns_no_heap() {
+            return false;
+        }
+        area.enter();
+        match area.put(&g.core) {
+            Some(turn_no) => g.area_gen = turn_no,
+            None => {
+                area.leave();
+                return false;
+            }
+        }
+        area.leave();
+        let _ = self.shared.set(area);
+        true
+    }
+
+    /// This process lets go of the connection while other processes hold it on: its watch
+    /// of the TCP connection ends, and its copy of the TCP socket is replaced by `/dev/null`
+    /// (the number stays taken, for whatever of the engine still looks at it), so that the
+    /// TCP connection ends when the last of the others ends, even without a close, and the
+    /// peer's engine sees the connection end.
+    pub fn let_go(&self) {
+        self.unwatch();
+        if let Ok(null) = std::fs::File::open("/dev/null") {
+            use std::os::fd::{AsRawFd, FromRawFd};
+            // SAFETY: the connection's descriptor of the TCP socket, replaced in place and
+            // never closed here (the connection still owns the number).
+            let mut tcp = std::mem::ManuallyDrop::new(unsafe {
+                rustix::fd::OwnedFd::from_raw_fd(self.clcsock.as_raw_fd())
+            });
+            let _ = rustix::io::dup3(&null, &mut tcp, rustix::io::DupFlags::CLOEXEC);
+        }
     }
 
     /// The transport.
