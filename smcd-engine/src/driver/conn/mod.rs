@@ -225,14 +225,34 @@ impl std::ops::DerefMut for StateGuard<'_> {
 }
 
 impl Drop for StateGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(a) = self.area {
-            if let Some(turn_no) = a.put(&self.g.core) {
-                self.g.area_gen = turn_no;
-            }
-            a.leave();
+            end_turn(&mut self.g, a);
         }
     }
+}
+
+/// The start of a turn at a shared connection: from the state another process's turn left.
+#[cold]
+#[inline(never)]
+fn begin_turn<'a>(mut g: MutexGuard<'a, State>, a: &'static StateArea) -> StateGuard<'a> {
+    a.enter();
+    if let Some((turn_no, core)) = a.take_newer(g.area_gen) {
+        g.core = core;
+        g.area_gen = turn_no;
+    }
+    StateGuard { g, area: Some(a) }
+}
+
+/// The end of a turn at a shared connection: the state goes back to the area.
+#[cold]
+#[inline(never)]
+fn end_turn(st: &mut State, a: &StateArea) {
+    if let Some(turn_no) = a.put(&st.core) {
+        st.area_gen = turn_no;
+    }
+    a.leave();
 }
 
 /// What [`SmcConn::quick_look`] saw.
@@ -410,22 +430,19 @@ impl<T: Transport> SmcConn<T> {
         true
     }
 
+    #[inline]
     fn lock(&self) -> StateGuard<'_> {
         self.turn(lock(&self.st))
     }
 
     /// The locked state, and for a shared connection this process's turn at it, starting from
     /// the state another process's turn left.
-    fn turn<'a>(&self, mut g: MutexGuard<'a, State>) -> StateGuard<'a> {
-        let area = self.shared.get().copied();
-        if let Some(a) = area {
-            a.enter();
-            if let Some((turn_no, core)) = a.take_newer(g.area_gen) {
-                g.core = core;
-                g.area_gen = turn_no;
-            }
+    #[inline]
+    fn turn<'a>(&self, g: MutexGuard<'a, State>) -> StateGuard<'a> {
+        match self.shared.get() {
+            None => StateGuard { g, area: None },
+            Some(a) => begin_turn(g, a),
         }
-        StateGuard { g, area }
     }
 
     /// Before a fork that shares the connection with another process: its state moves into
