@@ -481,10 +481,16 @@ pub(crate) fn release(obj: Obj) {
         Some(slot) if !holders::drop_one(slot) => {
             match &obj {
                 // Other processes hold the listener on: this one stops accepting from the
-                // socket (its threads, its queue) and leaves the socket and its registrations
-                // to them.
+                // socket (its threads, its queue) and leaves the socket and its SMC option
+                // registration to them. If it made the listener, smcd answers intents for it
+                // with plain TCP first (only this process could tell an announced client's
+                // Proposal from data). Another process's listener, copied by fork, is not
+                // touched: its doorbells are that process's too.
                 Obj::Listener(l) => {
-                    l.l.abandon();
+                    if l.pid == std::process::id() {
+                        l.l.set_shared();
+                        l.l.abandon();
+                    }
                     if let Some(v) = l.own_view() {
                         v.abandon();
                     }
@@ -559,8 +565,11 @@ extern "C" fn fork_prepare() {
         }
         if let Obj::Listener(l) = o {
             // The child may accept from the socket: this process's engine stops taking
-            // connections its program does not ask for.
-            l.l.note_fork();
+            // connections its program does not ask for (in the listener it made, or in its
+            // view of another process's; that process's copy is not ours to change).
+            if l.pid == std::process::id() {
+                l.l.note_fork();
+            }
             if let Some(v) = l.own_view() {
                 v.note_fork();
             }
