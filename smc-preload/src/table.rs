@@ -251,26 +251,11 @@ mod holders {
     fn page() -> Option<&'static [AtomicU32]> {
         static PAGE: OnceLock<Option<&'static [AtomicU32]>> = OnceLock::new();
         *PAGE.get_or_init(|| {
-            let len = (2 + PIDS) * SLOTS * size_of::<AtomicU32>();
-            // SAFETY: a fresh anonymous mapping, never unmapped; zeroed memory is a valid
-            // AtomicU32 array (pages are touched only when a slot is used).
-            unsafe {
-                let p = libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                );
-                if p == libc::MAP_FAILED {
-                    return None;
-                }
-                Some(std::slice::from_raw_parts(
-                    p.cast::<AtomicU32>(),
-                    (2 + PIDS) * SLOTS,
-                ))
-            }
+            let n = (2 + PIDS) * SLOTS;
+            let p = smcd_engine::sys::shared_mapping(n * size_of::<AtomicU32>())?;
+            // SAFETY: a fresh mapping of exactly `n` words, never unmapped; zeroed memory is a
+            // valid AtomicU32 array (pages are touched only when a slot is used).
+            Some(unsafe { std::slice::from_raw_parts(p.as_ptr().cast::<AtomicU32>(), n) })
         })
     }
 

@@ -428,30 +428,27 @@ fn python_check_option(test: &str, name: &str, ok: &str, min_smc: u64) {
     if !need(test, &["python3"]) {
         return;
     }
-    let Some(smcd) = option_smcd(test) else {
-        return;
-    };
-    smcd.require_control_plane();
-    let before = counts(&smcd);
-    let (st, out, err) = python_script(&smcd, name);
-    assert!(st.success(), "{name} failed: {st:?}\n{out}\n{err}");
-    assert!(out.contains(ok), "{out}");
-    assert_smc_since(&smcd, before, min_smc);
+    if let Some(smcd) = option_smcd(test) {
+        python_check_with(&smcd, name, ok, min_smc);
+    }
 }
 
 /// Runs `tests/preload/NAME` under smc-run with a fresh smcd: it exits 0 and prints `ok`, and
 /// smcd counted at least `min_smc` SMC connection ends and no fallback.
 fn python_check(test: &str, name: &str, ok: &str, min_smc: u64) {
-    if !need(test, &["python3"]) {
-        return;
+    if need(test, &["python3"]) {
+        python_check_with(&Smcd::start(BINS), name, ok, min_smc);
     }
-    let smcd = Smcd::start(BINS);
+}
+
+/// [`python_check`] against `smcd`.
+fn python_check_with(smcd: &Smcd, name: &str, ok: &str, min_smc: u64) {
     smcd.require_control_plane();
-    let before = counts(&smcd);
-    let (st, out, err) = python_script(&smcd, name);
+    let before = counts(smcd);
+    let (st, out, err) = python_script(smcd, name);
     assert!(st.success(), "{name} failed: {st:?}\n{out}\n{err}");
     assert!(out.contains(ok), "{out}");
-    assert_smc_since(&smcd, before, min_smc);
+    assert_smc_since(smcd, before, min_smc);
 }
 
 /// Runs `tests/preload/NAME` under smc-run (up to 120 s): its status, stdout and stderr.

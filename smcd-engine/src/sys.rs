@@ -91,6 +91,27 @@ pub fn current_netns() -> u64 {
         .unwrap_or(0)
 }
 
+/// `len` bytes of zeroed anonymous memory that every process forked from now on shares with
+/// this one (`MAP_SHARED`; pages are allocated as they are first touched), never unmapped;
+/// `None` if the kernel refuses.
+pub fn shared_mapping(len: usize) -> Option<std::ptr::NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping; nothing else refers to the range.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    std::ptr::NonNull::new(p.cast::<u8>())
+}
+
 /// Whether process `pid` still runs (a zombie does not: it holds no descriptors any more).
 pub fn process_alive(pid: u32) -> bool {
     let Ok(p) = i32::try_from(pid) else {

@@ -8,21 +8,8 @@ overwritten by the parent's. Prints OK."""
 import os
 import socket
 import sys
-import signal
 
-# No process of a failed run outlives it (the harness kills only the script it started).
-signal.alarm(100)
-_fork = os.fork
-
-
-def _fork_with_alarm():
-    pid = _fork()
-    if pid == 0:
-        signal.alarm(100)
-    return pid
-
-
-os.fork = _fork_with_alarm
+import fork_deadline  # noqa: F401 (every process of the run ends within 100 s)
 
 REC = 64
 N = 2000
@@ -37,6 +24,16 @@ def recv_exact(s, n):
             raise EOFError("end of stream after %d of %d bytes" % (len(out), n))
         out += b
     return out
+
+
+def read_all(fd):
+    """What a pipe carries until its writers closed it."""
+    out = b""
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            return out
+        out += b
 
 
 def pattern(tag, n):
@@ -122,12 +119,7 @@ if kid == 0:
     os.write(w, recv_exact(s, 8 * 10000))
     os._exit(0)
 os.close(w)
-second = b""
-while True:
-    b = os.read(r, 65536)
-    if not b:
-        break
-    second += b
+second = read_all(r)
 os.close(r)
 os.waitpid(kid, 0)
 if first + second != b"".join(b"%07d\n" % i for i in range(20000)):
@@ -158,12 +150,7 @@ if kid == 0:
     os._exit(0)
 os.close(w)
 pieces = read_pieces()
-theirs = b""
-while True:
-    b = os.read(r, 65536)
-    if not b:
-        break
-    theirs += b
+theirs = read_all(r)
 os.waitpid(kid, 0)
 while theirs:
     n, _, theirs = theirs.partition(b"\n")

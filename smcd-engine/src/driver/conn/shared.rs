@@ -61,24 +61,11 @@ impl StateArea {
     /// `n` empty areas in an anonymous shared mapping (never unmapped; pages are allocated as
     /// they are first touched), which every process forked from now on shares with this one.
     pub fn region(n: usize) -> Option<&'static [StateArea]> {
-        let len = n.checked_mul(size_of::<StateArea>())?;
-        // SAFETY: a fresh anonymous mapping of `len` bytes; zeroed bytes are empty areas
-        // (atomics at 0, an uninitialised state); it is never unmapped, so the slice lives as
-        // long as the process.
-        unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return None;
-            }
-            Some(std::slice::from_raw_parts(p.cast::<StateArea>(), n))
-        }
+        let p = crate::sys::shared_mapping(n.checked_mul(size_of::<StateArea>())?)?;
+        // SAFETY: a fresh mapping of exactly `n` areas (page-aligned, so aligned for them);
+        // zeroed bytes are empty areas (atomics at 0, an uninitialised state); it is never
+        // unmapped, so the slice lives as long as the process.
+        Some(unsafe { std::slice::from_raw_parts(p.as_ptr().cast::<StateArea>(), n) })
     }
 
     /// Empties the area for a new connection (no process may use it for the old one any
