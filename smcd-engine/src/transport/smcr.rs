@@ -1567,11 +1567,14 @@ mod tests {
             v[0] = 0x22; // an LLC type byte, so the link hands it to the LLC handler
             v
         };
+        // One at a time, as LLC flows send them (a request, then its answer): a link has one
+        // v2 receive buffer (the kernel's `wr_rx_buf_v2`), and the ACK that lets the sender
+        // reuse its v2 send buffer comes before the receiver handed the message on. Sent back
+        // to back, a second long message overwrote the first under load (one CI run beside
+        // two CPU hogs: "3000 bytes differ").
         let sent = [msg(44, 1), msg(3000, 2), msg(8192, 3), msg(100, 4)];
         for m in &sent {
             la.send_llc(m).unwrap();
-        }
-        for m in &sent {
             let got = rx.recv_timeout(Duration::from_secs(20)).unwrap();
             assert_eq!(got.len(), m.len());
             assert!(got == *m, "{} bytes differ", m.len());
