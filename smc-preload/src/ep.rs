@@ -583,6 +583,12 @@ pub(crate) fn wait_begin() {
 }
 
 /// The wait of [`wait_begin`] returned.
+/// Whether a thread of the process is in a kernel wait on descriptors (between
+/// [`wait_begin`] and [`wait_end`]); sequentially consistent.
+pub(crate) fn kernel_waiters() -> bool {
+    KERNEL_WAITERS.load(Ordering::SeqCst) != 0
+}
+
 pub(crate) fn wait_end() {
     KERNEL_WAITERS.fetch_sub(1, Ordering::Release);
 }
@@ -728,6 +734,105 @@ fn edge(seen: &mut Option<Seen>, look: &QuickLook) -> bool {
     new
 }
 
+/// After a kernel wait on `ep` that woke the program: the SMC streams registered there that
+/// [`collect`] answers for and [`filter`] keeps exact (level- or edge-triggered, not one-shot,
+/// their data word their own), in a set answered here; their announcements may be taken back
+/// (`table::withdraw`).
+pub(crate) fn withdrawable(ep: i32) -> Vec<Arc<Stream>> {
+    let mut out = Vec::new();
+    if N_ENTRIES.load(Ordering::Relaxed) == 0 {
+        return out;
+    }
+    let mut g = Guard::lock();
+    let Some(set) = g.map().get_mut(&ep) else {
+        return out;
+    };
+    if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
+        return out;
+    }
+    let words = word_counts(set);
+    for e in &set.entries {
+        if e.deleted
+            || !matches!(e.events & !PLAIN, 0 | ET)
+            || table::kind(e.fd) != STREAM
+            || gen_of(e.fd) != e.gen_
+        {
+            continue;
+        }
+        let Some(st) = e.stream.as_ref().and_then(Weak::upgrade) else {
+            continue;
+        };
+        if words.get(&e.data) == Some(&1) {
+            out.push(st);
+        }
+    }
+    out
+}
+
+/// How many of the set's registrations carry each data word (a stream's events are taken
+/// for it only when its word is its own).
+fn word_counts(set: &Set) -> BTreeMap<u64, u32> {
+    let mut words = BTreeMap::new();
+    for e in set.entries.iter().filter(|e| !e.deleted) {
+        *words.entry(e.data).or_insert(0) += 1;
+    }
+    // Descriptors of other kinds (an entry and an other never share a descriptor).
+    for d in set.others.values() {
+        *words.entry(*d).or_insert(0) += 1;
+    }
+    words
+}
+
+/// Before the kernel is asked about `ep` without waiting ([`Answer::Probe`]): whether the
+/// streams reads left readable must be settled first. Not when every such stream that `ep`
+/// holds is registered there as [`filter`] keeps exact (level- or edge-triggered, not
+/// one-shot, its data word its alone): the kernel may then report it readable over an empty
+/// ring, and the filter takes that out. A settle is a `recv` and an announcement per stream,
+/// and the announcement has the peer ring (a `send`) at its next write; before a call that
+/// does not sleep it is of no use, since only a sleeper needs the peers to ring. With it,
+/// redis-benchmark's probes (one call in [`KERNEL_EVERY`]) announced its 50 connections, and
+/// redis-server rang a bell for nearly every reply it wrote: a quarter of its time. Nothing is
+/// lost by leaving them: a stream is announced or has a bell's byte queued (only a ring takes
+/// the announcement, only a settle drains the byte, and it announces again), so a thread
+/// asleep in the kernel meanwhile is woken as before, and the next wait that sleeps settles
+/// every listed stream first.
+pub(crate) fn probe_needs_settle(ep: i32) -> bool {
+    if !table::any_dirty() {
+        return false;
+    }
+    let mut g = Guard::lock();
+    let Some(set) = g.map().get_mut(&ep) else {
+        return true;
+    };
+    if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
+        return true;
+    }
+    let mut words = None;
+    for e in &set.entries {
+        if e.deleted {
+            continue;
+        }
+        let st = match &e.stream {
+            Some(w) => w.upgrade(),
+            None => table::stream(e.fd),
+        };
+        let Some(st) = st else {
+            continue;
+        };
+        if !st.is_listed() {
+            continue;
+        }
+        let exact = matches!(e.events & !PLAIN, 0 | ET)
+            && table::kind(e.fd) == STREAM
+            && gen_of(e.fd) == e.gen_
+            && words.get_or_insert_with(|| word_counts(set)).get(&e.data) == Some(&1);
+        if !exact {
+            return true;
+        }
+    }
+    false
+}
+
 /// After the kernel's `epoll_wait` on `ep` wrote `n` events to `out`: takes out the
 /// readability it reported for an SMC stream that a read would not serve, edges of an
 /// edge-triggered one reported here already, and what an item whose change was kept from the
@@ -741,13 +846,19 @@ fn edge(seen: &mut Option<Seen>, look: &QuickLook) -> bool {
 /// descriptor readable over an empty ring. The kernel cannot tell; a TCP socket would not be
 /// readable, and some programs count a read that says `EAGAIN` as an error (wrk). Such a
 /// stream is settled again here (the byte drained, the wait announced, the ring looked at once
-/// more). Only level-triggered entries whose data word no other registration of the set shares
-/// are looked at (for an edge-triggered or one-shot one the kernel's item has moved on, and an
-/// event must not be lost).
+/// more), or after a call that did not sleep (`probe`, see [`probe_needs_settle`]) listed to
+/// be settled before the next that does. Only level-triggered entries whose data word no other
+/// registration of the set shares are looked at (for an edge-triggered or one-shot one the
+/// kernel's item has moved on, and an event must not be lost).
 ///
 /// # Safety
 /// `out` holds `n` events.
-pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> (usize, usize) {
+pub(crate) unsafe fn filter(
+    ep: i32,
+    out: *mut libc::epoll_event,
+    n: usize,
+    probe: bool,
+) -> (usize, usize) {
     if N_ENTRIES.load(Ordering::Relaxed) == 0 {
         return (n, 0);
     }
@@ -809,7 +920,11 @@ pub(crate) unsafe fn filter(ep: i32, out: *mut libc::epoll_event, n: usize) -> (
         }
     }
     for st in stale {
-        st.s.settle_readiness_now();
+        if probe {
+            table::dirty(&st);
+        } else {
+            st.s.settle_readiness_now();
+        }
     }
     if kept == 0 && !again.is_empty() {
         // Nothing else: the edges are written back, for the caller to give the program once

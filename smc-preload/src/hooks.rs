@@ -2631,7 +2631,10 @@ unsafe fn epoll_kernel(
         let r = if sleeps {
             kernel_wait(|| wait(t))
         } else {
-            settle_all();
+            // Only what the filter could not take out is settled (`crate::ep::probe_needs_settle`).
+            if lib(|| Ok(ep::probe_needs_settle(ep))).unwrap_or(true) {
+                settle_all();
+            }
             wait(t)
         };
         if r <= 0 || !ep::any_sets() || in_lib() {
@@ -2639,8 +2642,16 @@ unsafe fn epoll_kernel(
         }
         let saved = errno();
         // SAFETY: the kernel wrote `r` events there.
-        let (n, again) =
-            lib(|| Ok(unsafe { ep::filter(ep, events, r as usize) })).unwrap_or((r as usize, 0));
+        let (n, again) = lib(|| Ok(unsafe { ep::filter(ep, events, r as usize, !sleeps) }))
+            .unwrap_or((r as usize, 0));
+        if sleeps && n > 0 {
+            // Woken, and busy now: the set's streams take back what their settle announced,
+            // so their peers ring nobody until this loop waits again (`crate::table::withdraw`).
+            let _ = lib(|| {
+                table::withdraw(&ep::withdrawable(ep));
+                Ok(())
+            });
+        }
         set_errno(saved);
         if n > 0 {
             return n as c_int;

@@ -53,6 +53,11 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
+    /// In the list of streams to settle ([`dirty`]).
+    pub(crate) fn is_listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
+    }
+
     pub(crate) fn new(s: SmcStream, nonblocking: bool) -> Arc<Self> {
         Arc::new(Self {
             s,
@@ -118,6 +123,34 @@ pub(crate) fn settle_dirty() {
     }
     DIRTY_N.fetch_sub(list.len(), Ordering::AcqRel);
     list.clear();
+}
+
+/// The program's event loop woke from a kernel wait on a set and is busy: the streams it
+/// registered there that its `epoll_wait` answers from shared memory take back the
+/// announcements their settle made (`SmcStream::withdraw_readiness`), so their peers' writes
+/// ring nobody while the loop finds the bytes itself. Only while no thread of the process
+/// waits in the kernel (a withdrawn stream's descriptor is not readable and not announced),
+/// and each stream is listed to be settled first: the listing, then the look at the waiters,
+/// against `crate::ep::wait_begin`'s count, then [`any_dirty`] (both sequentially
+/// consistent), so a thread that starts to wait meanwhile settles the list, under its lock,
+/// which is held here until every withdrawal is made.
+pub(crate) fn withdraw(streams: &[Arc<Stream>]) {
+    if streams.is_empty() {
+        return;
+    }
+    let mut list = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    for st in streams {
+        if !st.listed.swap(true, Ordering::AcqRel) {
+            list.push(Arc::clone(st));
+            DIRTY_N.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    if crate::ep::kernel_waiters() {
+        return;
+    }
+    for st in streams {
+        st.s.withdraw_readiness();
+    }
 }
 
 /// Empties the list of streams to settle (a keeper process, `crate::exec`, never settles).

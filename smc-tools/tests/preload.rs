@@ -520,6 +520,20 @@ fn epoll_answered_in_user_space() {
     );
 }
 
+/// An event loop woken from its `epoll_wait` takes back its streams' announcements while it
+/// is busy (`tests/preload/epoll_withdraw.py`, `smc-preload`'s `table::withdraw`): the peers'
+/// writes ring nobody (the readiness sockets' queues stay empty), every arrival is still
+/// reported, and threads that wait in the kernel meanwhile or afterwards are woken.
+#[test]
+fn a_woken_event_loop_has_its_peers_ring_nobody() {
+    python_check(
+        "a_woken_event_loop_has_its_peers_ring_nobody",
+        "epoll_withdraw.py",
+        "OK 8 connections",
+        8,
+    );
+}
+
 /// Edge-triggered and one-shot registrations answered in user space
 /// (`tests/preload/epoll_edge.py`, `smc-preload/src/ep.rs`): a stream registered as nginx
 /// registers its connections is reported once at its registration, once per arrival (again

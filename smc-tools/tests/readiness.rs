@@ -336,6 +336,72 @@ fn level_readable_after_peer_writes_until_would_block() {
     }
 }
 
+/// `SmcStream::withdraw_readiness` (a preload library's event loop, woken and busy): an
+/// announcement the peer has not taken is taken back, once; the peer's writes then ring
+/// nobody (the descriptor stays not readable while the bytes wait, which the loop finds in
+/// shared memory); the settle makes the descriptor what the connection is: readable for bytes
+/// that came meanwhile, announced again (no drain) when none did, so the next write rings.
+/// An announcement the peer took (it rang) is not taken back.
+#[test]
+fn a_withdrawn_announcement_rings_nobody_until_the_settle() {
+    let (_smcd, c, s) = pair();
+    s.set_nonblocking(true).unwrap();
+    s.set_level_readiness(true);
+    s.set_deferred_readiness(true);
+    let f = fd(&s);
+    (&c).write_all(b"one").unwrap();
+    assert_eq!(
+        poll_until(f, PollFlags::IN, LIVENESS),
+        PollFlags::IN | PollFlags::OUT
+    );
+    // The peer rang: nothing to take back.
+    assert!(
+        !s.withdraw_readiness(),
+        "the announcement was taken by the ring"
+    );
+    // Read until WouldBlock: drained and announced again.
+    assert_eq!(drain(&s), b"one");
+    assert_eq!(poll_now(f), PollFlags::OUT);
+    assert!(s.withdraw_readiness(), "announced, not rung: taken back");
+    assert!(!s.withdraw_readiness(), "taken back once");
+    // The writer rings (or not) within its write: the descriptor says at once.
+    (&c).write_all(b"two").unwrap();
+    assert_eq!(
+        poll_now(f),
+        PollFlags::OUT,
+        "withdrawn: the write rang nobody"
+    );
+    assert_eq!(s.quick_poll(), Some((true, true)), "the bytes are there");
+    s.settle_readiness();
+    assert_eq!(
+        poll_now(f),
+        PollFlags::IN | PollFlags::OUT,
+        "settled: readable"
+    );
+    assert_eq!(drain(&s), b"two");
+    assert_eq!(poll_now(f), PollFlags::OUT);
+    // Withdrawn with nothing arriving: the settle announces again, and the next write rings.
+    assert!(s.withdraw_readiness());
+    s.settle_readiness();
+    assert_eq!(poll_now(f), PollFlags::OUT);
+    (&c).write_all(b"three").unwrap();
+    assert_eq!(
+        poll_until(f, PollFlags::IN, LIVENESS),
+        PollFlags::IN | PollFlags::OUT
+    );
+    assert_eq!(drain(&s), b"three");
+    // Several rounds of withdraw, write, settle, read: every byte, in order.
+    for round in 0..50u64 {
+        assert!(s.withdraw_readiness(), "round {round}");
+        let n = 100 + round as usize * 37;
+        (&c).write_all(pattern(round << 20, n)).unwrap();
+        assert_eq!(poll_now(f), PollFlags::OUT, "round {round}: rang nobody");
+        s.settle_readiness();
+        assert!(poll_now(f).contains(PollFlags::IN), "round {round}");
+        assert!(drain(&s) == pattern(round << 20, n), "round {round}");
+    }
+}
+
 /// Edge-triggered: after a read returned `WouldBlock`, the peer's next write gives an
 /// `EPOLLIN` edge, once: no repeat while we do not read. More bytes arriving while we have
 /// not drained may or may not give another edge (ET promises an edge per new readiness after

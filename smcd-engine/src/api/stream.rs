@@ -505,6 +505,18 @@ impl SmcStream {
         }
     }
 
+    /// The program's event loop is busy again after a wait on descriptors: the announcement
+    /// of its wait is taken back if the peer has not taken it, so the peer's writes ring
+    /// nobody meanwhile. `true`: taken back, and the stream must be settled
+    /// ([`SmcStream::settle_readiness`]) before any thread of the process waits on its
+    /// descriptor; call it only while none does (see `SmcConn::withdraw_readiness`).
+    pub fn withdraw_readiness(&self) -> bool {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.withdraw_readiness(),
+            Kind::Tcp { .. } => false,
+        }
+    }
+
     /// Makes the readiness what the stream's state is, after deferred reads.
     pub fn settle_readiness(&self) {
         if let Kind::Smc { conn, .. } = &self.inner.kind {

@@ -118,6 +118,24 @@ impl Dmb {
         w.conn_flags.peer_conn_closed() || w.conn_flags.peer_conn_abort()
     }
 
+    /// Owner side: takes back the part `how` of its announcement for `dir` if the peer has
+    /// not taken the announcement yet; `true` when it was still there (no ring or wake for it
+    /// will come). The read-modify-write races [`Dmb::take_waiter`]'s: exactly one of the two
+    /// gets it.
+    pub fn withdraw(&self, dir: Dir, how: u32) -> bool {
+        let w = self.waiting(dir);
+        let mut old = w.load(Ordering::Relaxed);
+        loop {
+            if old & how == 0 {
+                return false;
+            }
+            match w.compare_exchange_weak(old, old & !how, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(v) => old = v,
+            }
+        }
+    }
+
     /// Whether the owner announced waiting for `dir`.
     #[inline]
     pub fn is_armed(&self, dir: Dir) -> bool {

@@ -135,6 +135,12 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn wait_end(&self) -> bool {
         false
     }
+    /// Takes back an event waiter's announcement for `dir` ([`Transport::arm`] with
+    /// [`Waiter::Event`]) that the peer has not taken yet: `true` when it was still there, so
+    /// no ring for it will come. A transport that cannot says `false`.
+    fn withdraw(&self, _dir: Dir) -> bool {
+        false
+    }
     /// After a local change: wakes the local waiters for `dir` if they announced waiting.
     fn wake_local(&self, dir: Dir);
     /// Before the readiness for `dir` is cleared: waits for bells still being rung for

@@ -587,6 +587,10 @@ impl Transport for SmcdLink {
         );
     }
 
+    fn withdraw(&self, dir: Dir) -> bool {
+        self.own.withdraw(dir, WAIT_BELL)
+    }
+
     fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool> {
         let ts = timeout.map(|t| rustix::time::Timespec {
             tv_sec: t.as_secs() as i64,

@@ -299,10 +299,15 @@ pub struct SmcConn<T: Transport> {
     /// and sockperf make) then costs no system call per message at either end: no drain here,
     /// and, since nothing re-announces the event loop, no bell rung by the peer.
     ///
-    /// Sound because the readiness is never "not readable and not announced": the
-    /// announcement is only ever taken by a ringer (who rings) or by us (when we ring
-    /// ourselves), and a ring's byte stays until a drain, which re-announces.
+    /// Sound because the readiness is never "not readable and not announced" while anyone
+    /// may wait on it: the announcement is only ever taken by a ringer (who rings) or by us
+    /// (when we ring ourselves), and a ring's byte stays until a drain, which re-announces.
+    /// The one exception is [`SmcConn::withdraw_readiness`], made only while no thread of the
+    /// process waits on descriptors, and settled before one does.
     deferred: AtomicBool,
+    /// [`SmcConn::withdraw_readiness`] took the announcement back: the readiness is not
+    /// readable (nothing to drain) and not announced until the next settle.
+    withdrawn: AtomicBool,
     /// An edge-triggered waiter may wait on the readiness ([`SmcConn::set_edge_readiness`]):
     /// a settle that finds bytes which arrived after a read rings once more for it.
     edge: AtomicBool,
@@ -396,6 +401,7 @@ impl<T: Transport> SmcConn<T> {
             deferred: AtomicBool::new(false),
             edge: AtomicBool::new(false),
             rx_dirty: AtomicBool::new(false),
+            withdrawn: AtomicBool::new(false),
             interruptible: AtomicBool::new(false),
             nodelay: AtomicBool::new(false),
             read_timeout: AtomicU64::new(0),
@@ -616,18 +622,57 @@ impl<T: Transport> SmcConn<T> {
         match st.core.recv_ready() {
             Ok(smc_core::conn::RecvReady::Empty) => {}
             Ok(smc_core::conn::RecvReady::Data(n)) if n > 0 => {
-                if self.edge.load(Ordering::Relaxed) {
+                // Withdrawn, the descriptor is not readable: made so, as the peer would have.
+                if self.withdrawn.swap(false, Ordering::AcqRel) || self.edge.load(Ordering::Relaxed)
+                {
                     ready.bell().ring(Dir::Rx);
                 }
                 return;
             }
-            _ => return,
+            _ => {
+                if self.withdrawn.swap(false, Ordering::AcqRel) {
+                    ready.bell().ring(Dir::Rx);
+                }
+                return;
+            }
         }
         self.clear_and_announce(ready, Dir::Rx);
         if self.link.cdc_pending() {
             // The peer wrote between our look and the announcement: ring ourselves.
             self.link.wake_local(Dir::Rx);
         }
+    }
+
+    /// An event loop that waited on descriptors is busy again: the announcement the last
+    /// settle made for its readiness is taken back if the peer has not taken it (then it has
+    /// not rung), so that the peer's writes ring nobody while the loop finds their bytes
+    /// itself (the preload library's `epoll_wait` answered from shared memory). A loop
+    /// waiting on fifty connections announced each of them, and woken by the first ring, it
+    /// had its peer ring most of the others too: a `send` each, a quarter of redis-server's
+    /// time under redis-benchmark. `true`: taken back, and the readiness is then "not
+    /// readable and not announced", so the caller must have it settled
+    /// ([`SmcConn::settle_readiness`], which announces without a drain) before any thread of
+    /// the process waits on the descriptor, and must not call this while one does. Nothing
+    /// is taken back from a connection other processes share (they may wait on it), or
+    /// without deferred readiness.
+    pub fn withdraw_readiness(&self) -> bool {
+        if !self.deferred.load(Ordering::Relaxed)
+            || self.shared.get().is_some()
+            || self.over.load(Ordering::Acquire)
+        {
+            return false;
+        }
+        let st = self.lock();
+        if st.released || st.retired || self.link.readiness().is_none() {
+            return false;
+        }
+        if !self.link.withdraw(Dir::Rx) {
+            return false;
+        }
+        self.withdrawn.store(true, Ordering::Release);
+        self.rx_dirty.store(true, Ordering::Release);
+        drop(st);
+        true
     }
 
     /// [`SmcConn::settle_readiness`] whether or not a read noted the connection: its

@@ -150,6 +150,11 @@ impl<T: Transport> SmcConn<T> {
     /// Makes `ready` not ready for `dir` and announces an event loop's wait for it; the
     /// caller looks again after.
     pub(super) fn clear_and_announce(&self, ready: &crate::transport::Readiness, dir: Dir) {
+        if dir == Dir::Rx && self.withdrawn.swap(false, Ordering::AcqRel) {
+            // Taken back before anyone rang it (`withdraw_readiness`): nothing to drain.
+            self.link.arm(dir, Waiter::Event);
+            return;
+        }
         // A ring for an earlier announcement still under way would land after the clear.
         self.link.await_rings(dir);
         match dir {
