@@ -577,9 +577,16 @@ pub(crate) fn flush() {
 
 /// A thread is about to wait in the kernel on descriptors: from now on no change is kept
 /// from the kernel, and what was kept is made there first.
-pub(crate) fn wait_begin() {
-    KERNEL_WAITERS.fetch_add(1, Ordering::SeqCst);
+pub(crate) fn wait_begin() -> bool {
+    let sole = KERNEL_WAITERS.fetch_add(1, Ordering::SeqCst) == 0;
     flush();
+    sole
+}
+
+/// How many threads of the process are in a kernel wait on descriptors; sequentially
+/// consistent.
+pub(crate) fn kernel_waiter_count() -> usize {
+    KERNEL_WAITERS.load(Ordering::SeqCst)
 }
 
 /// The wait of [`wait_begin`] returned.

@@ -2629,7 +2629,7 @@ unsafe fn epoll_kernel(
     let mut t = timeout;
     loop {
         let r = if sleeps {
-            kernel_wait(|| wait(t))
+            kernel_wait_on(Some(ep), || wait(t))
         } else {
             // Only what the filter could not take out is settled (`crate::ep::probe_needs_settle`).
             if lib(|| Ok(ep::probe_needs_settle(ep))).unwrap_or(true) {
@@ -2670,9 +2670,41 @@ unsafe fn epoll_kernel(
 /// no `EPOLL_CTL_MOD` is kept from the kernel meanwhile and what was kept is made there
 /// (`crate::ep::wait_begin`), then every stream a read left readable is settled.
 fn kernel_wait<R>(wait: impl FnOnce() -> R) -> R {
-    ep::wait_begin();
+    kernel_wait_on(None, wait)
+}
+
+/// [`kernel_wait`], for a wait on the epoll set `ep` when given: the process's only waiter
+/// tags its sleep on the set's streams, so their peers ring it once (`crate::table::tag_sleep`),
+/// and untags them when it wakes, while it still counts as waiting. A thread that is not the
+/// only waiter ends a tagged sleep of another first (its stream may be one whose ring was
+/// skipped), before its settle.
+fn kernel_wait_on<R>(ep: Option<c_int>, wait: impl FnOnce() -> R) -> R {
+    let sole = ep::wait_begin();
+    if !sole && !in_lib() {
+        let _ = lib(|| {
+            table::untag_all();
+            Ok(())
+        });
+    }
     settle_all();
+    let tagged = match ep {
+        Some(ep) if sole && !in_lib() => {
+            let saved = errno();
+            let t = lib(|| Ok(table::tag_sleep(&ep::withdrawable(ep)))).unwrap_or(false);
+            set_errno(saved);
+            t
+        }
+        _ => false,
+    };
     let r = wait();
+    if tagged {
+        let saved = errno();
+        let _ = lib(|| {
+            table::untag_all();
+            Ok(())
+        });
+        set_errno(saved);
+    }
     ep::wait_end();
     r
 }

@@ -153,6 +153,60 @@ pub(crate) fn withdraw(streams: &[Arc<Stream>]) {
     }
 }
 
+/// The streams of the tagged sleep (see [`tag_sleep`]), weakly: a stream the program closes
+/// meanwhile is not kept alive. Only touched under [`DIRTY`]'s lock.
+static TAGGED: std::sync::Mutex<Vec<std::sync::Weak<Stream>>> = std::sync::Mutex::new(Vec::new());
+/// Sleeps tagged by this process (with its pid, a tag no other sleep has).
+static SLEEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The calling thread, the process's only waiter on descriptors, is about to sleep on the set
+/// whose answerable streams are `streams` (`crate::ep::withdrawable`): their announcements
+/// are tagged with this sleep (`SmcStream::tag_readiness`), so that a peer thread that
+/// writes to several of them rings one bell, which wakes this thread, and skips the others
+/// (redis-server answers its clients in one burst per turn of its loop, and rang a sleeping
+/// redis-benchmark's bell for each). Only while no other thread waits on descriptors: the
+/// count is read under the list's lock, which a thread that starts to wait takes to untag
+/// ([`untag_all`]) after it counted itself. `false`: nothing tagged. The caller untags when
+/// the sleep ends, before it stops counting itself.
+pub(crate) fn tag_sleep(streams: &[Arc<Stream>]) -> bool {
+    if streams.len() < 2 {
+        return false;
+    }
+    let mut list = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    untag_locked(&mut list);
+    if crate::ep::kernel_waiter_count() != 1 {
+        return false;
+    }
+    let n = SLEEPS.fetch_add(1, Ordering::Relaxed) + 1;
+    let tag = (u64::from(std::process::id()) << 32) | (n & 0xFFFF_FFFF);
+    let mut tagged = TAGGED.lock().unwrap_or_else(|e| e.into_inner());
+    for st in streams {
+        st.s.tag_readiness(tag);
+        tagged.push(Arc::downgrade(st));
+    }
+    true
+}
+
+/// Ends the tagged sleep, if there is one: each of its streams whose ring the peer skipped is
+/// not readable and not announced, and is listed to be settled before the next wait.
+pub(crate) fn untag_all() {
+    let mut list = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    untag_locked(&mut list);
+}
+
+fn untag_locked(list: &mut Vec<Arc<Stream>>) {
+    let mut tagged = TAGGED.lock().unwrap_or_else(|e| e.into_inner());
+    for w in tagged.drain(..) {
+        let Some(st) = w.upgrade() else {
+            continue;
+        };
+        if st.s.untag_readiness() && !st.listed.swap(true, Ordering::AcqRel) {
+            list.push(st);
+            DIRTY_N.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
 /// Empties the list of streams to settle (a keeper process, `crate::exec`, never settles).
 pub(crate) fn take_dirty() -> Vec<Arc<Stream>> {
     let mut list = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
@@ -602,7 +656,10 @@ extern "C" fn fork_prepare() {
     }
     let _ = HELD_CONNECTS.try_with(|h| *h.borrow_mut() = connects);
     let _ = HELD.try_with(|h| *h.borrow_mut() = Some(g));
-    let d = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    let mut d = DIRTY.lock().unwrap_or_else(|e| e.into_inner());
+    // The child may wait on the connections a sleep of ours tagged: the tags go (a sleep
+    // cannot be tagged again while the lock is held, nor once the connections are shared).
+    untag_locked(&mut d);
     let _ = HELD_DIRTY.try_with(|h| *h.borrow_mut() = Some(d));
 }
 

@@ -534,6 +534,21 @@ fn a_woken_event_loop_has_its_peers_ring_nobody() {
     );
 }
 
+/// One ring per sleep (`tests/preload/epoll_tagged.py`, `smc-preload`'s `table::tag_sleep`):
+/// an event loop asleep on 8 connections, the only waiter of its process, is rung once for
+/// writes to all of them (it is stopped while they land; the readiness sockets' queues are
+/// read through sock_diag), and rung for each when a second thread of its process waits in
+/// the kernel; every arrival is reported.
+#[test]
+fn a_sleeping_event_loop_is_rung_once() {
+    python_check(
+        "a_sleeping_event_loop_is_rung_once",
+        "epoll_tagged.py",
+        "OK 8 connections",
+        8,
+    );
+}
+
 /// Edge-triggered and one-shot registrations answered in user space
 /// (`tests/preload/epoll_edge.py`, `smc-preload/src/ep.rs`): a stream registered as nginx
 /// registers its connections is reported once at its registration, once per arrival (again

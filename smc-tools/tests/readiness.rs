@@ -402,6 +402,68 @@ fn a_withdrawn_announcement_rings_nobody_until_the_settle() {
     }
 }
 
+/// `SmcStream::tag_readiness` (a preload library's only waiter, about to sleep on several
+/// connections): the peer's thread rings the first tagged connection it writes to and skips
+/// the others of the same sleep (their descriptors stay not readable); untagging tells which
+/// were skipped, and their settle makes them readable. Another of the peer's threads, or a
+/// new tag, rings again; untagged announcements ring each.
+#[test]
+fn one_ring_per_tagged_sleep() {
+    let smcd = Smcd::start(BINS);
+    let (se, ce) = (smcd.engine(), smcd.engine());
+    let l = listen(&se);
+    let port = l.local_addr().unwrap().port();
+    let mut ends = Vec::new();
+    for _ in 0..3 {
+        let c = SmcStream::connect_with(&ce, ("127.0.0.1", port)).expect("connect");
+        let (s, _) = l.accept().expect("accept");
+        assert!(c.is_smc() && s.is_smc(), "{} / {}", c.mode(), s.mode());
+        s.set_nonblocking(true).unwrap();
+        s.set_level_readiness(true);
+        s.set_deferred_readiness(true);
+        // Read until WouldBlock: not readable, announced.
+        assert_eq!(drain(&s), b"");
+        assert_eq!(poll_now(fd(&s)), PollFlags::OUT);
+        ends.push((c, s));
+    }
+    let readable = |s: &SmcStream| poll_now(fd(s)).contains(PollFlags::IN);
+    for (round, tag) in [(0u64, 0x5eed_0001u64), (1, 0x5eed_0002)] {
+        for (_, s) in &ends {
+            s.tag_readiness(tag);
+        }
+        for (i, (c, s)) in ends.iter().enumerate() {
+            (&*c).write_all(&[b'a' + i as u8; 3]).unwrap();
+            // The writer rings (or not) within its write.
+            assert_eq!(readable(s), i == 0, "round {round}: stream {i}");
+        }
+        let skipped: Vec<bool> = ends.iter().map(|(_, s)| s.untag_readiness()).collect();
+        assert_eq!(skipped, [false, true, true], "round {round}");
+        for (i, (_, s)) in ends.iter().enumerate() {
+            s.settle_readiness();
+            assert!(readable(s), "round {round}: stream {i} settled");
+            assert_eq!(drain(s), [b'a' + i as u8; 3], "round {round}");
+            assert!(!readable(s));
+        }
+    }
+    // A tag rung by one of the peer's threads is not skipped by another.
+    for (_, s) in &ends {
+        s.tag_readiness(0x5eed_0003);
+    }
+    (&ends[0].0).write_all(b"x").unwrap();
+    std::thread::scope(|t| {
+        t.spawn(|| (&ends[1].0).write_all(b"y").unwrap());
+    });
+    assert!(readable(&ends[0].1) && readable(&ends[1].1));
+    let skipped: Vec<bool> = ends.iter().map(|(_, s)| s.untag_readiness()).collect();
+    assert_eq!(skipped, [false, false, false]);
+    // Untagged: every write rings.
+    for (i, (c, s)) in ends.iter().enumerate() {
+        drain(s);
+        (&*c).write_all(b"z").unwrap();
+        assert!(readable(s), "untagged stream {i}");
+    }
+}
+
 /// Edge-triggered: after a read returned `WouldBlock`, the peer's next write gives an
 /// `EPOLLIN` edge, once: no repeat while we do not read. More bytes arriving while we have
 /// not drained may or may not give another edge (ET promises an edge per new readiness after

@@ -517,6 +517,25 @@ impl SmcStream {
         }
     }
 
+    /// The process's only waiter on descriptors sleeps on this stream among others: its
+    /// announcement is tagged with that sleep (`tag` unique to it), so the peer rings one of
+    /// them, not each. See `SmcConn::tag_readiness`: the tag must go
+    /// ([`SmcStream::untag_readiness`]) when the sleep ends and before another thread waits.
+    pub fn tag_readiness(&self, tag: u64) {
+        if let Kind::Smc { conn, .. } = &self.inner.kind {
+            conn.tag_readiness(tag);
+        }
+    }
+
+    /// The tagged sleep ended: `true` when the peer skipped this stream's ring, and the stream
+    /// must then be settled before anyone waits on it.
+    pub fn untag_readiness(&self) -> bool {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.untag_readiness(),
+            Kind::Tcp { .. } => false,
+        }
+    }
+
     /// Makes the readiness what the stream's state is, after deferred reads.
     pub fn settle_readiness(&self) {
         if let Kind::Smc { conn, .. } = &self.inner.kind {

@@ -41,6 +41,9 @@ const ANNOUNCED: u32 = WAIT_BELL | WAIT_FUTEX;
 /// readable with nothing to read, and wrk counts a readable descriptor whose read says
 /// `EAGAIN` as an error.
 const RINGING: u32 = 1 << 8;
+/// A reader's sleep tag after the writer took the announcement and did not ring it
+/// ([`Dmb::take_ring`]).
+const SKIPPED: u64 = u64::MAX;
 
 /// Which of a DMB's two waiting words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +119,45 @@ impl Dmb {
         let w =
             smc_proto::cdc::SmcdCursorWord::decode(self.map.cons_word().load(Ordering::Acquire));
         w.conn_flags.peer_conn_closed() || w.conn_flags.peer_conn_abort()
+    }
+
+    /// Owner side, before it announces its reader ([`Dmb::arm`]): which of its waits on
+    /// descriptors the announcement belongs to (0: none in particular). A tagged announcement
+    /// is one of several the owner made for one sleeping thread, and one ring per tag wakes it
+    /// ([`Dmb::take_ring`]).
+    pub fn set_rx_tag(&self, tag: u64) {
+        self.map.rx_sleep_tag().store(tag, Ordering::Relaxed);
+    }
+
+    /// Owner side: the reader's announcement no longer belongs to a tagged sleep; `true` when
+    /// the peer took it and did not ring it (the owner's thread was rung for another
+    /// connection of the same sleep): then the readiness is not readable and not announced,
+    /// and bytes may be there. The swap races [`Dmb::take_ring`]'s compare-exchange: exactly
+    /// one of them gets the tag.
+    pub fn untag_rx(&self) -> bool {
+        self.map.rx_sleep_tag().swap(0, Ordering::AcqRel) == SKIPPED
+    }
+
+    /// Writer side, after it took the owner's reader announcement with [`WAIT_BELL`] in it:
+    /// whether to ring. Not when the announcement carries the tag of a sleep this thread
+    /// rang already for another connection (`last`, this thread's record of the last tag it
+    /// rang), and the tag is marked skipped (compare-exchange, against the owner's
+    /// [`Dmb::untag_rx`]); `last` is updated when it rings a tagged one. An owner that writes
+    /// garbage here only has its own connections rung or not.
+    pub fn take_ring(&self, last: &std::cell::Cell<u64>) -> bool {
+        let w = self.map.rx_sleep_tag();
+        let tag = w.load(Ordering::Acquire);
+        if tag == 0 || tag == SKIPPED {
+            return true;
+        }
+        if last.get() == tag
+            && w.compare_exchange(tag, SKIPPED, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            return false;
+        }
+        last.set(tag);
+        true
     }
 
     /// Owner side: takes back the part `how` of its announcement for `dir` if the peer has

@@ -9,7 +9,8 @@
 //! | type 0xFE  | prod     | cons + flags  | reserved  | ring (dmb_len - 32)  ...  |
 //! |  (kernel SMC-D CDC header, written by the peer)   |  data written by the peer |
 //! dmb_len                 +64                 +128                    +192
-//! | rx_waiting (u32)      | tx_waiting (u32)  | bell locator            | owner_fetches (u32) | ...
+//! | rx_waiting (u32),     | tx_waiting (u32)  | bell locator            | owner_fetches (u32) | ...
+//! | rx sleep tag (u64)    |                   |                         |                     |
 //! ```
 //!
 //! The first `dmb_len` bytes are exactly the kernel's SMC-D DMB: a 32-byte CDC header
@@ -54,6 +55,9 @@ pub const CONS_OFFSET: usize = 16;
 pub const META_LEN: usize = 4096;
 /// Offset of the owner's "reader is about to sleep" word within the metadata page.
 const RX_WAITING_OFFSET: usize = 0;
+/// Offset of the owner's sleep tag for its reader (u64, on the reader word's cache line): which
+/// of the owner's waits on descriptors the announcement belongs to (see `Dmb::take_ring`).
+const RX_SLEEP_TAG_OFFSET: usize = 8;
 /// Offset of the owner's "writer is about to sleep" word within the metadata page.
 const TX_WAITING_OFFSET: usize = 64;
 /// Offset of the owner's bell locator (pid u32, descriptor u32, inode u64) in the metadata page.
@@ -182,6 +186,11 @@ impl DmbMap {
         self.atomic_u32(self.dmb_len + RX_WAITING_OFFSET)
     }
 
+    /// The owner's sleep tag for its reader's announcement (see `Dmb::take_ring`).
+    pub fn rx_sleep_tag(&self) -> &AtomicU64 {
+        self.atomic_u64(self.dmb_len + RX_SLEEP_TAG_OFFSET)
+    }
+
     /// The owner's "writer about to sleep" word, read by the peer after it frees space.
     pub fn tx_waiting(&self) -> &AtomicU32 {
         self.atomic_u32(self.dmb_len + TX_WAITING_OFFSET)
@@ -221,6 +230,7 @@ impl DmbMap {
         self.atomic_u64(0)
             .store(u64::from_ne_bytes([0xFE, 0, 0, 0, 0, 0, 0, 0]), Relaxed);
         self.rx_waiting().store(0, Relaxed);
+        self.rx_sleep_tag().store(0, Relaxed);
         self.tx_waiting().store(0, Relaxed);
         let (pid, fd) = self.bell_pid_fd();
         pid.store(0, Relaxed);

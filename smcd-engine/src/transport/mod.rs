@@ -141,6 +141,15 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn withdraw(&self, _dir: Dir) -> bool {
         false
     }
+    /// Before an event waiter's announcement of the reader: the owner's sleep it belongs to
+    /// (0: none), so that the peer rings once per sleep (SMC-D's `Dmb::set_rx_tag`). A
+    /// transport without it ignores it.
+    fn set_rx_tag(&self, _tag: u64) {}
+    /// The reader's announcement no longer belongs to a sleep; `true` when the peer took it
+    /// without ringing (SMC-D's `Dmb::untag_rx`).
+    fn untag_rx(&self) -> bool {
+        false
+    }
     /// After a local change: wakes the local waiters for `dir` if they announced waiting.
     fn wake_local(&self, dir: Dir);
     /// Before the readiness for `dir` is cleared: waits for bells still being rung for

@@ -64,17 +64,25 @@ const ID_MASK: u64 = !(BELL_SENT | BELL_LOCATED);
 /// Wakes the waiters of `dmb`'s owner for `dir` whose announcement `how` was taken: sleeping
 /// threads with a futex wake on the word, an event loop by ringing its bell (looked up only
 /// then).
+/// A reader's bell is rung once per tagged sleep of its owner (`Dmb::take_ring`).
 #[inline]
 fn wake<'a>(dmb: &Dmb, dir: Dir, how: u32, bell: impl FnOnce() -> Option<&'a Bell>) {
     if how & WAIT_FUTEX != 0 {
         dmb.wake_sleepers(dir);
     }
     if how & WAIT_BELL != 0 {
-        if let Some(b) = bell() {
+        if (dir == Dir::Tx || LAST_RUNG.with(|l| dmb.take_ring(l)))
+            && let Some(b) = bell()
+        {
             b.ring(dir);
         }
         dmb.rung(dir);
     }
+}
+
+thread_local! {
+    /// The sleep tag this thread last rang a reader's bell for (`Dmb::take_ring`).
+    static LAST_RUNG: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// How long a connection that clears its readiness waits for a ring under way (see
@@ -589,6 +597,14 @@ impl Transport for SmcdLink {
 
     fn withdraw(&self, dir: Dir) -> bool {
         self.own.withdraw(dir, WAIT_BELL)
+    }
+
+    fn set_rx_tag(&self, tag: u64) {
+        self.own.set_rx_tag(tag);
+    }
+
+    fn untag_rx(&self) -> bool {
+        self.own.untag_rx()
     }
 
     fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool> {

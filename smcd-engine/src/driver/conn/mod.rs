@@ -675,6 +675,35 @@ impl<T: Transport> SmcConn<T> {
         true
     }
 
+    /// The process's one waiter on descriptors is about to sleep on this connection's
+    /// readiness among others: the reader's announcement is tagged with that sleep, and the
+    /// peer rings once per tag (`Dmb::take_ring`), not once per connection (a server that
+    /// answers fifty connections of a sleeping client in one burst rang fifty bells). Call
+    /// [`SmcConn::untag_readiness`] when the sleep ends, or before any other thread of the
+    /// process waits on descriptors (its connection may be one whose ring was skipped). Not
+    /// for a connection other processes share (they may wait on it), nor SMC-R (ignored).
+    pub fn tag_readiness(&self, tag: u64) {
+        if self.shared.get().is_some() || self.over.load(Ordering::Acquire) {
+            return;
+        }
+        self.link.set_rx_tag(tag);
+    }
+
+    /// The sleep that tagged the announcement ([`SmcConn::tag_readiness`]) ended: the tag goes,
+    /// and `true` when the peer took the announcement without ringing; the readiness is then
+    /// "not readable and not announced", as after [`SmcConn::withdraw_readiness`], and must be
+    /// settled before anyone waits on the descriptor.
+    pub fn untag_readiness(&self) -> bool {
+        let st = self.lock();
+        if !self.link.untag_rx() || st.released || st.retired {
+            return false;
+        }
+        self.withdrawn.store(true, Ordering::Release);
+        self.rx_dirty.store(true, Ordering::Release);
+        drop(st);
+        true
+    }
+
     /// [`SmcConn::settle_readiness`] whether or not a read noted the connection: its
     /// readiness said readable while the ring is empty (a bell rung for bytes already read).
     pub fn settle_readiness_now(&self) {
