@@ -924,6 +924,14 @@ fn do_recv_inner(st: &table::Stream, buf: &mut [u8], flags: c_int) -> io::Result
     Ok(done)
 }
 
+/// TCP's `MSG_TRUNC`: up to `n` bytes are taken (with `MSG_PEEK` only counted) and not
+/// copied to the program's buffer, which may be null; how many. At most 1 MiB a call, as a
+/// read may return less than asked.
+fn recv_trunc(st: &Arc<table::Stream>, n: usize, flags: c_int) -> io::Result<usize> {
+    let mut scratch = vec![0u8; n.min(1 << 20)];
+    do_recv(st, &mut scratch, flags & !libc::MSG_TRUNC)
+}
+
 /// Sends `buf` with `send(2)` flags; `EPIPE` raises `SIGPIPE` unless `MSG_NOSIGNAL`.
 fn do_send(st: &table::Stream, buf: &[u8], flags: c_int) -> io::Result<usize> {
     let r = if flags & libc::MSG_OOB != 0 {
@@ -1030,6 +1038,9 @@ unsafe fn recv_iov(
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts(iov, n as usize) }
     };
+    if flags & libc::MSG_TRUNC != 0 {
+        return recv_trunc(st, v.iter().map(|e| e.iov_len).sum(), flags);
+    }
     if flags & libc::MSG_PEEK != 0 {
         // A peek fills the pieces from one look.
         let total: usize = v.iter().map(|e| e.iov_len).sum();
@@ -1090,6 +1101,9 @@ fn ret_len(r: io::Result<usize>, saved: c_int) -> ssize_t {
 /// `buf` has `n` writable bytes.
 unsafe fn recv_impl(st: &Arc<table::Stream>, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
     let saved = errno();
+    if flags & libc::MSG_TRUNC != 0 {
+        return ret_len(lib(|| recv_trunc(st, n, flags)), saved);
+    }
     let b: &mut [u8] = if n == 0 || buf.is_null() {
         &mut []
     } else {
@@ -1374,6 +1388,134 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     let (iov, n) = unsafe { ((*msg).msg_iov, (*msg).msg_iovlen as c_int) };
     // SAFETY: the program's vector.
     ret_len(lib(|| unsafe { send_iov(&st, iov, n, flags) }), saved)
+}
+
+/// `recvmmsg(2)`: as the kernel's for a stream socket, one `recvmsg` per entry, each
+/// blocking unless `MSG_DONTWAIT` (or, after the first, `MSG_WAITFORONE`); `timeout` is looked
+/// at after each entry and gets what is left of it; an end of stream is an entry of 0 bytes;
+/// an error after the first entry ends the call with the count (the next call meets the
+/// condition again).
+///
+/// # Safety
+/// As `recvmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    vlen: libc::c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    let Some(st) = ours(fd) else {
+        // SAFETY: passed through.
+        return unsafe { real::recvmmsg(fd, msgs, vlen, flags, timeout) };
+    };
+    if msgs.is_null() && vlen > 0 {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    let saved = errno();
+    // SAFETY: the program's timespec, null or valid.
+    let end = match unsafe { timeout.as_ref() } {
+        None => None,
+        Some(t) if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        Some(t) => Some(
+            std::time::Instant::now() + std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32),
+        ),
+    };
+    let vlen = vlen.min(libc::UIO_MAXIOV as libc::c_uint) as usize;
+    let mut fl = flags & !libc::MSG_WAITFORONE;
+    let mut done = 0usize;
+    while done < vlen {
+        // SAFETY: the program's vector of `vlen` entries.
+        let m = unsafe { &mut *msgs.add(done) };
+        let (iov, n) = (m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int);
+        // SAFETY: the program's vector.
+        match lib(|| unsafe { recv_iov(&st, iov, n, fl) }) {
+            Ok(k) => {
+                m.msg_len = k as libc::c_uint;
+                m.msg_hdr.msg_namelen = 0;
+                m.msg_hdr.msg_controllen = 0;
+                m.msg_hdr.msg_flags = 0;
+                done += 1;
+            }
+            Err(e) if done == 0 => return fail(&e),
+            Err(_) => break,
+        }
+        if flags & libc::MSG_WAITFORONE != 0 {
+            fl |= libc::MSG_DONTWAIT;
+        }
+        if let Some(end) = end {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            // SAFETY: the program's timespec (non-null: `end` is set).
+            unsafe {
+                (*timeout).tv_sec = left.as_secs() as libc::time_t;
+                (*timeout).tv_nsec = libc::c_long::from(left.subsec_nanos() as i32);
+            }
+            if left.is_zero() {
+                break;
+            }
+        }
+    }
+    set_errno(saved);
+    done as c_int
+}
+
+/// `sendmmsg(2)`: as the kernel's for a stream socket, one `sendmsg` per entry, stopping after
+/// one that went out only in part; an error after the first entry ends the call with the
+/// count.
+///
+/// # Safety
+/// As `sendmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    vlen: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    let Some(st) = ours(fd) else {
+        // SAFETY: passed through.
+        return unsafe { real::sendmmsg(fd, msgs, vlen, flags) };
+    };
+    if msgs.is_null() && vlen > 0 {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    let saved = errno();
+    let vlen = vlen.min(libc::UIO_MAXIOV as libc::c_uint) as usize;
+    let mut done = 0usize;
+    while done < vlen {
+        // SAFETY: the program's vector of `vlen` entries.
+        let m = unsafe { &mut *msgs.add(done) };
+        let (iov, n) = (m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int);
+        let want: usize = if iov.is_null() || n <= 0 {
+            0
+        } else {
+            // SAFETY: the program's vector of `n` entries (send_iov checks `n` too).
+            unsafe { std::slice::from_raw_parts(iov, n.min(libc::UIO_MAXIOV) as usize) }
+                .iter()
+                .map(|e| e.iov_len)
+                .sum()
+        };
+        // SAFETY: the program's vector.
+        match lib(|| unsafe { send_iov(&st, iov, n, flags) }) {
+            Ok(k) => {
+                m.msg_len = k as libc::c_uint;
+                done += 1;
+                if k < want {
+                    break;
+                }
+            }
+            Err(e) if done == 0 => return fail(&e),
+            Err(_) => break,
+        }
+    }
+    set_errno(saved);
+    done as c_int
 }
 
 /// Copies up to `count` bytes from `inp` (at `*off` when given, which then moves) into the

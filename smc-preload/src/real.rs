@@ -80,6 +80,8 @@ reals! {
     sendto: fn(fd: c_int, buf: *const c_void, n: usize, flags: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> isize;
     recvmsg: fn(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize;
     sendmsg: fn(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize;
+    recvmmsg: fn(fd: c_int, msgs: *mut libc::mmsghdr, vlen: libc::c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int;
+    sendmmsg: fn(fd: c_int, msgs: *mut libc::mmsghdr, vlen: libc::c_uint, flags: c_int) -> c_int;
     close: fn(fd: c_int) -> c_int;
     close_range: fn(first: libc::c_uint, last: libc::c_uint, flags: c_int) -> c_int;
     shutdown: fn(fd: c_int, how: c_int) -> c_int;

@@ -549,6 +549,19 @@ fn a_sleeping_event_loop_is_rung_once() {
     );
 }
 
+/// `recvmmsg` and `sendmmsg` on an SMC stream (`tests/preload/mmsg.py`): entries filled and
+/// sent as the kernel does for a TCP socket (`MSG_WAITFORONE`, the timeout, `EAGAIN`, the end
+/// of stream), and a socket of another kind passed through.
+#[test]
+fn recvmmsg_and_sendmmsg_on_a_connection() {
+    python_check(
+        "recvmmsg_and_sendmmsg_on_a_connection",
+        "mmsg.py",
+        "OK 1 connections",
+        1,
+    );
+}
+
 /// Edge-triggered and one-shot registrations answered in user space
 /// (`tests/preload/epoll_edge.py`, `smc-preload/src/ep.rs`): a stream registered as nginx
 /// registers its connections is reported once at its registration, once per arrival (again
