@@ -10,30 +10,15 @@ import os
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
 
 import fork_deadline  # noqa: F401 - every process of a run ends within 100 s
+from waits import asleep, queued
 
 N = 8
-WAITS = {"7", "23", "232", "270", "271", "281", "441", "22", "72", "73"}
-
-
-def syscall_of(pid, tid):
-    with open(f"/proc/{pid}/task/{tid}/syscall") as f:
-        return f.read().split(" ", 1)[0]
-
-
-def asleep(pid, tid, within=10.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if syscall_of(pid, tid) in WAITS:
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"{pid}/{tid} did not go to sleep in a wait")
 
 
 def stopped(pid, within=10.0):
@@ -44,31 +29,6 @@ def stopped(pid, within=10.0):
                 return
         time.sleep(0.005)
     raise AssertionError(f"{pid} did not stop")
-
-
-def queued(inodes):
-    """The receive queue of each Unix socket in `inodes` (sock_diag, UDIAG_SHOW_RQLEN)."""
-    out = []
-    nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)  # NETLINK_SOCK_DIAG
-    try:
-        for ino in inodes:
-            req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, ino, 0x10,
-                              0xFFFFFFFF, 0xFFFFFFFF)
-            nl.send(struct.pack("=IHHII", 16 + len(req), 20, 1, ino, 0) + req)
-            msg = nl.recv(65536)
-            length, kind = struct.unpack_from("=IH", msg)
-            assert kind != 2, f"sock_diag error for inode {ino}: {msg!r}"
-            at, rq = 32, None
-            while at + 4 <= length:
-                alen, atype = struct.unpack_from("=HH", msg, at)
-                if atype == 4:  # UNIX_DIAG_RQLEN
-                    rq = struct.unpack_from("=I", msg, at + 4)[0]
-                at += (alen + 3) & ~3
-            assert rq is not None, f"no UNIX_DIAG_RQLEN for inode {ino}"
-            out.append(rq)
-    finally:
-        nl.close()
-    return out
 
 
 def child():

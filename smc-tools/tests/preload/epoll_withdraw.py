@@ -10,62 +10,23 @@ with smcd up; the last line is "OK <n> connections"."""
 import os
 import select
 import socket
-import struct
 import threading
-import time
 
+import waits
 from epoll_pairs import drain, made, pair
 
 IN = select.EPOLLIN
 N = 8
-# x86-64 and aarch64 numbers of the waits a thread may sleep in here.
-WAITS = {"7", "23", "232", "270", "271", "281", "441", "22", "72", "73"}
 
 
-def asleep(tid, within=10.0):
-    """Waits until thread `tid` is blocked in a wait on descriptors."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        with open(f"/proc/self/task/{tid}/syscall") as f:
-            if f.read().split(" ", 1)[0] in WAITS:
-                return
-        time.sleep(0.005)
-    raise AssertionError(f"thread {tid} did not go to sleep in a wait")
+def asleep(tid):
+    """Waits until thread `tid` of this process sleeps in a wait on descriptors."""
+    waits.asleep(os.getpid(), tid)
 
 
 def queued(socks):
-    """The bytes in the receive queue of the readiness socket at each of `socks`' numbers,
-    from the kernel's sock_diag (what `ss -x` shows as Recv-Q), asked over netlink from this
-    process: a program run for it would fork (the sets from before a fork are the kernel's to
-    answer) and wait on its pipes (a wait on descriptors settles the streams first)."""
-    out = []
-    nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)  # NETLINK_SOCK_DIAG
-    try:
-        for s in socks:
-            ino = os.fstat(s.fileno()).st_ino
-            # unix_diag_req: AF_UNIX, protocol 0, all states, this inode, UDIAG_SHOW_RQLEN,
-            # no cookie.
-            req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, ino, 0x10,
-                              0xFFFFFFFF, 0xFFFFFFFF)
-            # nlmsghdr: SOCK_DIAG_BY_FAMILY (20), NLM_F_REQUEST.
-            nl.send(struct.pack("=IHHII", 16 + len(req), 20, 1, ino, 0) + req)
-            msg = nl.recv(65536)
-            length, kind = struct.unpack_from("=IH", msg)
-            assert kind != 2, f"sock_diag error for inode {ino}: {msg!r}"
-            # unix_diag_msg (16 bytes), then attributes: UNIX_DIAG_RQLEN (4) is
-            # (receive queue, send queue).
-            at = 16 + 16
-            rq = None
-            while at + 4 <= length:
-                alen, atype = struct.unpack_from("=HH", msg, at)
-                if atype == 4:
-                    rq = struct.unpack_from("=I", msg, at + 4)[0]
-                at += (alen + 3) & ~3
-            assert rq is not None, f"no UNIX_DIAG_RQLEN for inode {ino}"
-            out.append(rq)
-    finally:
-        nl.close()
-    return out
+    """The receive queue of the readiness socket at each of `socks`' numbers."""
+    return waits.queued([os.fstat(s.fileno()).st_ino for s in socks])
 
 
 def woken_by(ep, c, s, data):
