@@ -34,8 +34,11 @@ def stopped(pid, within=10.0):
 def child():
     port = int(sys.stdin.readline())
     conns = []
-    for _ in range(N):
+    for i in range(N):
         c = socket.create_connection(("127.0.0.1", port))
+        # The parent's accept order need not be ours (handshakes finish in parallel): each
+        # connection says which it is.
+        c.sendall(bytes([i]))
         c.setblocking(False)
         conns.append(c)
     ep = select.epoll()
@@ -76,7 +79,11 @@ def parent():
     lst.listen(16)
     p.stdin.write(f"{lst.getsockname()[1]}\n")
     p.stdin.flush()
-    ends = [lst.accept()[0] for _ in range(N)]
+    ends = [None] * N
+    for _ in range(N):
+        a = lst.accept()[0]
+        ends[a.recv(1)[0]] = a
+    assert all(ends), ends
     fds = p.stdout.readline().split()
     assert fds[0] == "FDS", fds
     inodes = []
@@ -84,8 +91,6 @@ def parent():
         link = os.readlink(f"/proc/{p.pid}/fd/{fd}")
         assert link.startswith("socket:["), link
         inodes.append(int(link[8:-1]))
-    # The server ends are in accept order, the child's in connect order: one client that
-    # connects in turn to a listener accepting in turn (the child checks what each got).
     for phase, rings in ((1, [1] + [0] * (N - 1)), (2, [1] * N)):
         p.stdin.write(f"PHASE{phase}\n")
         p.stdin.flush()
