@@ -445,6 +445,26 @@ fn one_ring_per_tagged_sleep() {
             assert!(!readable(s));
         }
     }
+    // While a sleep is tagged, a read that says WouldBlock leaves the ring's byte (it may be
+    // the sleep's one ring, the others skipped): the sleeper still finds the descriptor
+    // readable. The untag reports the skipped one, and after it the drain takes the byte.
+    for (_, s) in &ends {
+        s.tag_readiness(0x5eed_00a0);
+    }
+    (&ends[0].0).write_all(b"r").unwrap();
+    (&ends[1].0).write_all(b"s").unwrap();
+    assert_eq!(drain(&ends[0].1), b"r");
+    assert!(
+        readable(&ends[0].1),
+        "the tagged sleep's ring stays for the sleeper"
+    );
+    assert!(!readable(&ends[1].1), "skipped");
+    let skipped: Vec<bool> = ends.iter().map(|(_, s)| s.untag_readiness()).collect();
+    assert_eq!(skipped, [false, true, false]);
+    assert_eq!(drain(&ends[0].1), b"");
+    assert!(!readable(&ends[0].1), "untagged: the drain takes the byte");
+    ends[1].1.settle_readiness();
+    assert_eq!(drain(&ends[1].1), b"s");
     // A tag rung by one of the peer's threads is not skipped by another.
     for (_, s) in &ends {
         s.tag_readiness(0x5eed_0003);

@@ -138,6 +138,12 @@ impl Dmb {
         self.map.rx_sleep_tag().swap(0, Ordering::AcqRel) == SKIPPED
     }
 
+    /// Owner side: whether the reader's announcement belongs to a tagged sleep now (or the
+    /// peer skipped it and the owner has not untagged yet).
+    pub fn rx_tagged(&self) -> bool {
+        self.map.rx_sleep_tag().load(Ordering::Acquire) != 0
+    }
+
     /// Writer side, after it took the owner's reader announcement with [`WAIT_BELL`] in it:
     /// whether to ring. Not when the announcement carries the tag of a sleep this thread
     /// rang already for another connection (`last`, this thread's record of the last tag it

@@ -150,6 +150,11 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn untag_rx(&self) -> bool {
         false
     }
+    /// Whether the reader's announcement belongs to a tagged sleep now (SMC-D's
+    /// `Dmb::rx_tagged`).
+    fn rx_tagged(&self) -> bool {
+        false
+    }
     /// After a local change: wakes the local waiters for `dir` if they announced waiting.
     fn wake_local(&self, dir: Dir);
     /// Before the readiness for `dir` is cleared: waits for bells still being rung for

@@ -71,8 +71,9 @@ fn wake<'a>(dmb: &Dmb, dir: Dir, how: u32, bell: impl FnOnce() -> Option<&'a Bel
         dmb.wake_sleepers(dir);
     }
     if how & WAIT_BELL != 0 {
-        if (dir == Dir::Tx || LAST_RUNG.with(|l| dmb.take_ring(l)))
-            && let Some(b) = bell()
+        // The tag is looked at only with a bell to ring: a tag counts as rung only when it was.
+        if let Some(b) = bell()
+            && (dir == Dir::Tx || LAST_RUNG.with(|l| dmb.take_ring(l)))
         {
             b.ring(dir);
         }
@@ -605,6 +606,10 @@ impl Transport for SmcdLink {
 
     fn untag_rx(&self) -> bool {
         self.own.untag_rx()
+    }
+
+    fn rx_tagged(&self) -> bool {
+        self.own.rx_tagged()
     }
 
     fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool> {

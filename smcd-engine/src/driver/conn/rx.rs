@@ -155,6 +155,15 @@ impl<T: Transport> SmcConn<T> {
             self.link.arm(dir, Waiter::Event);
             return;
         }
+        if dir == Dir::Rx && self.link.rx_tagged() {
+            // A tagged sleep is under way (`tag_readiness`): a byte here may be the one ring
+            // of the sleep, for which the peer skipped the others; drained now (a thread
+            // reading this connection until EAGAIN while the sleeper has not yet run) it would
+            // leave the sleeper asleep. It stays until the settle after the untag; meanwhile
+            // the descriptor may say readable over an empty ring, as after a late bell.
+            self.link.arm(dir, Waiter::Event);
+            return;
+        }
         // A ring for an earlier announcement still under way would land after the clear.
         self.link.await_rings(dir);
         match dir {
