@@ -649,12 +649,6 @@ pub(crate) fn kernel_waiter_count() -> usize {
 }
 
 /// The wait of [`wait_begin`] returned.
-/// Whether a thread of the process is in a kernel wait on descriptors (between
-/// [`wait_begin`] and [`wait_end`]); sequentially consistent.
-pub(crate) fn kernel_waiters() -> bool {
-    KERNEL_WAITERS.load(Ordering::SeqCst) != 0
-}
-
 pub(crate) fn wait_end() {
     KERNEL_WAITERS.fetch_sub(1, Ordering::Release);
 }
@@ -813,26 +807,34 @@ pub(crate) fn withdrawable(ep: i32) -> Vec<Arc<Stream>> {
     let Some(set) = g.map().get_mut(&ep) else {
         return out;
     };
-    if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
+    if !followed(set) {
         return out;
     }
     let words = word_counts(set);
-    for e in &set.entries {
-        if e.deleted
-            || !matches!(e.events & !PLAIN, 0 | ET)
-            || table::kind(e.fd) != STREAM
-            || gen_of(e.fd) != e.gen_
-        {
-            continue;
-        }
-        let Some(st) = e.stream.as_ref().and_then(Weak::upgrade) else {
-            continue;
-        };
-        if words.get(&e.data) == Some(&1) {
-            out.push(st);
-        }
-    }
+    out.extend(
+        set.entries
+            .iter()
+            .filter(|e| exact(e, &words))
+            .filter_map(|e| e.stream.as_ref().and_then(Weak::upgrade)),
+    );
     out
+}
+
+/// Whether the set is answered here at all: not duplicated, and made in this process since
+/// its last fork (see the module docs).
+fn followed(set: &Set) -> bool {
+    !set.shared && set.forks == FORKS.load(Ordering::Relaxed)
+}
+
+/// Whether `e` is a registration [`filter`] keeps exact and [`collect`] answers for: a
+/// level- or edge-triggered one (not one-shot) of a stream that is still what was registered,
+/// whose data word is its alone (`words`: [`word_counts`]).
+fn exact(e: &Entry, words: &BTreeMap<u64, u32>) -> bool {
+    !e.deleted
+        && matches!(e.events & !PLAIN, 0 | ET)
+        && table::kind(e.fd) == STREAM
+        && gen_of(e.fd) == e.gen_
+        && words.get(&e.data) == Some(&1)
 }
 
 /// How many of the set's registrations carry each data word (a stream's events are taken
@@ -870,29 +872,18 @@ pub(crate) fn probe_needs_settle(ep: i32) -> bool {
     let Some(set) = g.map().get_mut(&ep) else {
         return true;
     };
-    if set.shared || set.forks != FORKS.load(Ordering::Relaxed) {
+    if !followed(set) {
         return true;
     }
     let mut words = None;
-    for e in &set.entries {
-        if e.deleted {
-            continue;
-        }
+    for e in set.entries.iter().filter(|e| !e.deleted) {
         let st = match &e.stream {
             Some(w) => w.upgrade(),
             None => table::stream(e.fd),
         };
-        let Some(st) = st else {
-            continue;
-        };
-        if !st.is_listed() {
-            continue;
-        }
-        let exact = matches!(e.events & !PLAIN, 0 | ET)
-            && table::kind(e.fd) == STREAM
-            && gen_of(e.fd) == e.gen_
-            && words.get_or_insert_with(|| word_counts(set)).get(&e.data) == Some(&1);
-        if !exact {
+        if st.is_some_and(|st| st.is_listed())
+            && !exact(e, words.get_or_insert_with(|| word_counts(set)))
+        {
             return true;
         }
     }

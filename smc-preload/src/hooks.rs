@@ -2823,10 +2823,12 @@ fn kernel_wait<R>(wait: impl FnOnce() -> R) -> R {
 fn kernel_wait_on<R>(ep: Option<c_int>, wait: impl FnOnce() -> R) -> R {
     let sole = ep::wait_begin();
     if !sole && !in_lib() {
+        let saved = errno();
         let _ = lib(|| {
             table::untag_all();
             Ok(())
         });
+        set_errno(saved);
     }
     settle_all();
     let tagged = match ep {

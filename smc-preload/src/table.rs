@@ -145,7 +145,7 @@ pub(crate) fn withdraw(streams: &[Arc<Stream>]) {
             DIRTY_N.fetch_add(1, Ordering::SeqCst);
         }
     }
-    if crate::ep::kernel_waiters() {
+    if crate::ep::kernel_waiter_count() != 0 {
         return;
     }
     for st in streams {

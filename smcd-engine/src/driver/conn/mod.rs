@@ -621,16 +621,12 @@ impl<T: Transport> SmcConn<T> {
         }
         match st.core.recv_ready() {
             Ok(smc_core::conn::RecvReady::Empty) => {}
-            Ok(smc_core::conn::RecvReady::Data(n)) if n > 0 => {
+            r => {
                 // Withdrawn, the descriptor is not readable: made so, as the peer would have.
-                if self.withdrawn.swap(false, Ordering::AcqRel) || self.edge.load(Ordering::Relaxed)
+                let bytes = matches!(r, Ok(smc_core::conn::RecvReady::Data(n)) if n > 0);
+                if self.withdrawn.swap(false, Ordering::AcqRel)
+                    || (bytes && self.edge.load(Ordering::Relaxed))
                 {
-                    ready.bell().ring(Dir::Rx);
-                }
-                return;
-            }
-            _ => {
-                if self.withdrawn.swap(false, Ordering::AcqRel) {
                     ready.bell().ring(Dir::Rx);
                 }
                 return;
@@ -669,10 +665,16 @@ impl<T: Transport> SmcConn<T> {
         if !self.link.withdraw(Dir::Rx) {
             return false;
         }
-        self.withdrawn.store(true, Ordering::Release);
-        self.rx_dirty.store(true, Ordering::Release);
+        self.mark_withdrawn();
         drop(st);
         true
+    }
+
+    /// The readiness is "not readable and not announced" (nothing to drain): the next settle
+    /// announces it, or rings it when bytes came. Under the connection's lock.
+    fn mark_withdrawn(&self) {
+        self.withdrawn.store(true, Ordering::Release);
+        self.rx_dirty.store(true, Ordering::Release);
     }
 
     /// The process's one waiter on descriptors is about to sleep on this connection's
@@ -698,8 +700,7 @@ impl<T: Transport> SmcConn<T> {
         if !self.link.untag_rx() || st.released || st.retired {
             return false;
         }
-        self.withdrawn.store(true, Ordering::Release);
-        self.rx_dirty.store(true, Ordering::Release);
+        self.mark_withdrawn();
         drop(st);
         true
     }
