@@ -1621,6 +1621,160 @@ pub unsafe extern "C" fn sendfile64(
     }
 }
 
+/// Whether `fd` is a pipe (or FIFO).
+fn is_pipe(fd: c_int) -> bool {
+    // SAFETY: fstat fills the zeroed struct we pass.
+    let mut sb: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::fstat64(fd, &mut sb) == 0 && sb.st_mode & libc::S_IFMT == libc::S_IFIFO }
+}
+
+/// One `preadv2`/`pwritev2` on a pipe, `RWF_NOWAIT` when `nowait` (`SPLICE_F_NONBLOCK`: the
+/// pipe side does not block, whatever the pipe's own mode).
+///
+/// # Safety
+/// `buf` is valid for `len` bytes (written to when `read`).
+unsafe fn pipe_io(
+    fd: c_int,
+    buf: *mut u8,
+    len: usize,
+    read: bool,
+    nowait: bool,
+) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len,
+    };
+    let flags = if nowait { libc::RWF_NOWAIT } else { 0 };
+    // SAFETY: one iovec over the caller's buffer; offset -1 is the pipe's (none).
+    let n = unsafe {
+        if read {
+            libc::preadv2(fd, &iov, 1, -1, flags)
+        } else {
+            libc::pwritev2(fd, &iov, 1, -1, flags)
+        }
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// The most a `splice` moves through our buffer in one call (the kernel's is a pipe's worth).
+const SPLICE_MAX: usize = 1 << 20;
+
+/// `splice` from the stream into the pipe `out`: the bytes are looked at (`MSG_PEEK`, waiting
+/// as the stream's mode says), written into the pipe, and only what the pipe took is taken
+/// from the stream, so a full pipe loses nothing.
+fn splice_from(st: &Arc<table::Stream>, out: c_int, len: usize, flags: u32) -> io::Result<usize> {
+    let mut buf = vec![0u8; len.min(SPLICE_MAX)];
+    let n = do_recv(st, &mut buf, libc::MSG_PEEK)?;
+    if n == 0 {
+        return Ok(0);
+    }
+    let nowait = flags & libc::SPLICE_F_NONBLOCK != 0;
+    // SAFETY: `buf` holds `n` bytes.
+    let k = unsafe { pipe_io(out, buf.as_mut_ptr(), n, false, nowait)? };
+    let mut taken = 0;
+    while taken < k {
+        // They are there (looked at above): no wait.
+        match do_recv(st, &mut buf[taken..k], 0)? {
+            0 => break,
+            m => taken += m,
+        }
+    }
+    Ok(k)
+}
+
+/// `splice` from the pipe `inp` into the stream: no more is taken from the pipe than the
+/// stream takes, so a stream with no room (non-blocking: `EAGAIN`) leaves the bytes in the
+/// pipe. A blocking stream gets all that was read, waiting for room as a write does.
+fn splice_to(st: &Arc<table::Stream>, inp: c_int, len: usize, flags: u32) -> io::Result<usize> {
+    let mut want = len.min(SPLICE_MAX);
+    if st.s.is_nonblocking()
+        && let Some(space) = st.s.send_space()
+    {
+        want = want.min(space?);
+        if want == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+    }
+    let mut buf = vec![0u8; want];
+    let nowait = flags & libc::SPLICE_F_NONBLOCK != 0;
+    // SAFETY: `buf` has `want` bytes.
+    let n = unsafe { pipe_io(inp, buf.as_mut_ptr(), want, true, nowait)? };
+    let more = if flags & libc::SPLICE_F_MORE != 0 {
+        libc::MSG_MORE
+    } else {
+        0
+    };
+    let mut sent = 0;
+    while sent < n {
+        // Room was there for all of it (non-blocking) or the send waits for it (blocking).
+        match st.s.send_with(&buf[sent..n], more != 0, false) {
+            Ok(k) => sent += k,
+            Err(e) if sent == 0 => {
+                if errno_of(&e) == libc::EPIPE {
+                    raise_sigpipe();
+                }
+                return Err(e);
+            }
+            Err(_) => break,
+        }
+    }
+    Ok(sent)
+}
+
+/// `splice(2)`. With an SMC stream on one side (the other must be a pipe, as the kernel
+/// requires) the bytes go through the stream's calls; a fallback stream's TCP socket, and
+/// everything else, goes to the C library.
+///
+/// # Safety
+/// As `splice(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn splice(
+    fd_in: c_int,
+    off_in: *mut libc::loff_t,
+    fd_out: c_int,
+    off_out: *mut libc::loff_t,
+    len: size_t,
+    flags: libc::c_uint,
+) -> ssize_t {
+    let (from, to) = (ours(fd_in), ours(fd_out));
+    let (st, into_pipe) = match (from, to) {
+        (Some(st), None) if st.s.is_smc() => (st, true),
+        (None, Some(st)) if st.s.is_smc() => (st, false),
+        // SAFETY: passed through.
+        _ => return unsafe { real::splice(fd_in, off_in, fd_out, off_out, len, flags) },
+    };
+    let saved = errno();
+    // The kernel's checks (`do_splice`): the other side must be a pipe, a pipe has no
+    // offset (ESPIPE), nor has a socket (no FMODE_PREAD/PWRITE: EINVAL).
+    let (pipe, off_pipe, off_sock) = if into_pipe {
+        (fd_out, off_out, off_in)
+    } else {
+        (fd_in, off_in, off_out)
+    };
+    if !is_pipe(pipe) {
+        return fail(&io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    if !off_pipe.is_null() {
+        return fail(&io::Error::from_raw_os_error(libc::ESPIPE));
+    }
+    if !off_sock.is_null() {
+        return fail(&io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    if len == 0 {
+        return 0;
+    }
+    let r = if into_pipe {
+        lib(|| splice_from(&st, pipe, len, flags))
+    } else {
+        lib(|| splice_to(&st, pipe, len, flags))
+    };
+    ret_len(r, saved)
+}
+
 // ---------------------------------------------------------------------------------------
 // Descriptors.
 

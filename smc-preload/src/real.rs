@@ -108,6 +108,7 @@ reals! {
     select: fn(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, tv: *mut libc::timeval) -> c_int;
     pselect: fn(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
     sendfile64: fn(out: c_int, inp: c_int, off: *mut libc::off64_t, n: usize) -> isize;
+    splice: fn(fd_in: c_int, off_in: *mut libc::loff_t, fd_out: c_int, off_out: *mut libc::loff_t, len: usize, flags: libc::c_uint) -> isize;
     __read_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> isize;
     __recv_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int) -> isize;
     execve: fn(path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;

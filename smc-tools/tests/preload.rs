@@ -562,6 +562,20 @@ fn recvmmsg_and_sendmmsg_on_a_connection() {
     );
 }
 
+/// `splice` between an SMC stream and a pipe (`tests/preload/splice.py`): both ways in
+/// order, a pipe that takes part of the bytes or none leaves the rest in the stream, a
+/// non-blocking stream without room leaves them in the pipe, the end of stream, and the
+/// kernel's errors for offsets and for two sockets.
+#[test]
+fn splice_between_a_connection_and_a_pipe() {
+    python_check(
+        "splice_between_a_connection_and_a_pipe",
+        "splice.py",
+        "OK 1 connections",
+        1,
+    );
+}
+
 /// Edge-triggered and one-shot registrations answered in user space
 /// (`tests/preload/epoll_edge.py`, `smc-preload/src/ep.rs`): a stream registered as nginx
 /// registers its connections is reported once at its registration, once per arrival (again

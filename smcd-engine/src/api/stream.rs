@@ -563,6 +563,15 @@ impl SmcStream {
         }
     }
 
+    /// Whether the SMC connection is in non-blocking mode (a TCP connection: `false`, its
+    /// socket's flags say).
+    pub fn is_nonblocking(&self) -> bool {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => conn.is_nonblocking(),
+            Kind::Tcp { .. } => false,
+        }
+    }
+
     /// Read timeout (`None`: wait forever). A read that times out returns `WouldBlock`, as
     /// `std`'s sockets do.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
@@ -728,6 +737,15 @@ impl SmcStream {
                 }
                 Ok(v.max(0) as usize)
             }
+        }
+    }
+
+    /// Bytes a send takes now without waiting, for SMC; `None` for a TCP connection (its
+    /// socket knows).
+    pub fn send_space(&self) -> Option<io::Result<usize>> {
+        match &self.inner.kind {
+            Kind::Smc { conn, .. } => Some(conn.send_space()),
+            Kind::Tcp { .. } => None,
         }
     }
 

@@ -762,6 +762,11 @@ impl<T: Transport> SmcConn<T> {
         self.nonblocking.store(on, Ordering::Relaxed);
     }
 
+    /// Whether calls that would wait return `WouldBlock`.
+    pub fn is_nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
     /// Read timeout.
     pub fn set_read_timeout(&self, t: Option<Duration>) {
         self.read_timeout.store(to_nanos(t), Ordering::Relaxed);

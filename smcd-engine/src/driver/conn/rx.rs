@@ -180,6 +180,17 @@ impl<T: Transport> SmcConn<T> {
         Ok(st.core.readable())
     }
 
+    /// Bytes a send takes now without waiting (0 also when sending is over).
+    pub fn send_space(&self) -> io::Result<usize> {
+        let mut st = self.lock();
+        self.observe(&mut st)?;
+        Ok(if st.core.send_check().is_ok() {
+            st.core.send_space()
+        } else {
+            0
+        })
+    }
+
     /// `recv(MSG_OOB)`: the urgent byte, once (unless `peek`).
     pub fn recv_oob(&self, peek: bool) -> io::Result<u8> {
         let mut st = self.lock();
