@@ -542,6 +542,43 @@ pub trait CompletionQueue: Send + Sync + std::fmt::Debug {
         let _ = handler;
         false
     }
+    /// Lets a thread that would otherwise sleep until a completion arrives do the device's
+    /// receive work itself while it waits: it sleeps on the device's input, handles what
+    /// arrives (completions and their handlers included) and asks `done` after each round,
+    /// until `done` says so, [`CompletionQueue::wake_server`] is called, a signal arrives
+    /// ([`Served::Woken`] for all three: look again) or `timeout` passes. What arrives while
+    /// such a thread waits wakes only that thread: one wake-up per arrival instead of the
+    /// device's thread's and then the waiter's (the kernel's softirq, run by the one it wakes).
+    /// [`Served::Declined`] at once when another thread serves the device, or the device has
+    /// no thread of its own to relieve (an RNIC): wait the usual way then.
+    ///
+    /// With a `spin` budget the thread first polls the device without sleeping for up to that
+    /// long (the kernel's busy polling); [`Served::Spun`] says `done` came true within it.
+    fn serve(
+        &self,
+        done: &dyn Fn() -> bool,
+        timeout: Option<std::time::Duration>,
+        spin: std::time::Duration,
+    ) -> Served {
+        let _ = (done, timeout, spin);
+        Served::Declined
+    }
+    /// Wakes the thread in [`CompletionQueue::serve`] on this queue's device, if any (it asks
+    /// `done` again). Cheap when none serves or the caller is that thread.
+    fn wake_server(&self) {}
+}
+
+/// How [`CompletionQueue::serve`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// `done` came true while the thread polled, after this long.
+    Spun(std::time::Duration),
+    /// `done` said so, the thread was woken, or a signal interrupted the wait.
+    Woken,
+    /// The timeout passed.
+    TimedOut,
+    /// Not served: another thread does, or the device cannot be served this way.
+    Declined,
 }
 
 /// What [`CompletionQueue::set_handler`] runs.

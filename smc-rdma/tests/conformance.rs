@@ -60,6 +60,7 @@ mod soft_device {
         the_state_machine_refuses_out_of_order_steps,
         solicited_only_notification_skips_unsolicited_receives,
         an_armed_completion_runs_the_handler_instead_of_the_channel,
+        a_waiting_thread_serves_the_device,
     );
 }
 
@@ -172,6 +173,7 @@ mod soft_roce_v1 {
         the_state_machine_refuses_out_of_order_steps,
         solicited_only_notification_skips_unsolicited_receives,
         an_armed_completion_runs_the_handler_instead_of_the_channel,
+        a_waiting_thread_serves_the_device,
     );
 }
 

@@ -100,6 +100,7 @@ mod rnic_device {
         #[ignore = "asserts Wc::solicited, which struct ibv_wc does not carry"]
         solicited_only_notification_skips_unsolicited_receives,
         an_armed_completion_runs_the_handler_instead_of_the_channel,
+        a_waiting_thread_serves_the_device,
     );
 }
 

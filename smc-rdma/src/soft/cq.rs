@@ -2,11 +2,12 @@
 //! completion channel.
 
 use super::{Dev, lock};
-use crate::verbs::{CompletionQueue, CqHandler, VerbsError, Wc, WcStatus};
+use crate::verbs::{CompletionQueue, CqHandler, Served, VerbsError, Wc, WcStatus};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 /// A completion queue of a [`super::SoftDevice`].
 pub struct SoftCq {
@@ -113,5 +114,18 @@ impl CompletionQueue for SoftCq {
 
     fn set_handler(&self, handler: CqHandler) -> bool {
         self.handler.set(handler).is_ok()
+    }
+
+    fn serve(&self, done: &dyn Fn() -> bool, timeout: Option<Duration>, spin: Duration) -> Served {
+        match self.dev.upgrade() {
+            Some(dev) => dev.serve(done, timeout, spin),
+            None => Served::Declined,
+        }
+    }
+
+    fn wake_server(&self) {
+        if let Some(dev) = self.dev.upgrade() {
+            dev.wake_server();
+        }
     }
 }

@@ -10,6 +10,11 @@
 //!   `rxe_resp.c`: in-order execution, ACKs, NAKs), acknowledgements of our requests (rxe's
 //!   completer, `rxe_comp.c`: completions, retransmission), and runs the retransmission and
 //!   RNR timers.
+//! - Except while a thread that waits for a completion *serves* the device
+//!   ([`crate::verbs::CompletionQueue::serve`]): that thread then takes the socket (and may
+//!   busy-poll it first) and does the receiving, so an arrival wakes one thread, the one that
+//!   waits for it, as the kernel's softirq work is done by whoever it interrupts. The receive
+//!   thread keeps the timers.
 //!
 //! # Reliability (as rxe)
 //!
@@ -20,7 +25,9 @@
 //!   then silence until the expected PSN arrives. A SEND with no posted receive gets an RNR NAK.
 //! - ACKs are cumulative, and (unlike rxe, like RNICs) coalesced: the receive thread sends
 //!   one per QP for the requests of a batch of datagrams that asked for one
-//!   (`QpInner::flush_ack`), any other answer after the due ACK.
+//!   (`QpInner::flush_ack`), any other answer after the due ACK. A serving thread holds a
+//!   batch's ACKs for at most 1 ms (`ACK_HOLD`) so the QP's next send takes them along
+//!   (`Dev::hold_acks`): the peer then gets the ACK and the reply in one train.
 //! - A sequence NAK or the local ACK timeout (4.096 µs × 2^timeout) rewinds
 //!   the requester to the first unacknowledged PSN (go-back-N); after `retry_cnt` rewinds
 //!   without progress the request fails with `RetryExcErr`, after `rnr_retry` RNR NAKs (7:
@@ -118,6 +125,11 @@ pub struct SoftStats {
     /// Received packets whose IPv4 identification was not the expected one and was solved for
     /// (a peer that is not this device, or a GSO run cut apart on the way).
     pub rx_id_solved: AtomicU64,
+    /// Batches of received datagrams taken by a thread serving the device
+    /// ([`crate::verbs::CompletionQueue::serve`]) rather than by its receive thread.
+    pub rx_served: AtomicU64,
+    /// Batches taken by the receive thread.
+    pub rx_batches: AtomicU64,
 }
 
 impl SoftStats {
@@ -145,6 +157,19 @@ struct Dev {
     mtu: Mtu,
     sock: OwnedFd,
     bell: OwnedFd,
+    /// How the receive thread and a serving thread wait for the socket ([`Waits`]).
+    waits: Waits,
+    /// Held while datagrams are received and handled: by one thread at a time, so a QP sees
+    /// its packets in the order the socket had them.
+    rx: Mutex<RxState>,
+    /// Held by the thread in [`Dev::serve`].
+    server: Mutex<()>,
+    /// A thread is in [`Dev::serve`].
+    serving: AtomicBool,
+    /// A thread found `rx` held and left its datagrams to the holder ([`Dev::receive`]).
+    rx_again: AtomicBool,
+    /// QPs whose ACK is held back for a send of theirs to take along ([`Dev::hold_acks`]).
+    held: Mutex<Held>,
     stop: AtomicBool,
     next_pd: AtomicU32,
     qpns: Mutex<Qpns>,
@@ -169,6 +194,119 @@ struct Dev {
     /// again if it moved while it announced its sleep.
     timer_gen: AtomicU64,
     epoch: Instant,
+}
+
+/// The two ways to wait for the device's socket, one epoll instance each. The socket is in
+/// both as `EPOLLEXCLUSIVE`, the serving thread's first: an arrival walks the socket's
+/// exclusive waiters in the order they were added and wakes the first instance that has a
+/// thread in `epoll_wait`, and only it (`ep_poll_callback`). So while a thread serves the
+/// device ([`Dev::serve`]) datagrams wake that thread alone, and otherwise the receive thread.
+#[derive(Debug)]
+struct Waits {
+    /// The serving thread's: the socket, then `bell`.
+    serve: OwnedFd,
+    /// The receive thread's: the socket, then the device's bell.
+    rx: OwnedFd,
+    /// Wakes the serving thread ([`Dev::wake_server`]).
+    bell: OwnedFd,
+}
+
+/// [`Waits`]' event data.
+const EV_SOCK: u64 = 0;
+const EV_BELL: u64 = 1;
+
+impl Waits {
+    fn new(sock: &OwnedFd, dev_bell: &OwnedFd) -> io::Result<Self> {
+        use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
+        let serve = epoll::create(CreateFlags::CLOEXEC)?;
+        let rx = epoll::create(CreateFlags::CLOEXEC)?;
+        let bell = SoftDevice::bell()?;
+        // Edge-triggered: a thread woken for datagrams takes all there are, or leaves them
+        // to the one taking them already (`Dev::receive`), which then takes all there are.
+        let sock_flags = EventFlags::IN | EventFlags::EXCLUSIVE | EventFlags::ET;
+        // The order matters (type docs): the serving instance first.
+        epoll::add(&serve, sock, EventData::new_u64(EV_SOCK), sock_flags)?;
+        epoll::add(&rx, sock, EventData::new_u64(EV_SOCK), sock_flags)?;
+        epoll::add(&serve, &bell, EventData::new_u64(EV_BELL), EventFlags::IN)?;
+        epoll::add(&rx, dev_bell, EventData::new_u64(EV_BELL), EventFlags::IN)?;
+        Ok(Self { serve, rx, bell })
+    }
+
+    /// Puts the socket into the receive thread's instance, or takes it out. Put back with
+    /// datagrams waiting, the instance reports it at once (`EPOLL_CTL_ADD` looks).
+    fn watch(&self, sock: &OwnedFd, on: bool) -> io::Result<()> {
+        use rustix::event::epoll::{self, EventData, EventFlags};
+        if on {
+            let flags = EventFlags::IN | EventFlags::EXCLUSIVE | EventFlags::ET;
+            epoll::add(&self.rx, sock, EventData::new_u64(EV_SOCK), flags)?;
+        } else {
+            epoll::delete(&self.rx, sock)?;
+        }
+        Ok(())
+    }
+}
+
+/// Waits on `ep` (a [`Waits`] instance) until an event or `timeout`; returns whether the
+/// socket and whether the bell were among the events, `None` when a signal interrupted.
+fn wait_on(ep: &OwnedFd, timeout: Option<Duration>) -> io::Result<Option<(bool, bool)>> {
+    use rustix::event::epoll;
+    let ts = timeout.map(|d| rustix::time::Timespec {
+        tv_sec: d.as_secs() as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
+    });
+    let mut evs = [epoll::Event {
+        flags: epoll::EventFlags::empty(),
+        data: epoll::EventData::new_u64(0),
+    }; 2];
+    match epoll::wait(ep, &mut evs[..], ts.as_ref()) {
+        Ok(n) => {
+            let got = |d: u64| evs[..n].iter().any(|e| e.data.u64() == d);
+            Ok(Some((got(EV_SOCK), got(EV_BELL))))
+        }
+        Err(rustix::io::Errno::INTR) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What receiving needs between batches: the datagram buffer and the QPs whose ACK may be due.
+#[derive(Debug)]
+struct RxState {
+    buf: Vec<u8>,
+    acks: Vec<Arc<qp::QpInner>>,
+}
+
+impl Default for RxState {
+    fn default() -> Self {
+        Self {
+            buf: vec![0u8; 65536],
+            acks: Vec::new(),
+        }
+    }
+}
+
+/// Datagrams handled per batch (then the ACKs of the batch go out).
+const BATCH: usize = 256;
+
+/// How long a thread serving the device may hold the ACKs of a batch back for a send of the
+/// same QP to take along ([`Dev::hold_acks`]).
+const ACK_HOLD: Duration = Duration::from_millis(1);
+/// After ACKs were held back, the receive thread sleeps no longer than [`ACK_HOLD`] for this
+/// long, so that holding one back needs no ring.
+const ACK_HOLDING: Duration = Duration::from_millis(50);
+
+/// ACKs held back ([`Dev::hold_acks`]).
+#[derive(Debug, Default)]
+struct Held {
+    qps: Vec<Arc<qp::QpInner>>,
+    /// When the oldest of `qps` was held back.
+    since: Option<Instant>,
+    /// When ACKs were last held back.
+    last: Option<Instant>,
+}
+
+std::thread_local! {
+    /// The device ([`Dev`]'s address) the current thread serves ([`Dev::serve`]), or 0.
+    static SERVING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// What a RoCE v1 device adds (module docs).
@@ -367,6 +505,7 @@ impl SoftDevice {
                 free: Vec::new(),
             },
         };
+        let bell = Self::bell()?;
         Self::start(Dev {
             name: cfg.name,
             addr: cfg.addr,
@@ -374,8 +513,14 @@ impl SoftDevice {
             netdev,
             mac,
             mtu,
+            waits: Waits::new(&sock, &bell)?,
             sock,
-            bell: Self::bell()?,
+            bell,
+            rx: Mutex::default(),
+            server: Mutex::new(()),
+            serving: AtomicBool::new(false),
+            rx_again: AtomicBool::new(false),
+            held: Mutex::default(),
             stop: AtomicBool::new(false),
             next_pd: AtomicU32::new(1),
             qpns: Mutex::new(qpns),
@@ -404,6 +549,7 @@ impl SoftDevice {
         let _ = rustix::net::sockopt::set_socket_send_buffer_size(&sock, 4 << 20);
         let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&sock, 4 << 20);
         eth::bind(sock.as_fd(), nd.ifindex, slot)?;
+        let bell = Self::bell()?;
         Self::start(Dev {
             name,
             addr: Ipv4Addr::UNSPECIFIED,
@@ -414,8 +560,14 @@ impl SoftDevice {
             netdev: netdev.to_string(),
             mac: nd.mac,
             mtu: Mtu::for_netdev_roce_v1(nd.mtu).unwrap_or(Mtu::M256),
+            waits: Waits::new(&sock, &bell)?,
             sock,
-            bell: Self::bell()?,
+            bell,
+            rx: Mutex::default(),
+            server: Mutex::new(()),
+            serving: AtomicBool::new(false),
+            rx_again: AtomicBool::new(false),
+            held: Mutex::default(),
             stop: AtomicBool::new(false),
             next_pd: AtomicU32::new(1),
             qpns: Mutex::new(Qpns {
@@ -567,13 +719,19 @@ impl Device for SoftDevice {
     }
 }
 
-/// Completion handlers waiting for the receive thread.
+/// Completion handlers waiting for the receive thread (or a serving one).
 #[derive(Default)]
-struct Tasks(Mutex<Vec<crate::verbs::CqHandler>>);
+struct Tasks {
+    list: Mutex<Vec<crate::verbs::CqHandler>>,
+    /// Held by the thread running them ([`Dev::run_tasks`]).
+    running: Mutex<()>,
+    /// A thread found them running and left them to that one.
+    again: AtomicBool,
+}
 
 impl std::fmt::Debug for Tasks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tasks({})", lock(&self.0).len())
+        write!(f, "Tasks({})", lock(&self.list).len())
     }
 }
 
@@ -611,27 +769,43 @@ impl Dev {
     /// runs, it runs once (it drains its queues).
     fn schedule(&self, h: &crate::verbs::CqHandler) {
         {
-            let mut t = lock(&self.tasks.0);
+            let mut t = lock(&self.tasks.list);
             if t.iter().any(|x| Arc::ptr_eq(x, h)) {
                 return;
             }
             t.push(Arc::clone(h));
         }
-        if self.rx_thread.get() != Some(&std::thread::current().id()) {
+        // The receive thread and a serving thread run the tasks after their batch.
+        if self.rx_thread.get() != Some(&std::thread::current().id()) && !self.served_here() {
             self.ring();
         }
     }
 
-    /// Runs the scheduled handlers (on the receive thread, no lock held). A handler that
-    /// panics loses its run, not the device.
+    /// Runs the scheduled handlers (on the receive thread or a serving one, no lock held). A
+    /// handler that panics loses its run, not the device.
+    ///
+    /// One thread at a time: a handler drains its queues and re-arms them, and two runs at
+    /// once would hand the completions on out of order. A thread that finds another running
+    /// them asks it to look once more, as [`Dev::receive`] does.
     fn run_tasks(&self) {
         loop {
-            let tasks = std::mem::take(&mut *lock(&self.tasks.0));
-            if tasks.is_empty() {
+            self.tasks.again.store(true, Ordering::SeqCst);
+            let Ok(running) = self.tasks.running.try_lock() else {
                 return;
+            };
+            self.tasks.again.store(false, Ordering::SeqCst);
+            loop {
+                let tasks = std::mem::take(&mut *lock(&self.tasks.list));
+                if tasks.is_empty() {
+                    break;
+                }
+                for h in tasks {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h()));
+                }
             }
-            for h in tasks {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h()));
+            drop(running);
+            if !self.tasks.again.load(Ordering::SeqCst) {
+                return;
             }
         }
     }
@@ -781,15 +955,13 @@ impl Dev {
     }
 
     fn run(self: Arc<Self>) {
-        use rustix::event::{PollFd, PollFlags, poll};
         let _ = self.rx_thread.set(std::thread::current().id());
-        let mut buf = vec![0u8; 65536];
-        let mut acks: Vec<Arc<qp::QpInner>> = Vec::new();
         let (mut gen_seen, mut busy_until) = (0, None::<Instant>);
         while !self.stop.load(Ordering::Acquire) {
             let gen_before = self.timer_gen.load(Ordering::SeqCst);
             let now = Instant::now();
             let (mut next, shortest) = self.timers(now);
+            let acks = self.release_acks(Some(now));
             // Handlers the timers scheduled (a retry that failed a QP completes its requests
             // with errors) run before the thread sleeps.
             self.run_tasks();
@@ -805,6 +977,7 @@ impl Dev {
             if next.is_none() {
                 next = busy_until.filter(|&t| t > now);
             }
+            next = next.into_iter().chain(acks).min();
             // Announce the sleep, then make sure no post started a timer since the look above
             // (see `timer_started`).
             let until = next.map_or(RX_NO_TIMER, |t| self.rx_time(t));
@@ -813,70 +986,281 @@ impl Dev {
                 self.rx_sleep.store(RX_AWAKE, Ordering::SeqCst);
                 continue;
             }
-            let timeout = next.map(|t| {
-                let d = t.saturating_duration_since(Instant::now());
-                rustix::time::Timespec {
-                    tv_sec: d.as_secs() as i64,
-                    tv_nsec: i64::from(d.subsec_nanos()),
-                }
-            });
-            let mut fds = [
-                PollFd::new(&self.sock, PollFlags::IN),
-                PollFd::new(&self.bell, PollFlags::IN),
-            ];
-            let polled = poll(&mut fds, timeout.as_ref());
+            let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
+            let waited = wait_on(&self.waits.rx, timeout);
             self.rx_sleep.store(RX_AWAKE, Ordering::SeqCst);
-            if polled.is_err() {
+            let Ok(Some((_, bell))) = waited else {
                 continue;
-            }
-            if !fds[1].revents().is_empty() {
+            };
+            if bell {
                 let mut b = [0u8; 8];
                 let _ = rustix::io::read(&self.bell, &mut b);
             }
-            // A bounded batch, then the timers again.
-            if self.v1.is_some() {
-                for _ in 0..256 {
-                    match eth::recv(self.sock.as_fd(), &mut buf) {
-                        Ok(Some(n)) => self.frame(&buf[..n], &mut acks),
-                        Ok(None) => {}
-                        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                            SoftStats::inc(&self.stats.rx_dropped)
-                        }
-                        Err(_) => break,
-                    }
+            // A bounded batch, then the timers again; the wait is edge-triggered, so the bell
+            // brings the thread back for what is left. While a thread serves the device the
+            // socket is that thread's (it takes all there is before it gives it back).
+            if !self.serving.load(Ordering::SeqCst) && self.receive(1) {
+                self.ring();
+            }
+        }
+    }
+
+    /// Receives and handles what waits on the socket, at most `batches` batches of
+    /// [`BATCH`] datagrams, each batch's ACKs sent at its end, then runs the scheduled
+    /// handlers; returns whether the socket may hold more.
+    ///
+    /// Never waits for the thread that receives already: it asks that one to look once more
+    /// (`rx_again`) and leaves. The holder clears the ask when it starts and looks at it after
+    /// it let go, so every ask is followed by a look that began after it.
+    fn receive(&self, batches: usize) -> bool {
+        loop {
+            self.rx_again.store(true, Ordering::SeqCst);
+            let Ok(rx) = self.rx.try_lock() else {
+                return false;
+            };
+            self.rx_again.store(false, Ordering::SeqCst);
+            if self.receive_locked(rx, batches) {
+                return true;
+            }
+            if !self.rx_again.load(Ordering::SeqCst) {
+                return false;
+            }
+        }
+    }
+
+    fn receive_locked(&self, mut rx: std::sync::MutexGuard<'_, RxState>, batches: usize) -> bool {
+        let more = {
+            let RxState { buf, acks } = &mut *rx;
+            let mut more = false;
+            for _ in 0..batches {
+                let n = self.batch(buf, acks);
+                if n > 0 {
+                    SoftStats::inc(if self.served_here() {
+                        &self.stats.rx_served
+                    } else {
+                        &self.stats.rx_batches
+                    });
+                }
+                // One ACK per QP for the requests of the batch (`QpInner::flush_ack`), before
+                // the completions' handlers run; a serving thread holds them back.
+                if self.served_here() {
+                    self.hold_acks(acks);
                 }
                 for q in acks.drain(..) {
-                    q.flush_ack(&self);
+                    q.flush_ack(self);
                 }
-                self.run_tasks();
-                continue;
+                more = n == BATCH;
+                if !more {
+                    break;
+                }
             }
-            for _ in 0..256 {
-                match udp::recv(self.sock.as_fd(), &mut buf) {
-                    Ok(r) => {
-                        let d = &buf[..r.len.min(buf.len())];
-                        match r.seg {
-                            // A GSO run kept whole: segment k had identification k.
-                            Some(seg) => {
-                                for (k, pkt) in d.chunks(seg).enumerate() {
-                                    self.datagram(pkt, r.from, k as u16, &mut acks);
-                                }
-                            }
-                            None => self.datagram(d, r.from, 0, &mut acks),
-                        }
-                    }
+            drop(rx);
+            more
+        };
+        self.run_tasks();
+        more
+    }
+
+    /// Up to [`BATCH`] datagrams (or frames) from the socket; returns how many were taken.
+    fn batch(&self, buf: &mut [u8], acks: &mut Vec<Arc<qp::QpInner>>) -> usize {
+        for k in 0..BATCH {
+            if self.v1.is_some() {
+                match eth::recv(self.sock.as_fd(), buf) {
+                    Ok(Some(n)) => self.frame(&buf[..n], acks),
+                    Ok(None) => {}
                     Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                         SoftStats::inc(&self.stats.rx_dropped)
                     }
-                    Err(_) => break,
+                    Err(_) => return k,
+                }
+                continue;
+            }
+            match udp::recv(self.sock.as_fd(), buf) {
+                Ok(r) => {
+                    let d = &buf[..r.len.min(buf.len())];
+                    match r.seg {
+                        // A GSO run kept whole: segment k had identification k.
+                        Some(seg) => {
+                            for (k, pkt) in d.chunks(seg).enumerate() {
+                                self.datagram(pkt, r.from, k as u16, acks);
+                            }
+                        }
+                        None => self.datagram(d, r.from, 0, acks),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    SoftStats::inc(&self.stats.rx_dropped)
+                }
+                Err(_) => return k,
+            }
+        }
+        BATCH
+    }
+
+    /// Whether the current thread is in [`Dev::serve`] on this device.
+    fn served_here(&self) -> bool {
+        SERVING.with(|s| s.get()) == self as *const Dev as usize
+    }
+
+    /// [`CompletionQueue::serve`] for the queues of this device: the calling thread takes the
+    /// socket from the receive thread ([`Waits`]), polls it for up to `spin`, then waits on it
+    /// and handles what arrives, its ACKs and its completions' handlers, until `done`.
+    ///
+    /// Nothing is left behind: each look takes what the socket holds until it is empty (else
+    /// the receive thread is rung for the rest), and the socket goes back to the receive
+    /// thread after a last look; what comes between the two is reported to it at once.
+    fn serve(
+        &self,
+        done: &dyn Fn() -> bool,
+        timeout: Option<Duration>,
+        spin: Duration,
+    ) -> crate::verbs::Served {
+        use crate::verbs::Served;
+        if self.stop.load(Ordering::Acquire) {
+            return Served::Declined;
+        }
+        let Ok(_role) = self.server.try_lock() else {
+            return Served::Declined;
+        };
+        let deadline = timeout.map(|t| Instant::now() + t);
+        SERVING.with(|s| s.set(self as *const Dev as usize));
+        self.serving.store(true, Ordering::SeqCst);
+        // The receive thread stops waiting for the socket meanwhile: a datagram that comes
+        // while this thread is not in its wait (it was just woken by the one before, or is
+        // busy with it) waits for this thread instead of waking that one.
+        let _ = self.waits.watch(&self.sock, false);
+        let spun = (!spin.is_zero())
+            .then(|| self.busy_poll(done, spin))
+            .flatten();
+        // The last look left datagrams in the socket (a bounded batch): look again before
+        // waiting, as no new edge comes for them.
+        let mut more = false;
+        let out = loop {
+            if let Some(t) = spun {
+                break Served::Spun(t);
+            }
+            // Handlers scheduled by this thread's own rounds, or left for it.
+            self.run_tasks();
+            if self.stop.load(Ordering::Acquire) {
+                break Served::Declined;
+            }
+            if done() {
+                break Served::Woken;
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                break Served::TimedOut;
+            }
+            if more {
+                more = self.receive(4);
+                continue;
+            }
+            // Nothing was sent to take them along: the held ACKs go before the thread sleeps.
+            self.release_acks(None);
+            match wait_on(&self.waits.serve, left) {
+                Ok(Some((sock, bell))) => {
+                    if bell {
+                        let mut b = [0u8; 8];
+                        let _ = rustix::io::read(&self.waits.bell, &mut b);
+                    }
+                    if sock {
+                        more = self.receive(4);
+                    }
+                }
+                // A signal: the caller looks (and may return EINTR).
+                Ok(None) => break Served::Woken,
+                Err(_) => break Served::Declined,
+            }
+        };
+        // Take what came since the last look, then give the socket back to the receive
+        // thread: what comes between the two (or is left of a long train) is there when it
+        // is watched again, which wakes that thread at once.
+        let _ = self.receive(4);
+        self.serving.store(false, Ordering::SeqCst);
+        SERVING.with(|s| s.set(0));
+        let _ = self.waits.watch(&self.sock, true);
+        out
+    }
+
+    /// Holds the due ACKs of `acks` back (taking them out of it): the thread serving the
+    /// device goes back to its program next, which usually answers at once (a ping-pong's
+    /// reply, a stream's window update), and a send on the QP takes its due ACK along
+    /// ([`qp::QpInner::send_due_ack`] before the requests), so the peer gets both in one
+    /// train and wakes once. Sent at the latest when the thread waits again ([`Dev::serve`])
+    /// or [`ACK_HOLD`] after (the receive thread), far below the requester's ACK timeout.
+    /// The wire carries the same packets: an ACK is only later, as an RNIC's coalesced one.
+    fn hold_acks(&self, acks: &mut Vec<Arc<qp::QpInner>>) {
+        let now = Instant::now();
+        {
+            let mut h = lock(&self.held);
+            for q in acks.drain(..) {
+                if !h.qps.iter().any(|x| Arc::ptr_eq(x, &q)) {
+                    h.qps.push(q);
                 }
             }
-            // One ACK per QP for the requests of the batch (`QpInner::flush_ack`), before the
-            // completions' handlers run.
-            for q in acks.drain(..) {
-                q.flush_ack(&self);
-            }
+            h.since.get_or_insert(now);
+            h.last = Some(now);
+        }
+        // As a post that starts a timer (`Dev::timer_started`): rung only if it would sleep
+        // past the hold, which it does not while ACKs keep being held (`Dev::run`).
+        self.timer_started(now + ACK_HOLD);
+    }
+
+    /// Sends the held ACKs: all of them, or (`due`) only if the oldest was held for
+    /// [`ACK_HOLD`] by `due`'s time. Returns when the receive thread must look next: the
+    /// oldest's end, or a tick while ACKs are being held ([`ACK_HOLDING`]).
+    fn release_acks(&self, due: Option<Instant>) -> Option<Instant> {
+        let (qps, next) = {
+            let mut h = lock(&self.held);
+            let expired = match (due, h.since) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(now), Some(t)) => now >= t + ACK_HOLD,
+            };
+            let qps = if expired {
+                h.since = None;
+                std::mem::take(&mut h.qps)
+            } else {
+                Vec::new()
+            };
+            let next = match (due, h.since, h.last) {
+                (Some(_), Some(t), _) => Some(t + ACK_HOLD),
+                (Some(now), None, Some(l)) if now < l + ACK_HOLDING => Some(now + ACK_HOLD),
+                _ => None,
+            };
+            (qps, next)
+        };
+        for q in qps {
+            q.flush_ack(self);
+        }
+        next
+    }
+
+    /// Polls the socket without sleeping until `done` or `spin` passed; how long it took
+    /// when `done` came true. A `recvmsg` per round (the kernel's busy polling costs a look
+    /// at the NIC's queue per round as well); the clock is read every 16.
+    fn busy_poll(&self, done: &dyn Fn() -> bool, spin: Duration) -> Option<Duration> {
+        let start = Instant::now();
+        let mut round = 0u32;
+        loop {
+            // What a bounded look leaves, the next round takes.
+            let _ = self.receive(4);
             self.run_tasks();
+            if done() {
+                return Some(start.elapsed());
+            }
+            round += 1;
+            if round.is_multiple_of(16) && start.elapsed() >= spin {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// [`CompletionQueue::wake_server`].
+    fn wake_server(&self) {
+        if self.serving.load(Ordering::SeqCst) && !self.served_here() {
+            let _ = rustix::io::write(&self.waits.bell, &1u64.to_ne_bytes());
         }
     }
 

@@ -829,6 +829,8 @@ impl QueuePair for SoftQp {
     fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, VerbsError)> {
         let q = &self.inner;
         let mut s = lock(&q.s);
+        // An ACK held back for this send goes first (`Dev::hold_acks`).
+        q.send_due_ack(&self.dev, &mut s);
         let had_timer = s.deadline.is_some();
         let mut r = Ok(());
         for (i, wr) in wrs.iter().enumerate() {

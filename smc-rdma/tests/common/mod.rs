@@ -729,3 +729,79 @@ pub fn an_armed_completion_runs_the_handler_instead_of_the_channel<D: Device>(a:
     let got = wait_wcs(&*eb.rcq, 2, Duration::from_secs(5));
     assert!(got.iter().all(|w| w.opcode == WcOpcode::Recv));
 }
+
+/// A thread that waits for a completion may serve the device meanwhile
+/// ([`CompletionQueue::serve`]): the arrival wakes it, the armed handler runs on it (not on a
+/// thread of the device), and another thread that asks meanwhile is declined; with a spin
+/// budget the completion comes while it polls; with nothing coming it times out. A device that
+/// cannot be served (no thread of its own to relieve) declines.
+pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
+    use std::sync::Mutex;
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    recv_all(&eb, 4, 64);
+    let ran: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+    let r = Arc::clone(&ran);
+    let h: CqHandler = Arc::new(move || r.lock().unwrap().push(std::thread::current().id()));
+    if !eb.rcq.set_handler(h) {
+        let r = eb.rcq.serve(&|| false, Some(Duration::ZERO), Duration::ZERO);
+        assert_eq!(r, Served::Declined, "a device without a thread of its own");
+        return;
+    }
+    let send = |id: u64| {
+        ea.qp
+            .post_send(&SendWr {
+                wr_id: id,
+                op: SendOp::Send,
+                data: Payload::Inline(b"m"),
+                signaled: true,
+                solicited: false,
+            })
+            .unwrap();
+    };
+    // Serves until the handler has run `n` times; a decline (the probe below holding the
+    // device for a moment) is asked again.
+    let serve = |n: usize, spin: Duration| {
+        let (cq, ran) = (Arc::clone(&eb.rcq), Arc::clone(&ran));
+        std::thread::spawn(move || {
+            let done = || ran.lock().unwrap().len() >= n;
+            loop {
+                match cq.serve(&done, Some(Duration::from_secs(20)), spin) {
+                    Served::Declined => std::thread::sleep(Duration::from_millis(1)),
+                    r => return (r, std::thread::current().id()),
+                }
+            }
+        })
+    };
+    // Until the serving thread holds the device, a probe that asks is not declined.
+    let until_served = || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) != Served::Declined {
+            assert!(Instant::now() < deadline, "the thread never served the device");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    assert!(!eb.rcq.req_notify(false));
+    let t = serve(1, Duration::ZERO);
+    until_served();
+    send(1);
+    let (r, server) = t.join().unwrap();
+    assert_eq!(r, Served::Woken);
+    assert_eq!(*ran.lock().unwrap(), vec![server], "the handler ran on the serving thread");
+    let got = wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
+    assert_eq!(got[0].opcode, WcOpcode::Recv);
+    wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    // With a spin budget longer than the wait: the completion comes while it polls.
+    assert!(!eb.rcq.req_notify(false));
+    let t = serve(2, Duration::from_secs(20));
+    until_served();
+    send(2);
+    let (r, server) = t.join().unwrap();
+    assert!(matches!(r, Served::Spun(_)), "{r:?}");
+    assert_eq!(ran.lock().unwrap()[1], server);
+    wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
+    wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
+    // Nothing comes: the timeout.
+    let r = eb.rcq.serve(&|| false, Some(Duration::from_millis(50)), Duration::ZERO);
+    assert_eq!(r, Served::TimedOut);
+}

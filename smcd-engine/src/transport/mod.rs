@@ -91,6 +91,23 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn recv_cdc(&self) -> Option<HostCdc>;
     /// Whether [`Transport::recv_cdc`] would return something: a cheap check for spinning.
     fn cdc_pending(&self) -> bool;
+    /// Whether the transport spins in [`Transport::sleep_spinning`] rather than be spun on
+    /// ([`Transport::cdc_pending`]): its arrivals need work in the waiting thread (SMC-R over
+    /// a soft device: busy polling).
+    fn spins_in_sleep(&self) -> bool {
+        false
+    }
+    /// [`Transport::sleep`] after up to `spin` of busy polling; also how long the spin took
+    /// when it was answered.
+    fn sleep_spinning(
+        &self,
+        dir: Dir,
+        timeout: Option<Duration>,
+        spin: Duration,
+    ) -> io::Result<(bool, Option<Duration>)> {
+        let _ = spin;
+        Ok((self.sleep(dir, timeout)?, None))
+    }
     /// The sequence number of a CDC send that completed since the last call (staged
     /// transports; SMC-D sends complete when they are made).
     fn poll_completion(&self) -> Option<u16>;
@@ -130,6 +147,13 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     /// connection next), so a transport that would have the connection's processing run
     /// elsewhere for an arrival ([`Transport::set_service`]) may leave it to that thread.
     fn wait_begin(&self) {}
+    /// Whether a thread about to wait to read needs to see our CDC sends complete: only when
+    /// a completion lets the connection do something (send what autocork held back, end the
+    /// TCP connection after the last CDC, move a close on). A transport whose completions
+    /// arrive apart from the peer's CDCs (SMC-R: ACKs) then leaves such a reader asleep.
+    fn reader_needs_completions(&self, needs: bool) {
+        let _ = needs;
+    }
     /// The wait begun by [`Transport::wait_begin`] ends; returns whether anything is pending
     /// now (then the caller must look at the connection, even when its wait timed out).
     fn wait_end(&self) -> bool {

@@ -24,7 +24,7 @@ use smc_core::conn::{HostCdc, RemoteWrite};
 use smc_proto::cdc::SmcrCdcRepr;
 use smc_rdma::verbs::{
     CompletionQueue, CqHandler, Device, Memory, MemoryRegion, Payload, QpModify, QueuePair, RecvWr,
-    SendOp, SendWr, Sge, Wc, WcOpcode, WcStatus,
+    SendOp, SendWr, Served, Sge, Wc, WcOpcode, WcStatus,
 };
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -78,6 +78,15 @@ struct Side {
     /// sleeping thread waits on.
     armed: [AtomicU32; 2],
     wake_gen: [AtomicU32; 2],
+    /// A thread waiting to read needs to see our sends complete
+    /// ([`Transport::reader_needs_completions`]); otherwise completions alone leave it asleep.
+    reader_needs_done: AtomicBool,
+    /// Per direction: threads asleep on `wake_gen` (a wake without them makes no call).
+    sleepers: [AtomicU32; 2],
+    /// Per direction: the queue whose device a waiting thread serves
+    /// ([`CompletionQueue::serve`]) instead of sleeping on `wake_gen`, while it does.
+    server: [Mutex<Option<Arc<dyn CompletionQueue>>>; 2],
+    serving: [AtomicBool; 2],
     ready: OnceLock<Readiness>,
     /// Runs the connection's CDC processing (see [`Transport::set_service`]).
     service: OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
@@ -114,12 +123,21 @@ impl Side {
         }
         let how = self.armed[i].swap(0, Ordering::SeqCst);
         if how & ARM_THREAD != 0 {
+            // SeqCst with the sleeper's count (up, then the futex's look at `wake_gen`) and
+            // with a server's announcement (`serving`, then its look at `armed`).
             self.wake_gen[i].fetch_add(1, Ordering::SeqCst);
-            let _ = rustix::thread::futex::wake(
-                &self.wake_gen[i],
-                rustix::thread::futex::Flags::PRIVATE,
-                u32::MAX,
-            );
+            if self.sleepers[i].load(Ordering::SeqCst) > 0 {
+                let _ = rustix::thread::futex::wake(
+                    &self.wake_gen[i],
+                    rustix::thread::futex::Flags::PRIVATE,
+                    u32::MAX,
+                );
+            }
+            if self.serving[i].load(Ordering::SeqCst)
+                && let Some(cq) = lock(&self.server[i]).as_ref()
+            {
+                cq.wake_server();
+            }
         }
         if how & ARM_EVENT != 0
             && let Some(r) = self.ready.get()
@@ -138,8 +156,16 @@ impl Side {
     /// was counted, each arrival while a thread slept woke that thread and poked the
     /// completion thread too, which then raced it for the connection's lock: two wake-ups
     /// per CDC where one does.
-    fn woken(&self) -> bool {
-        self.wake(Dir::Rx);
+    ///
+    /// Without `cdc` only our sends completed (the peer's device acknowledged them): that
+    /// wakes a thread waiting to read only if the connection said it needs them
+    /// (`reader_needs_done`: autocork holds bytes back, a close waits for the last CDC); it
+    /// processes them when it wakes. In a ping-pong the acknowledgement of each message would
+    /// otherwise wake the reader once more.
+    fn woken(&self, cdc: bool) -> bool {
+        if cdc || self.reader_needs_done.load(Ordering::SeqCst) {
+            self.wake(Dir::Rx);
+        }
         self.wake(Dir::Tx);
         // SeqCst with the waiter's leaving (`in_wait` down, then its look at `pending`): a
         // waiter seen here sees what was pending before this look, and processes it.
@@ -151,7 +177,7 @@ impl Side {
     /// came; the other finds nothing left). Returns `false` if that must be tried again (a thread held the
     /// connection and may leave without looking).
     fn arrived(&self) -> bool {
-        self.woken() || self.service.get().is_none_or(|f| f())
+        self.woken(true) || self.service.get().is_none_or(|f| f())
     }
 }
 
@@ -657,8 +683,9 @@ impl<D: Device> RoceLink<D> {
     }
 
     /// Polls `cq` empty, handing each completion to its connection; returns how many there
-    /// were and the connections they were for.
-    fn poll_all(&self, cq: &D::Cq) -> (usize, Vec<Arc<Side>>) {
+    /// were and the connections they were for, each with whether a CDC came for it (else only
+    /// completions of its sends).
+    fn poll_all(&self, cq: &D::Cq) -> (usize, Vec<(Arc<Side>, bool)>) {
         let mut wcs = [Wc {
             wr_id: 0,
             status: WcStatus::Success,
@@ -668,14 +695,17 @@ impl<D: Device> RoceLink<D> {
             solicited: false,
         }; 16];
         let mut n = 0;
-        let mut sides: Vec<Arc<Side>> = Vec::new();
+        let mut sides: Vec<(Arc<Side>, bool)> = Vec::new();
         loop {
             let k = cq.poll(&mut wcs);
             for w in &wcs[..k] {
-                if let Some(side) = self.completion(w)
-                    && !sides.iter().any(|x| Arc::ptr_eq(x, &side))
-                {
-                    sides.push(side);
+                let Some(side) = self.completion(w) else {
+                    continue;
+                };
+                let cdc = w.opcode != WcOpcode::Send;
+                match sides.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &side)) {
+                    Some((_, c)) => *c |= cdc,
+                    None => sides.push((side, cdc)),
                 }
             }
             n += k;
@@ -687,12 +717,12 @@ impl<D: Device> RoceLink<D> {
 
     /// Tells the connections something arrived: a connection nobody waits in is processed
     /// here by the completion thread, and left to it by the others ([`Drainer`]).
-    fn hand_on(&self, sides: Vec<Arc<Side>>, by: Drainer) {
-        for side in sides {
+    fn hand_on(&self, sides: Vec<(Arc<Side>, bool)>, by: Drainer) {
+        for (side, cdc) in sides {
             let done = match by {
                 Drainer::Thread => side.arrived(),
                 Drainer::Poster => false,
-                Drainer::Device => side.woken(),
+                Drainer::Device => side.woken(cdc),
             };
             if !done {
                 self.retry_later(&side);
@@ -1016,6 +1046,68 @@ impl<D: Device> SmcrLink<D> {
         self.signal(&self.side.failed, &self.link());
     }
 
+    /// [`Transport::sleep`], serving the device meanwhile, after up to `spin` of busy
+    /// polling ([`CompletionQueue::serve`]); also how long the spin took when it was answered.
+    fn sleep_with(
+        &self,
+        dir: Dir,
+        timeout: Option<Duration>,
+        spin: Duration,
+    ) -> io::Result<(bool, Option<Duration>)> {
+        let i = di(dir);
+        let side = &*self.side;
+        let g = side.wake_gen[i].load(Ordering::SeqCst);
+        // A reader that does not need our sends' completions is not woken for them
+        // (`Side::woken`), and does not leave its wait for them.
+        let needs_done = dir == Dir::Tx || side.reader_needs_done.load(Ordering::SeqCst);
+        let done = || {
+            side.armed[i].load(Ordering::SeqCst) & ARM_THREAD == 0
+                || (needs_done && side.pending.load(Ordering::SeqCst) != 0)
+        };
+        if done() {
+            return Ok((true, None)); // taken or something arrived meanwhile
+        }
+        // Serve the link's device while waiting, if no other thread does: what arrives then
+        // wakes this thread only, not the device's thread and then this one. Announced before
+        // `done` looks again (`Side::wake`).
+        let cq: Arc<dyn CompletionQueue> = self.binding().link.rcq.clone();
+        *lock(&side.server[i]) = Some(Arc::clone(&cq));
+        side.serving[i].store(true, Ordering::SeqCst);
+        let served = cq.serve(&done, timeout, spin);
+        side.serving[i].store(false, Ordering::SeqCst);
+        *lock(&side.server[i]) = None;
+        match served {
+            Served::Spun(t) => return Ok((true, Some(t))),
+            Served::Woken => return Ok((true, None)),
+            Served::TimedOut => {
+                side.armed[i].fetch_and(!ARM_THREAD, Ordering::SeqCst);
+                return Ok((false, None));
+            }
+            Served::Declined => {}
+        }
+        let ts = timeout.map(|t| rustix::time::Timespec {
+            tv_sec: t.as_secs() as i64,
+            tv_nsec: i64::from(t.subsec_nanos()),
+        });
+        side.sleepers[i].fetch_add(1, Ordering::SeqCst);
+        let slept = rustix::thread::futex::wait(
+            &side.wake_gen[i],
+            rustix::thread::futex::Flags::PRIVATE,
+            g,
+            ts.as_ref(),
+        );
+        side.sleepers[i].fetch_sub(1, Ordering::SeqCst);
+        match slept {
+            Ok(()) => Ok((true, None)),
+            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok((true, None)),
+            Err(rustix::io::Errno::TIMEDOUT) => {
+                self.side.armed[i].fetch_and(!ARM_THREAD, Ordering::SeqCst);
+                Ok((false, None))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn binding(&self) -> Arc<Binding<D>> {
         Arc::clone(&read(&self.bind))
     }
@@ -1264,35 +1356,28 @@ impl<D: Device> Transport for SmcrLink<D> {
     }
 
     fn sleep(&self, dir: Dir, timeout: Option<Duration>) -> io::Result<bool> {
-        let i = di(dir);
-        let g = self.side.wake_gen[i].load(Ordering::SeqCst);
-        if self.side.armed[i].load(Ordering::SeqCst) & ARM_THREAD == 0
-            || self.side.pending.load(Ordering::SeqCst) != 0
-        {
-            return Ok(true); // taken or something arrived meanwhile
-        }
-        let ts = timeout.map(|t| rustix::time::Timespec {
-            tv_sec: t.as_secs() as i64,
-            tv_nsec: i64::from(t.subsec_nanos()),
-        });
-        match rustix::thread::futex::wait(
-            &self.side.wake_gen[i],
-            rustix::thread::futex::Flags::PRIVATE,
-            g,
-            ts.as_ref(),
-        ) {
-            Ok(()) => Ok(true),
-            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(true),
-            Err(rustix::io::Errno::TIMEDOUT) => {
-                self.side.armed[i].fetch_and(!ARM_THREAD, Ordering::SeqCst);
-                Ok(false)
-            }
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.sleep_with(dir, timeout, Duration::ZERO)?.0)
     }
 
     fn wait_begin(&self) {
         self.side.in_wait.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn spins_in_sleep(&self) -> bool {
+        true
+    }
+
+    fn sleep_spinning(
+        &self,
+        dir: Dir,
+        timeout: Option<Duration>,
+        spin: Duration,
+    ) -> io::Result<(bool, Option<Duration>)> {
+        self.sleep_with(dir, timeout, spin)
+    }
+
+    fn reader_needs_completions(&self, needs: bool) {
+        self.side.reader_needs_done.store(needs, Ordering::SeqCst);
     }
 
     fn wait_end(&self) -> bool {

@@ -109,6 +109,20 @@ fn max_spinners() -> usize {
 }
 
 impl SpinSlot {
+    /// A turn for a wait that expects an answer to a request ([`SmcConn::answer_due`]),
+    /// whatever recent spins took: one process's spinners only.
+    fn take_for_answer() -> Option<Self> {
+        if SLEEPERS.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        if SPINNERS.fetch_add(1, Ordering::AcqRel) < max_spinners() {
+            Some(SpinSlot)
+        } else {
+            SPINNERS.fetch_sub(1, Ordering::AcqRel);
+            None
+        }
+    }
+
     fn take() -> Option<Self> {
         // Another thread of ours asleep in a wait: the process runs several connections at
         // once, and a spin would take the CPU their answers need.
@@ -135,7 +149,11 @@ impl SpinSlot {
     /// into the average.
     fn ended(&self, until: Option<Instant>, spin: Duration) {
         // Since the first look at the clock, one round after the spin began: near enough.
-        let took = until.map_or(Duration::ZERO, |u| (u - spin).elapsed());
+        self.ended_after(until.map_or(Duration::ZERO, |u| (u - spin).elapsed()));
+    }
+
+    /// The spin ended after `took` (a spin that ran out: the budget or more).
+    fn ended_after(&self, took: Duration) {
         // Clamped at twice the worth: a rare long wait (the peer preempted) among quick
         // answers must not stop a ping-pong's spinning; a steady run of slow answers does.
         let took = took.min(2 * SPIN_WORTH).as_nanos() as u64;
@@ -323,6 +341,10 @@ pub struct SmcConn<T: Transport> {
     params: ConnParams,
     /// Wake-ups that found nothing changed (a hostile peer's bell, or a race).
     spurious: AtomicU64,
+    /// The last call was a send: a read that waits next waits for an answer (a request and
+    /// its reply), which a transport that spins in its sleep spins for; a stream's reader,
+    /// which never sends, and a writer waiting for room do not.
+    answer_due: AtomicBool,
     me: OnceLock<Weak<Self>>,
     /// Where the processes that share the connection after a fork keep its state
     /// ([`SmcConn::share_state`]).
@@ -408,6 +430,7 @@ impl<T: Transport> SmcConn<T> {
             write_timeout: AtomicU64::new(0),
             params,
             spurious: AtomicU64::new(0),
+            answer_due: AtomicBool::new(false),
             watch: OnceLock::new(),
             watch_asked: AtomicBool::new(false),
             unwatched: AtomicBool::new(false),
@@ -1032,7 +1055,9 @@ impl<T: Transport> SmcConn<T> {
     }
 
     fn wait_counted(&self, dir: Dir, deadline: Option<Instant>) -> Woken {
+        let spins_in_sleep = self.link.spins_in_sleep();
         if !self.params.spin.is_zero()
+            && !spins_in_sleep
             && let Some(slot) = SpinSlot::take()
         {
             // The first round looks before reading the clock: in a ping-pong the answer is
@@ -1079,9 +1104,24 @@ impl<T: Transport> SmcConn<T> {
             if !watched {
                 timeout = Some(timeout.map_or(UNWATCHED_LOOK, |t| t.min(UNWATCHED_LOOK)));
             }
-            let slept = {
-                let _asleep = Asleep::enter();
-                self.link.sleep(dir, timeout)
+            let spin_here = spins_in_sleep
+                && run == 0
+                && dir == Dir::Rx
+                && !self.params.spin.is_zero()
+                && self.answer_due.load(Ordering::Relaxed);
+            let slept = match spin_here.then(SpinSlot::take_for_answer).flatten() {
+                // The transport spins in its sleep (busy polling): the same policy.
+                Some(slot) => {
+                    let r = self.link.sleep_spinning(dir, timeout, self.params.spin);
+                    let took = r.as_ref().ok().and_then(|(_, t)| *t);
+                    slot.ended_after(took.unwrap_or(2 * SPIN_WORTH));
+                    drop(slot);
+                    r.map(|(woken, _)| woken)
+                }
+                None => {
+                    let _asleep = Asleep::enter();
+                    self.link.sleep(dir, timeout)
+                }
             };
             match slept {
                 Ok(true) => {}
@@ -1125,6 +1165,13 @@ impl<T: Transport> SmcConn<T> {
     /// Whether a local change (a shutdown, an abort) ended what `dir` waits for.
     fn local_change(&self, dir: Dir) -> bool {
         let st = self.lock();
+        if dir == Dir::Rx {
+            self.link.reader_needs_completions(
+                st.core.unsent() > 0
+                    || st.tcp_shutdown_pending
+                    || st.core.state() != SmcState::Active,
+            );
+        }
         match dir {
             Dir::Rx => !matches!(st.core.recv_ready(), Ok(smc_core::conn::RecvReady::Empty)),
             Dir::Tx => st.core.send_check().is_err() || st.core.send_space() > 0,

@@ -25,6 +25,7 @@ impl<T: Transport> SmcConn<T> {
         }
         let deadline = self.deadline(&self.read_timeout);
         let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
+        let answer_due = self.answer_due.load(Ordering::Relaxed);
         loop {
             let got = if peek {
                 self.try_peek(buf)?
@@ -34,6 +35,10 @@ impl<T: Transport> SmcConn<T> {
             match got {
                 Some(n) => {
                     if !peek {
+                        if answer_due && n > 0 {
+                            // The answer came: more reads are a stream's until the next send.
+                            self.answer_due.store(false, Ordering::Relaxed);
+                        }
                         self.slot.rx(buf.len(), n);
                         if n > 0
                             && self.level.load(Ordering::Relaxed)

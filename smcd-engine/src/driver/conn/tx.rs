@@ -36,6 +36,9 @@ impl<T: Transport> SmcConn<T> {
         if buf.is_empty() {
             return Ok(0);
         }
+        if !self.answer_due.load(Ordering::Relaxed) {
+            self.answer_due.store(true, Ordering::Relaxed);
+        }
         let deadline = self.deadline(&self.write_timeout);
         let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
         let mut written = 0;
