@@ -744,7 +744,9 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
     let r = Arc::clone(&ran);
     let h: CqHandler = Arc::new(move || r.lock().unwrap().push(std::thread::current().id()));
     if !eb.rcq.set_handler(h) {
-        let r = eb.rcq.serve(&|| false, Some(Duration::ZERO), Duration::ZERO);
+        let r = eb
+            .rcq
+            .serve(&|| false, Some(Duration::ZERO), Duration::ZERO);
         assert_eq!(r, Served::Declined, "a device without a thread of its own");
         return;
     }
@@ -777,7 +779,10 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
     let until_served = || {
         let deadline = Instant::now() + Duration::from_secs(10);
         while eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) != Served::Declined {
-            assert!(Instant::now() < deadline, "the thread never served the device");
+            assert!(
+                Instant::now() < deadline,
+                "the thread never served the device"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     };
@@ -787,7 +792,11 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
     send(1);
     let (r, server) = t.join().unwrap();
     assert_eq!(r, Served::Woken);
-    assert_eq!(*ran.lock().unwrap(), vec![server], "the handler ran on the serving thread");
+    assert_eq!(
+        *ran.lock().unwrap(),
+        vec![server],
+        "the handler ran on the serving thread"
+    );
     let got = wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
     assert_eq!(got[0].opcode, WcOpcode::Recv);
     wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
@@ -802,6 +811,8 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
     wait_wcs(&*eb.rcq, 1, Duration::from_secs(5));
     wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
     // Nothing comes: the timeout.
-    let r = eb.rcq.serve(&|| false, Some(Duration::from_millis(50)), Duration::ZERO);
+    let r = eb
+        .rcq
+        .serve(&|| false, Some(Duration::from_millis(50)), Duration::ZERO);
     assert_eq!(r, Served::TimedOut);
 }
