@@ -64,6 +64,16 @@ mod soft_device {
     );
 }
 
+/// On the soft device the serving thread takes the datagrams itself (counted apart from the
+/// receive thread's batches): while a thread serves, the receive thread leaves the socket alone.
+#[test]
+fn a_serving_thread_takes_the_datagrams_itself() {
+    let (a, b) = soft_pair();
+    common::a_waiting_thread_serves_the_device(&a, &b);
+    let served = b.stats().rx_served.load(Ordering::Relaxed);
+    assert!(served > 0, "no batch was taken by a serving thread");
+}
+
 // ---- the soft device's RoCE v1 mode ----
 
 fn sh(args: &[&str]) -> bool {

@@ -159,17 +159,8 @@ struct Dev {
     bell: OwnedFd,
     /// How the receive thread and a serving thread wait for the socket ([`Waits`]).
     waits: Waits,
-    /// Held while datagrams are received and handled: by one thread at a time, so a QP sees
-    /// its packets in the order the socket had them.
-    rx: Mutex<RxState>,
-    /// Held by the thread in [`Dev::serve`].
-    server: Mutex<()>,
-    /// A thread is in [`Dev::serve`].
-    serving: AtomicBool,
-    /// A thread found `rx` held and left its datagrams to the holder ([`Dev::receive`]).
-    rx_again: AtomicBool,
-    /// QPs whose ACK is held back for a send of theirs to take along ([`Dev::hold_acks`]).
-    held: Mutex<Held>,
+    /// Who receives ([`Receiving`]).
+    recv: Receiving,
     stop: AtomicBool,
     next_pd: AtomicU32,
     qpns: Mutex<Qpns>,
@@ -293,6 +284,22 @@ const ACK_HOLD: Duration = Duration::from_millis(1);
 /// After ACKs were held back, the receive thread sleeps no longer than [`ACK_HOLD`] for this
 /// long, so that holding one back needs no ring.
 const ACK_HOLDING: Duration = Duration::from_millis(50);
+
+/// Who receives: the receive thread, or a thread serving the device ([`Dev::serve`]).
+#[derive(Debug, Default)]
+struct Receiving {
+    /// Held while datagrams are received and handled: by one thread at a time, so a QP sees
+    /// its packets in the order the socket had them.
+    rx: Mutex<RxState>,
+    /// A thread found `rx` held and left its datagrams to the holder ([`Dev::receive`]).
+    rx_again: AtomicBool,
+    /// Held by the thread in [`Dev::serve`].
+    server: Mutex<()>,
+    /// A thread is in [`Dev::serve`].
+    serving: AtomicBool,
+    /// QPs whose ACK is held back for a send of theirs to take along ([`Dev::hold_acks`]).
+    held: Mutex<Held>,
+}
 
 /// ACKs held back ([`Dev::hold_acks`]).
 #[derive(Debug, Default)]
@@ -516,11 +523,7 @@ impl SoftDevice {
             waits: Waits::new(&sock, &bell)?,
             sock,
             bell,
-            rx: Mutex::default(),
-            server: Mutex::new(()),
-            serving: AtomicBool::new(false),
-            rx_again: AtomicBool::new(false),
-            held: Mutex::default(),
+            recv: Receiving::default(),
             stop: AtomicBool::new(false),
             next_pd: AtomicU32::new(1),
             qpns: Mutex::new(qpns),
@@ -563,11 +566,7 @@ impl SoftDevice {
             waits: Waits::new(&sock, &bell)?,
             sock,
             bell,
-            rx: Mutex::default(),
-            server: Mutex::new(()),
-            serving: AtomicBool::new(false),
-            rx_again: AtomicBool::new(false),
-            held: Mutex::default(),
+            recv: Receiving::default(),
             stop: AtomicBool::new(false),
             next_pd: AtomicU32::new(1),
             qpns: Mutex::new(Qpns {
@@ -999,7 +998,7 @@ impl Dev {
             // A bounded batch, then the timers again; the wait is edge-triggered, so the bell
             // brings the thread back for what is left. While a thread serves the device the
             // socket is that thread's (it takes all there is before it gives it back).
-            if !self.serving.load(Ordering::SeqCst) && self.receive(1) {
+            if !self.recv.serving.load(Ordering::SeqCst) && self.receive(1) {
                 self.ring();
             }
         }
@@ -1014,15 +1013,15 @@ impl Dev {
     /// it let go, so every ask is followed by a look that began after it.
     fn receive(&self, batches: usize) -> bool {
         loop {
-            self.rx_again.store(true, Ordering::SeqCst);
-            let Ok(rx) = self.rx.try_lock() else {
+            self.recv.rx_again.store(true, Ordering::SeqCst);
+            let Ok(rx) = self.recv.rx.try_lock() else {
                 return false;
             };
-            self.rx_again.store(false, Ordering::SeqCst);
+            self.recv.rx_again.store(false, Ordering::SeqCst);
             if self.receive_locked(rx, batches) {
                 return true;
             }
-            if !self.rx_again.load(Ordering::SeqCst) {
+            if !self.recv.rx_again.load(Ordering::SeqCst) {
                 return false;
             }
         }
@@ -1119,12 +1118,12 @@ impl Dev {
         if self.stop.load(Ordering::Acquire) {
             return Served::Declined;
         }
-        let Ok(_role) = self.server.try_lock() else {
+        let Ok(_role) = self.recv.server.try_lock() else {
             return Served::Declined;
         };
         let deadline = timeout.map(|t| Instant::now() + t);
         SERVING.with(|s| s.set(self as *const Dev as usize));
-        self.serving.store(true, Ordering::SeqCst);
+        self.recv.serving.store(true, Ordering::SeqCst);
         // The receive thread stops waiting for the socket meanwhile: a datagram that comes
         // while this thread is not in its wait (it was just woken by the one before, or is
         // busy with it) waits for this thread instead of waking that one.
@@ -1176,7 +1175,7 @@ impl Dev {
         // thread: what comes between the two (or is left of a long train) is there when it
         // is watched again, which wakes that thread at once.
         let _ = self.receive(4);
-        self.serving.store(false, Ordering::SeqCst);
+        self.recv.serving.store(false, Ordering::SeqCst);
         SERVING.with(|s| s.set(0));
         let _ = self.waits.watch(&self.sock, true);
         out
@@ -1192,7 +1191,7 @@ impl Dev {
     fn hold_acks(&self, acks: &mut Vec<Arc<qp::QpInner>>) {
         let now = Instant::now();
         {
-            let mut h = lock(&self.held);
+            let mut h = lock(&self.recv.held);
             for q in acks.drain(..) {
                 if !h.qps.iter().any(|x| Arc::ptr_eq(x, &q)) {
                     h.qps.push(q);
@@ -1211,7 +1210,7 @@ impl Dev {
     /// oldest's end, or a tick while ACKs are being held ([`ACK_HOLDING`]).
     fn release_acks(&self, due: Option<Instant>) -> Option<Instant> {
         let (qps, next) = {
-            let mut h = lock(&self.held);
+            let mut h = lock(&self.recv.held);
             let expired = match (due, h.since) {
                 (_, None) => false,
                 (None, Some(_)) => true,
@@ -1259,7 +1258,7 @@ impl Dev {
 
     /// [`CompletionQueue::wake_server`].
     fn wake_server(&self) {
-        if self.serving.load(Ordering::SeqCst) && !self.served_here() {
+        if self.recv.serving.load(Ordering::SeqCst) && !self.served_here() {
             let _ = rustix::io::write(&self.waits.bell, &1u64.to_ne_bytes());
         }
     }

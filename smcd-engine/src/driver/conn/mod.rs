@@ -109,27 +109,25 @@ fn max_spinners() -> usize {
 }
 
 impl SpinSlot {
+    /// A turn to spin, if spinning pays.
+    fn take() -> Option<Self> {
+        Self::take_if(true)
+    }
+
     /// A turn for a wait that expects an answer to a request ([`SmcConn::answer_due`]),
     /// whatever recent spins took: one process's spinners only.
     fn take_for_answer() -> Option<Self> {
-        if SLEEPERS.load(Ordering::Relaxed) > 0 {
-            return None;
-        }
-        if SPINNERS.fetch_add(1, Ordering::AcqRel) < max_spinners() {
-            Some(SpinSlot)
-        } else {
-            SPINNERS.fetch_sub(1, Ordering::AcqRel);
-            None
-        }
+        Self::take_if(false)
     }
 
-    fn take() -> Option<Self> {
+    fn take_if(only_if_paying: bool) -> Option<Self> {
         // Another thread of ours asleep in a wait: the process runs several connections at
         // once, and a spin would take the CPU their answers need.
         if SLEEPERS.load(Ordering::Relaxed) > 0 {
             return None;
         }
-        if SPIN_AVG_NS.load(Ordering::Relaxed) > SPIN_WORTH.as_nanos() as u64
+        if only_if_paying
+            && SPIN_AVG_NS.load(Ordering::Relaxed) > SPIN_WORTH.as_nanos() as u64
             && !SPIN_TICK
                 .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(SPIN_SAMPLE)
