@@ -93,10 +93,10 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn cdc_pending(&self) -> bool;
     /// Whether the transport spins in [`Transport::sleep_spinning`] rather than be spun on
     /// ([`Transport::cdc_pending`]): its arrivals need work in the waiting thread (SMC-R over
-    /// a soft device: busy polling).
-    fn spins_in_sleep(&self) -> bool {
-        false
-    }
+    /// a soft device: busy polling). A constant, so the bookkeeping for it
+    /// ([`crate::driver::conn::SmcConn`]'s "an answer is due") is not even compiled for the
+    /// others.
+    const SPINS_IN_SLEEP: bool = false;
     /// [`Transport::sleep`] after up to `spin` of busy polling; also how long the spin took
     /// when it was answered.
     fn sleep_spinning(

@@ -1262,6 +1262,8 @@ impl<D: Device> Drop for SmcrLink<D> {
 }
 
 impl<D: Device> Transport for SmcrLink<D> {
+    const SPINS_IN_SLEEP: bool = true;
+
     fn write_tx(&self, offset: usize, data: &[u8]) {
         let mem = &self.sndbuf;
         let mut at = 0;
@@ -1361,10 +1363,6 @@ impl<D: Device> Transport for SmcrLink<D> {
 
     fn wait_begin(&self) {
         self.side.in_wait.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn spins_in_sleep(&self) -> bool {
-        true
     }
 
     fn sleep_spinning(

@@ -1053,7 +1053,7 @@ impl<T: Transport> SmcConn<T> {
     }
 
     fn wait_counted(&self, dir: Dir, deadline: Option<Instant>) -> Woken {
-        let spins_in_sleep = self.link.spins_in_sleep();
+        let spins_in_sleep = T::SPINS_IN_SLEEP;
         if !self.params.spin.is_zero()
             && !spins_in_sleep
             && let Some(slot) = SpinSlot::take()

@@ -25,7 +25,7 @@ impl<T: Transport> SmcConn<T> {
         }
         let deadline = self.deadline(&self.read_timeout);
         let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
-        let answer_due = self.answer_due.load(Ordering::Relaxed);
+        let answer_due = T::SPINS_IN_SLEEP && self.answer_due.load(Ordering::Relaxed);
         loop {
             let got = if peek {
                 self.try_peek(buf)?

@@ -36,7 +36,7 @@ impl<T: Transport> SmcConn<T> {
         if buf.is_empty() {
             return Ok(0);
         }
-        if !self.answer_due.load(Ordering::Relaxed) {
+        if T::SPINS_IN_SLEEP && !self.answer_due.load(Ordering::Relaxed) {
             self.answer_due.store(true, Ordering::Relaxed);
         }
         let deadline = self.deadline(&self.write_timeout);
