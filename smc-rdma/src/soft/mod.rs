@@ -628,6 +628,8 @@ impl Drop for SoftDevice {
     fn drop(&mut self) {
         self.dev.stop.store(true, Ordering::Release);
         self.dev.ring();
+        // A thread serving the device leaves it (and waits the usual way).
+        self.dev.wake_server();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
