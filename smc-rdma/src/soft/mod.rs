@@ -205,6 +205,12 @@ struct Waits {
 /// [`Waits`]' event data.
 const EV_SOCK: u64 = 0;
 const EV_BELL: u64 = 1;
+/// The socket in both instances. Edge-triggered: a thread woken for datagrams takes all
+/// there are, or leaves them to the one taking them already (`Dev::receive`), which then
+/// takes all there are.
+const SOCK_EVENTS: rustix::event::epoll::EventFlags = rustix::event::epoll::EventFlags::IN
+    .union(rustix::event::epoll::EventFlags::EXCLUSIVE)
+    .union(rustix::event::epoll::EventFlags::ET);
 
 impl Waits {
     fn new(sock: &OwnedFd, dev_bell: &OwnedFd) -> io::Result<Self> {
@@ -212,24 +218,21 @@ impl Waits {
         let serve = epoll::create(CreateFlags::CLOEXEC)?;
         let rx = epoll::create(CreateFlags::CLOEXEC)?;
         let bell = SoftDevice::bell()?;
-        // Edge-triggered: a thread woken for datagrams takes all there are, or leaves them
-        // to the one taking them already (`Dev::receive`), which then takes all there are.
-        let sock_flags = EventFlags::IN | EventFlags::EXCLUSIVE | EventFlags::ET;
         // The order matters (type docs): the serving instance first.
-        epoll::add(&serve, sock, EventData::new_u64(EV_SOCK), sock_flags)?;
-        epoll::add(&rx, sock, EventData::new_u64(EV_SOCK), sock_flags)?;
+        epoll::add(&serve, sock, EventData::new_u64(EV_SOCK), SOCK_EVENTS)?;
         epoll::add(&serve, &bell, EventData::new_u64(EV_BELL), EventFlags::IN)?;
         epoll::add(&rx, dev_bell, EventData::new_u64(EV_BELL), EventFlags::IN)?;
-        Ok(Self { serve, rx, bell })
+        let w = Self { serve, rx, bell };
+        w.watch(sock, true)?;
+        Ok(w)
     }
 
     /// Puts the socket into the receive thread's instance, or takes it out. Put back with
     /// datagrams waiting, the instance reports it at once (`EPOLL_CTL_ADD` looks).
     fn watch(&self, sock: &OwnedFd, on: bool) -> io::Result<()> {
-        use rustix::event::epoll::{self, EventData, EventFlags};
+        use rustix::event::epoll::{self, EventData};
         if on {
-            let flags = EventFlags::IN | EventFlags::EXCLUSIVE | EventFlags::ET;
-            epoll::add(&self.rx, sock, EventData::new_u64(EV_SOCK), flags)?;
+            epoll::add(&self.rx, sock, EventData::new_u64(EV_SOCK), SOCK_EVENTS)?;
         } else {
             epoll::delete(&self.rx, sock)?;
         }
@@ -285,14 +288,44 @@ const ACK_HOLD: Duration = Duration::from_millis(1);
 /// long, so that holding one back needs no ring.
 const ACK_HOLDING: Duration = Duration::from_millis(50);
 
+/// Work that one thread at a time does for all ([`Turn::take`]).
+#[derive(Debug, Default)]
+struct Turn<T> {
+    state: Mutex<T>,
+    /// A thread found the turn taken and left its work to the taker.
+    again: AtomicBool,
+}
+
+impl<T> Turn<T> {
+    /// Runs `f` with the state unless another thread has the turn, again while someone asked
+    /// meanwhile, until `f` says stop (`Some`). A thread that finds the turn taken never
+    /// waits: it asks the taker to look once more and leaves (`None`). The taker clears the
+    /// ask when it starts and reads it after it let go, so every ask is followed by a look
+    /// that began after it.
+    fn take<R>(&self, mut f: impl FnMut(&mut T) -> Option<R>) -> Option<R> {
+        loop {
+            self.again.store(true, Ordering::SeqCst);
+            let Ok(mut state) = self.state.try_lock() else {
+                return None;
+            };
+            self.again.store(false, Ordering::SeqCst);
+            if let Some(r) = f(&mut state) {
+                return Some(r);
+            }
+            drop(state);
+            if !self.again.load(Ordering::SeqCst) {
+                return None;
+            }
+        }
+    }
+}
+
 /// Who receives: the receive thread, or a thread serving the device ([`Dev::serve`]).
 #[derive(Debug, Default)]
 struct Receiving {
-    /// Held while datagrams are received and handled: by one thread at a time, so a QP sees
-    /// its packets in the order the socket had them.
-    rx: Mutex<RxState>,
-    /// A thread found `rx` held and left its datagrams to the holder ([`Dev::receive`]).
-    rx_again: AtomicBool,
+    /// Receiving and handling datagrams: one thread at a time, so a QP sees its packets in
+    /// the order the socket had them.
+    rx: Turn<RxState>,
     /// Held by the thread in [`Dev::serve`].
     server: Mutex<()>,
     /// A thread is in [`Dev::serve`].
@@ -724,10 +757,8 @@ impl Device for SoftDevice {
 #[derive(Default)]
 struct Tasks {
     list: Mutex<Vec<crate::verbs::CqHandler>>,
-    /// Held by the thread running them ([`Dev::run_tasks`]).
-    running: Mutex<()>,
-    /// A thread found them running and left them to that one.
-    again: AtomicBool,
+    /// Running them ([`Dev::run_tasks`]).
+    running: Turn<()>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -785,30 +816,20 @@ impl Dev {
     /// Runs the scheduled handlers (on the receive thread or a serving one, no lock held). A
     /// handler that panics loses its run, not the device.
     ///
-    /// One thread at a time: a handler drains its queues and re-arms them, and two runs at
-    /// once would hand the completions on out of order. A thread that finds another running
-    /// them asks it to look once more, as [`Dev::receive`] does.
+    /// One thread at a time ([`Turn`]): a handler drains its queues and re-arms them, and two
+    /// runs at once would hand the completions on out of order.
     fn run_tasks(&self) {
-        loop {
-            self.tasks.again.store(true, Ordering::SeqCst);
-            let Ok(running) = self.tasks.running.try_lock() else {
-                return;
-            };
-            self.tasks.again.store(false, Ordering::SeqCst);
+        self.tasks.running.take(|()| {
             loop {
                 let tasks = std::mem::take(&mut *lock(&self.tasks.list));
                 if tasks.is_empty() {
-                    break;
+                    return None::<()>;
                 }
                 for h in tasks {
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h()));
                 }
             }
-            drop(running);
-            if !self.tasks.again.load(Ordering::SeqCst) {
-                return;
-            }
-        }
+        });
     }
 
     fn gid(&self) -> Gid {
@@ -1007,57 +1028,40 @@ impl Dev {
     }
 
     /// Receives and handles what waits on the socket, at most `batches` batches of
-    /// [`BATCH`] datagrams, each batch's ACKs sent at its end, then runs the scheduled
-    /// handlers; returns whether the socket may hold more.
-    ///
-    /// Never waits for the thread that receives already: it asks that one to look once more
-    /// (`rx_again`) and leaves. The holder clears the ask when it starts and looks at it after
-    /// it let go, so every ask is followed by a look that began after it.
+    /// [`BATCH`] datagrams, each batch's ACKs sent at its end (held back by a serving thread),
+    /// then runs the scheduled handlers; returns whether the socket may hold more. A thread
+    /// that finds another receiving leaves the datagrams to it ([`Turn`]).
     fn receive(&self, batches: usize) -> bool {
-        loop {
-            self.recv.rx_again.store(true, Ordering::SeqCst);
-            let Ok(rx) = self.recv.rx.try_lock() else {
-                return false;
-            };
-            self.recv.rx_again.store(false, Ordering::SeqCst);
-            if self.receive_locked(rx, batches) {
-                return true;
-            }
-            if !self.recv.rx_again.load(Ordering::SeqCst) {
-                return false;
-            }
-        }
-    }
-
-    fn receive_locked(&self, mut rx: std::sync::MutexGuard<'_, RxState>, batches: usize) -> bool {
-        let more = {
-            let RxState { buf, acks } = &mut *rx;
-            let mut more = false;
-            for _ in 0..batches {
-                let n = self.batch(buf, acks);
-                if n > 0 {
-                    SoftStats::inc(if self.served_here() {
-                        &self.stats.rx_served
-                    } else {
-                        &self.stats.rx_batches
-                    });
+        let served = self.served_here();
+        let more = self
+            .recv
+            .rx
+            .take(|rx| {
+                let RxState { buf, acks } = rx;
+                for _ in 0..batches {
+                    let n = self.batch(buf, acks);
+                    if n > 0 {
+                        SoftStats::inc(if served {
+                            &self.stats.rx_served
+                        } else {
+                            &self.stats.rx_batches
+                        });
+                    }
+                    // One ACK per QP for the requests of the batch (`QpInner::flush_ack`),
+                    // before the completions' handlers run.
+                    if served {
+                        self.hold_acks(acks);
+                    }
+                    for q in acks.drain(..) {
+                        q.flush_ack(self);
+                    }
+                    if n < BATCH {
+                        return None;
+                    }
                 }
-                // One ACK per QP for the requests of the batch (`QpInner::flush_ack`), before
-                // the completions' handlers run; a serving thread holds them back.
-                if self.served_here() {
-                    self.hold_acks(acks);
-                }
-                for q in acks.drain(..) {
-                    q.flush_ack(self);
-                }
-                more = n == BATCH;
-                if !more {
-                    break;
-                }
-            }
-            drop(rx);
-            more
-        };
+                Some(())
+            })
+            .is_some();
         self.run_tasks();
         more
     }
