@@ -1263,6 +1263,7 @@ impl<D: Device> Drop for SmcrLink<D> {
 
 impl<D: Device> Transport for SmcrLink<D> {
     const SPINS_IN_SLEEP: bool = true;
+    const RX_PIECES: usize = 2;
 
     fn write_tx(&self, offset: usize, data: &[u8]) {
         let mem = &self.sndbuf;

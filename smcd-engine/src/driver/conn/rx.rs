@@ -71,7 +71,7 @@ impl<T: Transport> SmcConn<T> {
     fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let mut st = self.lock();
         self.observe(&mut st)?;
-        let chunk = (st.core.config().rx_ring / 4).max(RX_CHUNK_MIN);
+        let chunk = (st.core.config().rx_ring / T::RX_PIECES).max(RX_CHUNK_MIN);
         if let Some(plan) = st.core.recv_fast(buf.len(), chunk) {
             // Everything readable fits: one copy, and the window rule once.
             debug_assert_eq!(st.core.recv_plan(plan.len), Some(plan));
