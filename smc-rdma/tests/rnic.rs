@@ -101,6 +101,7 @@ mod rnic_device {
         solicited_only_notification_skips_unsolicited_receives,
         an_armed_completion_runs_the_handler_instead_of_the_channel,
         a_waiting_thread_serves_the_device,
+        served_requests_are_answered,
     );
 }
 

@@ -517,6 +517,20 @@ impl QpInner {
         }
     }
 
+    /// The ACK held back for this QP's next send ([`Dev::hold_acks`]), put first into that
+    /// send's batch: the ACK and the requests leave in one system call.
+    fn batch_due_ack(&self, dev: &Dev, s: &mut S) {
+        let (Some(psn), Some(peer)) = (s.ack_due.take(), s.peer) else {
+            return;
+        };
+        let bth = Bth::new(Opcode::Ack, s.dest_qpn, psn);
+        let aeth = Aeth {
+            syndrome: Syndrome::Ack { credits: 0x1f },
+            msn: s.msn,
+        };
+        s.tx.push(dev, &Packet::new(bth, None, Some(aeth), &[]), peer);
+    }
+
     /// An answer to the requester, after the ACK that is due.
     fn answer(&self, dev: &Dev, s: &mut S, syndrome: Syndrome, psn: u32) {
         self.send_due_ack(dev, s);
@@ -829,8 +843,9 @@ impl QueuePair for SoftQp {
     fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, VerbsError)> {
         let q = &self.inner;
         let mut s = lock(&q.s);
-        // An ACK held back for this send goes first (`Dev::hold_acks`).
-        q.send_due_ack(&self.dev, &mut s);
+        // An ACK held back for this send goes first, in the same system call
+        // (`Dev::hold_acks`).
+        q.batch_due_ack(&self.dev, &mut s);
         let had_timer = s.deadline.is_some();
         let mut r = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
@@ -840,6 +855,8 @@ impl QueuePair for SoftQp {
             }
         }
         q.pump(&self.dev, &mut s);
+        // The ACK, when `pump` sent nothing (not in RTS, or waiting out an RNR NAK).
+        s.tx.flush(&self.dev);
         let started = s.deadline.filter(|_| !had_timer);
         drop(s);
         if let Some(t) = started {

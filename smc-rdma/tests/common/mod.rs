@@ -823,3 +823,97 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
         .serve(&|| false, Some(Duration::from_millis(50)), Duration::ZERO);
     assert_eq!(r, Served::TimedOut);
 }
+
+/// A request taken by a thread serving the device is answered from that thread as soon as
+/// the serve returns (as the engine's reader answers a ping-pong): `rounds` requests from
+/// `a`, each read in `b`'s receive buffer and answered, each answer arriving whole. A device
+/// without a thread of its own declines the serve and is not asked.
+pub fn served_requests_are_answered<D: Device>(a: &D, b: &D) {
+    let rounds: u64 = 20;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    recv_all(&ea, rounds, 64);
+    recv_all(&eb, rounds, 64);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&ran);
+    let cq = Arc::downgrade(&eb.rcq);
+    let h: CqHandler = Arc::new(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+        if let Some(cq) = cq.upgrade() {
+            cq.wake_server();
+        }
+    });
+    if !eb.rcq.set_handler(h)
+        || eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) == Served::Declined
+    {
+        return;
+    }
+    let send = |e: &End<D>, id: u64, m: &'static [u8], signaled: bool| {
+        e.qp.post_send(&SendWr {
+            wr_id: id,
+            op: SendOp::Send,
+            data: Payload::Inline(m),
+            signaled,
+            solicited: false,
+        })
+        .unwrap();
+    };
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let mut wc = [Wc {
+                wr_id: 0,
+                status: WcStatus::Success,
+                opcode: WcOpcode::Send,
+                byte_len: 0,
+                qp_num: 0,
+                solicited: false,
+            }; 4];
+            for k in 1..=rounds as usize {
+                assert!(!eb.rcq.req_notify(false), "round {k}: nothing came yet");
+                let done = || ran.load(Ordering::SeqCst) >= k;
+                loop {
+                    match eb
+                        .rcq
+                        .serve(&done, Some(Duration::from_secs(20)), Duration::ZERO)
+                    {
+                        // The main thread's probe held the device for a moment.
+                        Served::Declined => std::thread::sleep(Duration::from_millis(1)),
+                        r => {
+                            assert_eq!(r, Served::Woken, "round {k}");
+                            break;
+                        }
+                    }
+                }
+                // The answer first, as a program does; then the request's completion.
+                send(&eb, 500 + k as u64, b"answer", false);
+                let n = eb.rcq.poll(&mut wc);
+                assert_eq!(n, 1, "round {k}: one request");
+                assert_eq!((wc[0].opcode, wc[0].byte_len), (WcOpcode::Recv, 7));
+                let mut got = [0u8; 7];
+                eb.mr
+                    .memory()
+                    .read((wc[0].wr_id - 1000) as usize * 64, &mut got);
+                assert_eq!(&got, b"request");
+            }
+        });
+        for k in 1..=rounds {
+            // Asked while the serving thread holds the device: declined.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) != Served::Declined {
+                assert!(Instant::now() < deadline, "round {k}: nobody served");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            send(&ea, k, b"request", true);
+            let got = wait_wcs(&*ea.rcq, 1, Duration::from_secs(10));
+            assert_eq!((got[0].opcode, got[0].byte_len), (WcOpcode::Recv, 6));
+            let mut answer = [0u8; 6];
+            ea.mr
+                .memory()
+                .read((got[0].wr_id - 1000) as usize * 64, &mut answer);
+            assert_eq!(&answer, b"answer");
+            wait_wcs(&*ea.scq, 1, Duration::from_secs(10));
+        }
+        server.join().unwrap();
+    });
+}
