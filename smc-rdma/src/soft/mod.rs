@@ -1140,6 +1140,10 @@ impl Dev {
         // The last look left datagrams in the socket (a bounded batch): look again before
         // waiting, as no new edge comes for them.
         let mut more = false;
+        // The last thing done was a receive that found the socket empty: the look before
+        // the socket goes back would find it so too (and what came since wakes the receive
+        // thread when the socket rejoins its set).
+        let mut drained = false;
         let out = loop {
             if let Some(t) = spun {
                 break Served::Spun(t);
@@ -1158,6 +1162,7 @@ impl Dev {
             }
             if more {
                 more = self.receive(4);
+                drained = !more;
                 continue;
             }
             // Nothing was sent to take them along: the held ACKs go before the thread sleeps.
@@ -1168,8 +1173,10 @@ impl Dev {
                         let mut b = [0u8; 8];
                         let _ = rustix::io::read(&self.waits.bell, &mut b);
                     }
+                    drained = false;
                     if sock {
                         more = self.receive(4);
+                        drained = !more;
                     }
                 }
                 // A signal: the caller looks (and may return EINTR).
@@ -1180,7 +1187,9 @@ impl Dev {
         // Take what came since the last look, then give the socket back to the receive
         // thread: what comes between the two (or is left of a long train) is there when it
         // is watched again, which wakes that thread at once.
-        let _ = self.receive(4);
+        if !drained {
+            let _ = self.receive(4);
+        }
         self.recv.serving.store(false, Ordering::SeqCst);
         SERVING.with(|s| s.set(0));
         let _ = self.waits.watch(&self.sock, true);
