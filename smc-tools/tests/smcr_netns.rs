@@ -1247,6 +1247,73 @@ fn round_trip(s: &mut SmcrStream, seed: u64, len: u64) {
     assert!(back == out, "the echo of stream {seed} differs");
 }
 
+/// A link group keeps the buffers of a connection that closed for its next one, as the
+/// kernel's does (`smcr_buf_unuse`: DELETE_RKEY, cleared; `smc_buf_get_slot` on the next
+/// connection, which confirms the key again): on both sides the second connection runs on
+/// the first one's buffers, byte-exact, and is counted as a reuse; two connections at once
+/// then take the one spare and one new pair, and the group keeps both pairs after.
+#[test]
+fn smcr_buffers_are_reused_within_a_link_group() {
+    let test = "smcr_buffers_are_reused_within_a_link_group";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let srv = endpoint(&hosts, 1, Capability::Assume);
+    let cli = endpoint(&hosts, 2, Capability::Assume);
+    let at = SocketAddr::from((hosts.addr(1), 7011));
+    let server = echo_server(&hosts, hosts.listen(&srv, at), 4);
+    let reused = |ep: &SmcrEndpoint| ep.stats().bufs_reused.load(Ordering::Relaxed);
+    let spare = |ep: &SmcrEndpoint| ep.link_groups().first().map_or(0, |g| g.spare_bufs);
+    let until_spare = |n: usize, what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while spare(&srv) != n || spare(&cli) != n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: spares {} and {}, not {n}",
+                spare(&srv),
+                spare(&cli)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let connect = |seed: u64| {
+        let c = cli.clone();
+        hosts
+            .on(2, move || {
+                let mut s = c.connect(at).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                smcr_lgr(&s.mode());
+                round_trip(&mut s, seed, 200 << 10);
+                s
+            })
+            .join()
+            .unwrap()
+    };
+    // The first connection makes its buffers (first contact), and leaves them to the group.
+    let first = connect(1);
+    assert_eq!((reused(&srv), reused(&cli)), (0, 0));
+    close_all([first]);
+    until_spare(1, "after the first connection");
+    // The second runs on them, on both sides.
+    let second = connect(2);
+    assert_eq!((reused(&srv), reused(&cli)), (1, 1));
+    assert_eq!((spare(&srv), spare(&cli)), (0, 0));
+    close_all([second]);
+    until_spare(1, "after the second connection");
+    // Two at once: one takes the spare, the other gets new ones; both give theirs back.
+    let (a, b) = (connect(3), connect(4));
+    assert_eq!((reused(&srv), reused(&cli)), (2, 2));
+    close_all([a, b]);
+    until_spare(2, "after two at once");
+    let echoed = server.join().unwrap();
+    assert_eq!(echoed, vec![200 << 10; 4]);
+    for ep in [&srv, &cli] {
+        assert_eq!(ep.stats().first_contacts.load(Ordering::Relaxed), 1);
+        assert_eq!(ep.stats().fallbacks.load(Ordering::Relaxed), 0);
+        assert_eq!(ep.link_groups().len(), 1);
+    }
+}
+
 /// SMC-Rv2 puts every rkey of a new link into the ADD_LINK pair (no ADD_LINK_CONT): with the
 /// second path down, 40 connections join the group on its one link; once the path is back the
 /// server's ADD_LINK and the client's response each carry the keys of all 40 RMBs on the new

@@ -80,7 +80,7 @@ use smc_core::handshake::smcr::{
 use smc_core::handshake::{CLC_WAIT_TIME, ClcReader, LocalCaps};
 use smc_core::llc::{
     CreatedLink, FirstLink, LgrType, LinkIdx, Llc, LlcAction, LlcConfig, LocalPort, PeerQp, RmbId,
-    RmbKey, StepFailed,
+    RmbKey, StepFailed, Unregister,
 };
 use smc_proto::clc::{
     ClcMessage, Decline, Eid, Hostname, Proposal, ProposalBuilder, ReasonCode, SMC_V1, SMC_V2,
@@ -195,6 +195,9 @@ pub struct SmcrStats {
     pub reused: AtomicU64,
     /// Connections that continued over TCP.
     pub fallbacks: AtomicU64,
+    /// Connections whose buffers an ended connection of their group had before (the
+    /// kernel's `SMC_STAT_RMB_REUSE`); the others' were made for them.
+    pub bufs_reused: AtomicU64,
 }
 
 /// A local RoCE device and the SMC-R link groups over it.
@@ -479,18 +482,38 @@ impl NewQp {
 }
 
 /// A connection's buffers: its RMB (the peer writes into it) and its send buffer, each
-/// registered on every port's device.
-struct Bufs {
-    token: u32,
+/// registered on every port's device, and without inline sends its CDC slots. The link group
+/// keeps them when the connection ends, for its next one (the kernel's `smc_buf_get_slot`).
+#[derive(Debug)]
+struct Regs {
     /// Per port: (RMB, send buffer).
     mrs: Vec<(SoftMr, SoftMr)>,
     /// Without inline sends, per port: the CDC slots.
     cdc: Vec<SoftMr>,
 }
 
+impl Regs {
+    /// Clears the RMB and the send buffer for their next connection (`smcr_buf_unuse` and
+    /// `smc_buf_unuse` zero them). The same memory is registered on every port.
+    fn clear(&self) {
+        if let Some((rmb, snd)) = self.mrs.first() {
+            rmb.memory().zero();
+            snd.memory().zero();
+        }
+    }
+}
+
+/// A connection's buffers under the connection's token.
+struct Bufs {
+    token: u32,
+    regs: Arc<Regs>,
+    /// Taken from its group's spares rather than made (`SMC_STAT_RMB_REUSE`, not `_ALLOC`).
+    reused: bool,
+}
+
 impl Bufs {
     fn offer(&self, port: usize) -> RmbOffer {
-        let rmb = &self.mrs[port].0;
+        let rmb = &self.regs.mrs[port].0;
         RmbOffer {
             token: self.token,
             rkey: rmb.rkey(),
@@ -501,7 +524,8 @@ impl Bufs {
 
     /// The RMB's key on each port.
     fn keys(&self) -> Vec<RmbKey> {
-        self.mrs
+        self.regs
+            .mrs
             .iter()
             .map(|(rmb, _)| RmbKey {
                 rkey: rmb.rkey(),
@@ -513,11 +537,16 @@ impl Bufs {
     /// The send buffer's and the CDC slots' (address, lkey) on each port (the CDC slots'
     /// (0, 0) with inline sends).
     fn sndbufs(&self) -> Vec<((u64, u32), (u64, u32))> {
-        self.mrs
+        self.regs
+            .mrs
             .iter()
             .enumerate()
             .map(|(i, (_, snd))| {
-                let cdc = self.cdc.get(i).map_or((0, 0), |m| (m.addr(), m.lkey()));
+                let cdc = self
+                    .regs
+                    .cdc
+                    .get(i)
+                    .map_or((0, 0), |m| (m.addr(), m.lkey()));
                 ((snd.addr(), snd.lkey()), cdc)
             })
             .collect()
@@ -732,6 +761,7 @@ impl SmcrEndpoint {
                     max_conns: g.max_conns,
                     max_links: sh.llc.config().max_links,
                     buf_type: g.buf_type,
+                    spare_bufs: sh.spare.len(),
                     links,
                 }
             })
@@ -833,6 +863,8 @@ pub struct LinkGroupInfo {
     pub max_links: u8,
     /// `smcr_buf_type` when it was made.
     pub buf_type: u8,
+    /// Buffers of ended connections it keeps for its next ones.
+    pub spare_bufs: usize,
     /// Its links.
     pub links: Vec<LinkInfo>,
 }
@@ -903,12 +935,22 @@ impl Ep {
         }
     }
 
-    fn bufs(&self) -> io::Result<Bufs> {
-        let (rmb, snd) = (Memory::new(self.ring)?, Memory::new(self.ring)?);
+    /// A new connection's buffers: the spares of `group` if it has some (as the kernel
+    /// reuses a group's free buffers of the size it needs), else new ones; under a new token
+    /// either way.
+    fn bufs(&self, group: Option<&Group>) -> io::Result<Bufs> {
         let mut token = 0;
         while token == 0 {
             token = self.next_token.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(regs) = group.and_then(|g| g.take_spare(self.ring)) {
+            return Ok(Bufs {
+                token,
+                regs,
+                reused: true,
+            });
+        }
+        let (rmb, snd) = (Memory::new(self.ring)?, Memory::new(self.ring)?);
         // One CDC slot per send-queue entry a link of this endpoint may have.
         let cdc_mem = if self.inline {
             None
@@ -933,7 +975,11 @@ impl Ep {
                 cdc.push(mr(m, Access::LOCAL_WRITE)?);
             }
         }
-        Ok(Bufs { token, mrs, cdc })
+        Ok(Bufs {
+            token,
+            regs: Arc::new(Regs { mrs, cdc }),
+            reused: false,
+        })
     }
 
     fn new_qp(&self, port: usize) -> io::Result<NewQp> {
@@ -1084,11 +1130,10 @@ impl Ep {
         let _ = sock.set_read_timeout(None);
         resv.keep = true;
         let sndbufs = bufs.sndbufs();
-        let mut mrs = bufs.mrs;
-        let (rmb, snd) = mrs.remove(slot.port);
-        let more = mrs.into_iter().flat_map(|(a, b)| [a, b]).collect();
-        let mut cdc = bufs.cdc;
-        let link = SmcrLink::with_registrations(
+        let (rmb, snd) = &bufs.regs.mrs[slot.port];
+        // The connection keeps its buffers registered (on every port) while it lives; the
+        // group has them back for its next connection when this one has ended.
+        let link = SmcrLink::sharing(
             Arc::clone(&slot.link),
             bufs.token,
             snd,
@@ -1099,16 +1144,14 @@ impl Ep {
                 len: peer.rmb.len,
                 token: peer.rmb.token,
             },
-            more,
+            Box::new(Arc::clone(&bufs.regs)),
         );
-        let link = if cdc.len() > slot.port {
-            let own = cdc.remove(slot.port);
-            link.without_inline(own, cdc)
-        } else {
-            link
+        let link = match bufs.regs.cdc.get(slot.port) {
+            Some(own) => link.without_inline(own),
+            None => link,
         };
-        // SMC_NLA_STATS_SMCR_TECH: the handshake and the buffers (each connection gets new
-        // ones: no reuse yet).
+        // SMC_NLA_STATS_SMCR_TECH: the handshake and the buffers (`SMC_STAT_RMB_REUSE` when
+        // the group had them from an ended connection, `_ALLOC` when they are new).
         {
             use crate::layout::status as st;
             let t = |i| st::T_SMCR + i;
@@ -1124,8 +1167,16 @@ impl Ep {
             );
             st.add(t(st::T_RX_RMB_SIZE + st::bucket(self.ring as u64)), 1);
             st.add(t(st::T_TX_RMB_SIZE + st::bucket(self.ring as u64)), 1);
-            st.add(t(st::T_RX_RMB + st::RMB_ALLOC), 1);
-            st.add(t(st::T_TX_RMB + st::RMB_ALLOC), 1);
+            if bufs.reused {
+                self.stats.bufs_reused.fetch_add(1, Ordering::Relaxed);
+            }
+            let how = if bufs.reused {
+                st::RMB_REUSE
+            } else {
+                st::RMB_ALLOC
+            };
+            st.add(t(st::T_RX_RMB + how), 1);
+            st.add(t(st::T_TX_RMB + how), 1);
         }
         let slot = self.status.conn_slot();
         slot.publish(&ConnIdentity {
@@ -1175,6 +1226,7 @@ impl Ep {
                 rtoken,
                 link: via,
                 sndbufs,
+                regs: Arc::clone(&bufs.regs),
             },
         );
         sh.conns += 1;
@@ -1339,15 +1391,14 @@ impl Ep {
         sock: TcpStream,
         peer: SmcrPeer,
     ) -> io::Result<SmcrStream> {
-        let bufs = match self.bufs() {
+        if !peer.first_contact {
+            return self.client_reuse(sock, peer);
+        }
+        let bufs = match self.bufs(None) {
             Ok(b) => b,
             Err(_) => return self.decline(sock, ReasonCode::MEM),
         };
-        if peer.first_contact {
-            self.client_first(sock, peer, bufs)
-        } else {
-            self.client_reuse(sock, peer, bufs)
-        }
+        self.client_first(sock, peer, bufs)
     }
 
     fn client_first(
@@ -1419,7 +1470,6 @@ impl Ep {
         self: &Arc<Self>,
         mut sock: TcpStream,
         peer: SmcrPeer,
-        bufs: Bufs,
     ) -> io::Result<SmcrStream> {
         // smcr_lgr_match: the server's system id and GID, and its QPN names one of the
         // group's links.
@@ -1443,6 +1493,10 @@ impl Ep {
         let via = group.place();
         let Some(slot) = group.slot(via) else {
             return self.decline(sock, ReasonCode::SYNCERR);
+        };
+        let bufs = match self.bufs(Some(&group)) {
+            Ok(b) => b,
+            Err(_) => return self.decline(sock, ReasonCode::MEM),
         };
         let resv = Reservation::new(&slot.link, bufs.token);
         if let Err(why) = group.register(bufs.token, bufs.keys(), via) {
@@ -1506,10 +1560,6 @@ impl Ep {
         p: &Proposal,
         info: hs::SmcrProposalInfo,
     ) -> io::Result<SmcrStream> {
-        let bufs = match self.bufs() {
-            Ok(b) => b,
-            Err(_) => return self.decline(sock, ReasonCode::MEM),
-        };
         // smcr_lgr_match for the server: the client's system id (when it names one) and GID,
         // a group with room.
         let group = lock(&self.groups)
@@ -1523,6 +1573,10 @@ impl Ep {
                     && sh.conns < u32::from(info.max_conns)
             })
             .cloned();
+        let bufs = match self.bufs(group.as_deref()) {
+            Ok(b) => b,
+            Err(_) => return self.decline(sock, ReasonCode::MEM),
+        };
         match group {
             Some(g) => self.server_reuse(sock, &info, g, bufs),
             None => self.server_first(sock, &info, bufs),
@@ -1726,6 +1780,8 @@ struct Member {
     link: LinkIdx,
     /// Its send buffer's and CDC slots' (address, lkey) on each port.
     sndbufs: Vec<((u64, u32), (u64, u32))>,
+    /// Its buffers, which the group keeps for its next connection once this one ended.
+    regs: Arc<Regs>,
 }
 
 #[derive(Debug)]
@@ -1743,6 +1799,12 @@ struct Shared {
     pending: HashMap<usize, NewQp>,
     /// When the server last tried to add a second link.
     add_tried: Instant,
+    /// Buffers of ended connections, cleared, for the next connection (the kernel's unused
+    /// `rmbs` and `sndbufs` of a group; freed with the group).
+    spare: Vec<Arc<Regs>>,
+    /// Buffers of ended connections whose DELETE_RKEY is under way, by the token they had:
+    /// spare once the peer answered (`smcr_buf_unuse` reuses a buffer after its delete).
+    deleting: HashMap<u32, Arc<Regs>>,
 }
 
 /// An SMC-R connection of this module.
@@ -1820,6 +1882,8 @@ impl Group {
                 members: HashMap::new(),
                 pending: HashMap::new(),
                 add_tried: Instant::now(),
+                spare: Vec::new(),
+                deleting: HashMap::new(),
             }),
             cv: Condvar::new(),
             lingering: Mutex::new(Vec::new()),
@@ -2009,8 +2073,16 @@ impl Group {
                 // moved); placing reads the links' states.
                 LlcAction::SetRtoken { .. }
                 | LlcAction::DeleteRtoken { .. }
-                | LlcAction::LinkActive { .. }
-                | LlcAction::RkeyDeleted { .. } => {}
+                | LlcAction::LinkActive { .. } => {}
+                // The peer forgot the buffer's key: it may serve the next connection. A
+                // delete that failed frees it (the peer may still hold the key).
+                LlcAction::RkeyDeleted { rmb, result } => {
+                    if let Some(regs) = sh.deleting.remove(&rmb.0)
+                        && result.is_ok()
+                    {
+                        self.spare(sh, regs);
+                    }
+                }
             }
         }
         self.publish(sh);
@@ -2225,14 +2297,20 @@ impl Group {
 
     /// Lets go of connections whose close finished: their RMBs leave the group, and the peer
     /// is told with DELETE_RKEY (`smcr_buf_unuse`) once the RKEY flow is ours.
+    ///
+    /// The buffers of a connection that closed in order (both sides' close, so the peer
+    /// writes no more) stay with the group for its next connection once the peer forgot
+    /// their key; those of an aborted connection, or one whose close did not finish in
+    /// time, are freed.
     fn sweep(&self) {
         let now = Instant::now();
         let mut l = lock(&self.lingering);
         let mut gone = Vec::new();
         l.retain(|(c, since)| {
-            let done = c.state() == SmcState::Closed || c.is_aborted() || now - *since > LINGER;
+            let closed = c.state() == SmcState::Closed && !c.is_aborted();
+            let done = closed || c.is_aborted() || now - *since > LINGER;
             if done {
-                gone.push(c.info.local_token as u32);
+                gone.push((c.info.local_token as u32, closed));
             }
             !done
         });
@@ -2242,14 +2320,41 @@ impl Group {
         }
         let mut sh = lock(&self.sh);
         let now = core_now();
-        for token in gone {
-            if sh.members.remove(&token).is_some() {
+        for (token, closed) in gone {
+            let member = sh.members.remove(&token);
+            if member.is_some() {
                 sh.conns = sh.conns.saturating_sub(1);
             }
             sh.keys.remove(&token);
-            let _ = sh.llc.unregister_rmb(now, RmbId(token));
+            let unreg = sh.llc.unregister_rmb(now, RmbId(token));
+            match (member, unreg) {
+                (Some(m), Unregister::Done) if closed => self.spare(&mut sh, m.regs),
+                (Some(m), Unregister::Pending) if closed => {
+                    sh.deleting.insert(token, m.regs);
+                }
+                _ => {}
+            }
         }
         self.run(&mut sh, now);
+    }
+
+    /// Keeps `regs` for a later connection, cleared; at most as many as the group may have
+    /// connections (the kernel keeps every buffer until the group goes).
+    fn spare(&self, sh: &mut Shared, regs: Arc<Regs>) {
+        if sh.spare.len() < usize::from(self.max_conns) {
+            regs.clear();
+            sh.spare.push(regs);
+        }
+    }
+
+    /// Spare buffers of `ring` bytes, if the group has some.
+    fn take_spare(&self, ring: usize) -> Option<Arc<Regs>> {
+        let mut sh = lock(&self.sh);
+        let i = sh
+            .spare
+            .iter()
+            .position(|r| r.mrs.first().is_some_and(|(rmb, _)| rmb.len() == ring))?;
+        Some(sh.spare.swap_remove(i))
     }
 
     /// Waits until `result` gives the outcome of what the flow machine was asked (its own

@@ -917,8 +917,9 @@ pub struct SmcrLink<D: Device> {
     token: u32,
     sndbuf: Arc<Memory>,
     rmb: Arc<Memory>,
-    /// The buffers' registrations (on every device of the group).
-    _mrs: Vec<D::Mr>,
+    /// What keeps the buffers registered (on every device of the group) while the
+    /// connection lives: its own registrations, or a share of its owner's.
+    _keep: Vec<Box<dyn std::any::Any + Send + Sync>>,
     peer_len: usize,
     peer_token: u32,
     /// CDCs and small RDMA WRITEs go inline (the kernel's "send and write inline"), or from
@@ -941,25 +942,25 @@ impl<D: Device> std::fmt::Debug for SmcrLink<D> {
 impl<D: Device> SmcrLink<D> {
     /// A connection on `link` receiving into `rmb` under our `token`, sending from `sndbuf`
     /// into the peer's RMB.
-    pub fn new(
-        link: Arc<RoceLink<D>>,
-        token: u32,
-        sndbuf: D::Mr,
-        rmb: D::Mr,
-        peer: PeerRmb,
-    ) -> Self {
-        Self::with_registrations(link, token, sndbuf, rmb, peer, Vec::new())
+    pub fn new(link: Arc<RoceLink<D>>, token: u32, sndbuf: D::Mr, rmb: D::Mr, peer: PeerRmb) -> Self
+    where
+        D::Mr: 'static,
+    {
+        let mut c = Self::sharing(link, token, &sndbuf, &rmb, peer, Box::new(()));
+        c._keep = vec![Box::new(sndbuf), Box::new(rmb)];
+        c
     }
 
-    /// [`SmcrLink::new`], also keeping the buffers' registrations on the group's other
-    /// devices (`more`) for as long as the connection lives.
-    pub fn with_registrations(
+    /// [`SmcrLink::new`] on registrations someone else owns (a link group that pools its
+    /// buffers, as the kernel's do): `keep` holds them registered for as long as the
+    /// connection lives.
+    pub fn sharing(
         link: Arc<RoceLink<D>>,
         token: u32,
-        sndbuf: D::Mr,
-        rmb: D::Mr,
+        sndbuf: &D::Mr,
+        rmb: &D::Mr,
         peer: PeerRmb,
-        more: Vec<D::Mr>,
+        keep: Box<dyn std::any::Any + Send + Sync>,
     ) -> Self {
         let side = link.attach(token);
         let bind = Binding {
@@ -969,8 +970,6 @@ impl<D: Device> SmcrLink<D> {
             link,
         };
         let (snd_mem, rmb_mem) = (Arc::clone(sndbuf.memory()), Arc::clone(rmb.memory()));
-        let mut mrs = vec![sndbuf, rmb];
-        mrs.extend(more);
         Self {
             bind: RwLock::new(Arc::new(bind)),
             next: Mutex::new(None),
@@ -978,7 +977,7 @@ impl<D: Device> SmcrLink<D> {
             token,
             sndbuf: snd_mem,
             rmb: rmb_mem,
-            _mrs: mrs,
+            _keep: vec![keep],
             peer_len: peer.len,
             peer_token: peer.token,
             inline: true,
@@ -988,9 +987,10 @@ impl<D: Device> SmcrLink<D> {
     }
 
     /// Sends CDCs and small writes from registered memory instead of inline: `cdc` holds the
-    /// CDC slots (registered on the current link's device; its registrations on the group's
-    /// other devices are in `more`, and [`Binding::cdc`] names the one of each link).
-    pub fn without_inline(mut self, cdc: D::Mr, more: Vec<D::Mr>) -> Self {
+    /// CDC slots (registered on the current link's device, and kept registered, on the
+    /// group's other devices too, by what the connection keeps; [`Binding::cdc`] names the
+    /// one of each link).
+    pub fn without_inline(mut self, cdc: &D::Mr) -> Self {
         let slots = cdc.len() / CDC_SLOT;
         {
             let mut b = write(&self.bind);
@@ -1004,8 +1004,6 @@ impl<D: Device> SmcrLink<D> {
         self.inline = slots == 0;
         self.cdc_mem = Some(Arc::clone(cdc.memory()));
         self.cdc_slots = slots;
-        self._mrs.push(cdc);
-        self._mrs.extend(more);
         self
     }
 
