@@ -1812,7 +1812,8 @@ fn smcctl_shows_smcr_link_groups_links_and_devices() {
 /// smcd makes next: `smcr_max_links_per_lgr` 1 keeps two-port endpoints to one link,
 /// `smcr_max_conns_per_lgr` 16 puts the 17th connection into a second group,
 /// `smcr_max_send_wr` 8 and `smcr_max_recv_wr` 20 size the QPs (24 send work requests: three
-/// a slot), `smcr_buf_type` 1 is what the groups report.
+/// a slot), `smcr_buf_type` 1 is what the groups report, and `rmem` 128 KiB and `wmem`
+/// 32 KiB size every connection's RMB and send buffer (the statistics' buffer sizes).
 #[test]
 fn smcr_sysctls_take_effect() {
     let test = "smcr_sysctls_take_effect";
@@ -1827,6 +1828,8 @@ fn smcr_sysctls_take_effect() {
         "smcr_max_send_wr=8",
         "smcr_max_recv_wr=20",
         "smcr_buf_type=1",
+        "rmem=131072",
+        "wmem=32768",
     ] {
         smcd.ctl(&format!("sysctl set {set}")).ok();
     }
@@ -1848,7 +1851,8 @@ fn smcr_sysctls_take_effect() {
                 .map(|k| {
                     let mut s = c.connect(at).expect("connect");
                     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-                    round_trip(&mut s, k, 2_000);
+                    // The first through both buffers several times over.
+                    round_trip(&mut s, k, if k == 0 { 100_000 } else { 2_000 });
                     smcr_lgr(&s.mode());
                     s
                 })
@@ -1870,8 +1874,15 @@ fn smcr_sysctls_take_effect() {
             assert_eq!(g.links[0].queue_sizes, (24, 20), "{g:#?}");
         }
     }
+    // Both sides' connections, filed under this process's namespace: RMBs of rmem, send
+    // buffers of wmem.
+    let st = smcd.ctl("--json stats --smcr").json();
+    assert_eq!(st["rx"]["buffer_sizes"]["128K"], 2 * CONNS, "{st}");
+    assert_eq!(st["tx"]["buffer_sizes"]["32K"], 2 * CONNS, "{st}");
     close_all(conns);
-    assert_eq!(server.join().unwrap(), vec![2_000; CONNS as usize]);
+    let mut want = vec![2_000; CONNS as usize];
+    want[0] = 100_000;
+    assert_eq!(server.join().unwrap(), want);
 }
 
 /// With inline sends off (`SmcrConfig::inline`, the inline ablation's baseline) CDCs go

@@ -493,8 +493,15 @@ struct Regs {
 }
 
 impl Regs {
+    /// The RMB's and the send buffer's size (the same memory is registered on every port).
+    fn sizes(&self) -> (usize, usize) {
+        self.mrs
+            .first()
+            .map_or((0, 0), |(rmb, snd)| (rmb.len(), snd.len()))
+    }
+
     /// Clears the RMB and the send buffer for their next connection (`smcr_buf_unuse` and
-    /// `smc_buf_unuse` zero them). The same memory is registered on every port.
+    /// `smc_buf_unuse` zero them).
     fn clear(&self) {
         if let Some((rmb, snd)) = self.mrs.first() {
             rmb.memory().zero();
@@ -935,22 +942,45 @@ impl Ep {
         }
     }
 
-    /// A new connection's buffers: the spares of `group` if it has some (as the kernel
-    /// reuses a group's free buffers of the size it needs), else new ones; under a new token
-    /// either way.
+    /// The RMB and send-buffer sizes of a new connection: the namespace's `net.smc.rmem` and
+    /// `net.smc.wmem` when the endpoint publishes to smcd (read for each connection, as the
+    /// kernel's `__smc_buf_create` reads them), else [`SmcrConfig::ring`] for both. A size
+    /// the CLC's size code names (a power of two, 16 KiB to 512 KiB for SMC-R).
+    fn buf_sizes(&self) -> (usize, usize) {
+        let sysctl = self
+            ._session
+            .as_ref()
+            .and_then(|s| s.sysctl.as_ref())
+            .and_then(|p| p.load());
+        match sysctl {
+            Some((v, _)) => {
+                let s = Settings::from_values(&v);
+                let len = |n: u32| {
+                    uncompress_bufsize(compress_bufsize(n as usize, SMCR_MAX_BUFSIZE_CODE))
+                };
+                (len(s.rmem), len(s.wmem))
+            }
+            None => (self.ring, self.ring),
+        }
+    }
+
+    /// A new connection's buffers: the spares of `group` if it has some of the sizes it
+    /// needs (as the kernel reuses a group's free buffers of a size class), else new ones;
+    /// under a new token either way.
     fn bufs(&self, group: Option<&Group>) -> io::Result<Bufs> {
         let mut token = 0;
         while token == 0 {
             token = self.next_token.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(regs) = group.and_then(|g| g.take_spare(self.ring)) {
+        let (rmb_len, snd_len) = self.buf_sizes();
+        if let Some(regs) = group.and_then(|g| g.take_spare((rmb_len, snd_len))) {
             return Ok(Bufs {
                 token,
                 regs,
                 reused: true,
             });
         }
-        let (rmb, snd) = (Memory::new(self.ring)?, Memory::new(self.ring)?);
+        let (rmb, snd) = (Memory::new(rmb_len)?, Memory::new(snd_len)?);
         // One CDC slot per send-queue entry a link of this endpoint may have.
         let cdc_mem = if self.inline {
             None
@@ -1088,14 +1118,16 @@ impl Ep {
 
     /// The core's configuration: our RMB receives, the peer's (`peer_rmb` bytes) is where
     /// our bytes go, the send buffer is as large as our RMB.
-    fn conn_config(&self, peer_rmb: usize) -> Config {
+    /// The connection's settings, receiving into an RMB of `rmb` bytes, writing into the
+    /// peer's of `peer_rmb`, from a send buffer of `sndbuf`.
+    fn conn_config(&self, rmb: usize, peer_rmb: usize, sndbuf: usize) -> Config {
         let s = &self.settings();
         Config {
             autocorking_size: s.autocorking_size as usize,
             autosplit_size: s.autosplit_size as usize,
             tx_chunk: self.tx_chunk,
             wnd_rule: s.wnd_update_rule,
-            ..Config::smcr(self.ring, peer_rmb, self.ring)
+            ..Config::smcr(rmb, peer_rmb, sndbuf)
         }
     }
 
@@ -1130,6 +1162,7 @@ impl Ep {
         let _ = sock.set_read_timeout(None);
         resv.keep = true;
         let sndbufs = bufs.sndbufs();
+        let (rmb_len, snd_len) = bufs.regs.sizes();
         let (rmb, snd) = &bufs.regs.mrs[slot.port];
         // The connection keeps its buffers registered (on every port) while it lives; the
         // group has them back for its next connection when this one has ended.
@@ -1165,8 +1198,8 @@ impl Ep {
                 }),
                 1,
             );
-            st.add(t(st::T_RX_RMB_SIZE + st::bucket(self.ring as u64)), 1);
-            st.add(t(st::T_TX_RMB_SIZE + st::bucket(self.ring as u64)), 1);
+            st.add(t(st::T_RX_RMB_SIZE + st::bucket(rmb_len as u64)), 1);
+            st.add(t(st::T_TX_RMB_SIZE + st::bucket(snd_len as u64)), 1);
             if bufs.reused {
                 self.stats.bufs_reused.fetch_add(1, Ordering::Relaxed);
             }
@@ -1193,16 +1226,16 @@ impl Ep {
             peer_token: u64::from(peer.rmb.token),
             gid: gid_u128(&self.smcr.gid),
             peer_gid: gid_u128(&peer.gid),
-            rmbe: self.ring as u64,
+            rmbe: rmb_len as u64,
             peer_rmbe: peer.rmb.len as u64,
-            sndbuf: self.ring as u64,
+            sndbuf: snd_len as u64,
         });
         // Marks the slot SMC-R (its counters are SMC-R's) and names its link.
         slot.set_link(sh.llc.link(via).map_or(0, |l| l.link_id));
         let conn = SmcConn::new(
             sock,
             link,
-            self.conn_config(peer.rmb.len),
+            self.conn_config(rmb_len, peer.rmb.len, snd_len),
             ConnParams {
                 spin: self.settings().spin,
             },
@@ -1212,7 +1245,7 @@ impl Ep {
                 peer_gid: gid_u128(&peer.gid),
                 local_token: u64::from(bufs.token),
                 peer_token: u64::from(peer.rmb.token),
-                rmbe_size: self.ring,
+                rmbe_size: rmb_len,
                 peer_rmbe_size: peer.rmb.len,
                 version: self.version,
                 client: group.client,
@@ -2127,7 +2160,18 @@ impl Group {
             .collect();
         let cfg = sh.llc.config();
         let (release, os, host, eid) = self.peer_v2.clone();
-        let bytes = u64::from(sh.conns) * ep.ring as u64;
+        // What the group has allocated (`alloc_rmbs`, `alloc_sndbufs`): its connections'
+        // buffers and those it keeps for later ones.
+        let (rmbs, sndbufs) = sh
+            .members
+            .values()
+            .map(|m| &m.regs)
+            .chain(&sh.spare)
+            .chain(sh.deleting.values())
+            .fold((0u64, 0u64), |(r, t), regs| {
+                let (a, b) = regs.sizes();
+                (r + a as u64, t + b as u64)
+            });
         self.record.publish(&LgrRecord {
             id: self.lgr_id,
             role: u8::from(!self.client),
@@ -2137,8 +2181,8 @@ impl Group {
             conns: sh.conns,
             peer_gid: gid_u128(&self.peer_gid),
             gid: gid_u128(&ep.smcr.gid),
-            sndbuf: bytes,
-            dmb: bytes,
+            sndbuf: sndbufs,
+            dmb: rmbs,
             peer_host: host,
             eid,
             smcr: Some(SmcrLgr {
@@ -2347,13 +2391,10 @@ impl Group {
         }
     }
 
-    /// Spare buffers of `ring` bytes, if the group has some.
-    fn take_spare(&self, ring: usize) -> Option<Arc<Regs>> {
+    /// Spare buffers of these (RMB, send buffer) sizes, if the group has some.
+    fn take_spare(&self, sizes: (usize, usize)) -> Option<Arc<Regs>> {
         let mut sh = lock(&self.sh);
-        let i = sh
-            .spare
-            .iter()
-            .position(|r| r.mrs.first().is_some_and(|(rmb, _)| rmb.len() == ring))?;
+        let i = sh.spare.iter().position(|r| r.sizes() == sizes)?;
         Some(sh.spare.swap_remove(i))
     }
 
