@@ -18,6 +18,7 @@
 //! failure under `CI=true`.
 
 use smc_core::llc::LgrType;
+use smc_proto::clc::ReasonCode;
 use smc_tests::{Netns, Rng, skip_unless, skip_unless_root};
 use smcd_engine::bpf::{Maps, loader};
 use smcd_engine::smcr::{Capability, SmcrConfig, SmcrEndpoint, SmcrListener, SmcrMode, SmcrStream};
@@ -1883,6 +1884,105 @@ fn smcr_sysctls_take_effect() {
     let mut want = vec![2_000; CONNS as usize];
     want[0] = 100_000;
     assert_eq!(server.join().unwrap(), want);
+}
+
+/// SMC-R handshakes that end in TCP are counted where smc-tools reads fallbacks (the kernel's
+/// table is not per technology): a client whose user EID the server does not share gets a
+/// Decline (server NOUEID, client PEERDECL), and a peer that sends no Proposal at all is
+/// declined as what it sent; `smcctl stats` lists both sides' reasons.
+#[test]
+fn smcr_fallbacks_are_counted_in_the_statistics() {
+    let test = "smcr_fallbacks_are_counted_in_the_statistics";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let smcd = smc_tests::Smcd::start(smc_tests::bins!());
+    let cfg = |host: u8, ueid: &str| SmcrConfig {
+        smcd: Some(smcd.socket.clone()),
+        ..SmcrConfig::new(hosts.addr(host), ueid, Capability::Assume)
+    };
+    let srv = endpoint_with(&hosts, 1, cfg(1, UEID));
+    let cli = endpoint_with(&hosts, 2, cfg(2, "SMCR-NETNS-OTHER"));
+    let at = SocketAddr::from((hosts.addr(1), 7012));
+    let l = hosts.listen(&srv, at);
+    let server = hosts.on(1, move || {
+        (0..2)
+            .map(|_| {
+                let (mut s, _) = l.accept().expect("accept");
+                let mode = s.mode();
+                // Over TCP all the same: what comes goes back.
+                let mut b = [0u8; 5];
+                s.read_exact(&mut b).expect("read");
+                s.write_all(&b).expect("write");
+                mode
+            })
+            .collect::<Vec<_>>()
+    });
+    let c = cli.clone();
+    let client = hosts
+        .on(2, move || {
+            let mut s = c.connect(at).expect("connect");
+            s.write_all(b"hello").unwrap();
+            let mut b = [0u8; 5];
+            s.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"hello");
+            s.mode()
+        })
+        .join()
+        .unwrap();
+    assert!(
+        matches!(&client, SmcrMode::Tcp(f) if f.local == ReasonCode::PEERDECL && f.peer == ReasonCode::NOUEID),
+        "{client:?}"
+    );
+    // No Proposal: a plain client's first bytes are no CLC message.
+    let plain = hosts
+        .on(2, move || {
+            let mut t = TcpStream::connect(at).expect("connect");
+            t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            t.write_all(b"hello, not a proposal of any kind").unwrap();
+            let mut decline = [0u8; 5];
+            t.read_exact(&mut decline).unwrap();
+            decline
+        })
+        .join()
+        .unwrap();
+    assert_eq!(&plain[..4], &[0xe2, 0xd4, 0xc3, 0xd9], "not a CLC message");
+    assert_eq!(plain[4], 0x04, "not a Decline");
+    let modes = server.join().unwrap();
+    assert!(
+        matches!(&modes[0], SmcrMode::Tcp(f) if f.local == ReasonCode::NOUEID),
+        "{modes:?}"
+    );
+    let SmcrMode::Tcp(second) = &modes[1] else {
+        panic!("{modes:?}");
+    };
+    let st = smcd.ctl("--json stats --smcr").json();
+    let fb = &st["fallback"];
+    assert_eq!(
+        (&fb["client"], &fb["server"]),
+        (&1.into(), &2.into()),
+        "{st}"
+    );
+    let codes = |side: &str| -> Vec<u64> {
+        fb[side]
+            .as_array()
+            .map(|a| a.iter().filter_map(|r| r["code"].as_u64()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        codes("client_reasons"),
+        vec![u64::from(ReasonCode::PEERDECL.0)],
+        "{st}"
+    );
+    let mut srv_codes = codes("server_reasons");
+    srv_codes.sort_unstable();
+    let mut want = vec![u64::from(ReasonCode::NOUEID.0), u64::from(second.local.0)];
+    want.sort_unstable();
+    assert_eq!(srv_codes, want, "{st}");
+    assert_eq!(st["connections"]["smc"]["total"], 0, "{st}");
+    for ep in [&srv, &cli] {
+        assert!(ep.link_groups().is_empty());
+    }
 }
 
 /// With inline sends off (`SmcrConfig::inline`, the inline ablation's baseline) CDCs go

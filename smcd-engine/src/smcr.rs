@@ -781,10 +781,11 @@ impl SmcrEndpoint {
         let ep = &self.0;
         let SocketAddr::V4(_) = addr else {
             // The device has an IPv4 GID only.
-            return Ok(ep.plain(
-                TcpStream::connect(addr)?,
-                Fallback::local(ReasonCode::NOSMCRDEV),
-            ));
+            let sock = TcpStream::connect(addr)?;
+            return ep.counted(
+                Ok(ep.plain(sock, Fallback::local(ReasonCode::NOSMCRDEV))),
+                true,
+            );
         };
         let fd = rustix::net::socket_with(
             AddressFamily::INET,
@@ -820,16 +821,7 @@ impl SmcrEndpoint {
         }
         rustix::net::connect(&fd, &addr)?;
         let sock = TcpStream::from(fd);
-        if let Some(maps) = &ep.option
-            && maps.sock_option(&sock).ok().and_then(|o| o.clc_runs()) != Some(true)
-        {
-            return Ok(ep.plain(sock, Fallback::local(ReasonCode::PEERNOSMC)));
-        }
-        if sock.local_addr()?.ip() != IpAddr::V4(ep.ports[0].addr) {
-            // The peer expects CLC now: a Decline tells it (smc_connect_decline_fallback).
-            return ep.decline(sock, ReasonCode::NOSMCRDEV);
-        }
-        Ep::client(ep, sock)
+        ep.counted(Ep::connected(ep, sock), true)
     }
 
     /// Listens on `addr`.
@@ -913,6 +905,49 @@ impl Ep {
         } else {
             self.v1.clone()
         }
+    }
+
+    /// The client once its TCP connection is up: SMC-R if the peer takes it, else TCP.
+    fn connected(self: &Arc<Self>, sock: TcpStream) -> io::Result<SmcrStream> {
+        if let Some(maps) = &self.option
+            && maps.sock_option(&sock).ok().and_then(|o| o.clc_runs()) != Some(true)
+        {
+            return Ok(self.plain(sock, Fallback::local(ReasonCode::PEERNOSMC)));
+        }
+        if sock.local_addr()?.ip() != IpAddr::V4(self.ports[0].addr) {
+            // The peer expects CLC now: a Decline tells it (smc_connect_decline_fallback).
+            return self.decline(sock, ReasonCode::NOSMCRDEV);
+        }
+        Ep::client(self, sock)
+    }
+
+    /// Counts how a handshake on a TCP connection ended, as the kernel's statistics do: a
+    /// fallback by its reason (`smc_stat_fallback`; not per technology, so SMC-D's and
+    /// SMC-R's share the table), an error as a handshake error (`hshake_err_cnt`).
+    fn counted(&self, r: io::Result<SmcrStream>, client: bool) -> io::Result<SmcrStream> {
+        use crate::layout::status as st;
+        match &r {
+            Ok(SmcrStream {
+                kind: Kind::Tcp { fallback, .. },
+            }) => {
+                let base = if client {
+                    st::T_CLNT_FBACK
+                } else {
+                    st::T_SRV_FBACK
+                };
+                self.status.add(base + st::fback_index(fallback.local), 1);
+            }
+            Ok(_) => {}
+            Err(_) => self.status.add(
+                if client {
+                    st::T_CLNT_HS_ERR
+                } else {
+                    st::T_SRV_HS_ERR
+                },
+                1,
+            ),
+        }
+        r
     }
 
     fn plain(&self, sock: TcpStream, fallback: Fallback) -> SmcrStream {
@@ -1711,13 +1746,11 @@ impl SmcrListener {
             // from a connection that will not carry one.
             let runs = maps.sock_option(&sock).ok().and_then(|o| o.clc_runs());
             if runs != Some(true) {
-                return Ok((
-                    self.ep.plain(sock, Fallback::local(ReasonCode::PEERNOSMC)),
-                    from,
-                ));
+                let plain = self.ep.plain(sock, Fallback::local(ReasonCode::PEERNOSMC));
+                return Ok((self.ep.counted(Ok(plain), false)?, from));
             }
         }
-        Ok((Ep::server(&self.ep, sock)?, from))
+        Ok((self.ep.counted(Ep::server(&self.ep, sock), false)?, from))
     }
 }
 
