@@ -356,7 +356,12 @@ fn engine() -> Arc<Engine> {
         } else {
             None
         };
-        smcd_engine::sys::set_fd_band(base.and_then(|b| i32::try_from(b).ok()));
+        let base = base.and_then(|b| i32::try_from(b).ok());
+        smcd_engine::sys::set_fd_band(base);
+        if let Some(b) = base {
+            // The program's numbers end where the band begins (`limits`).
+            crate::limits::band_at(b as u64);
+        }
     });
     // One engine per process: a forked child's copy of its parent's shares the parent's
     // registration with smcd (one control socket for two processes), so the child makes its

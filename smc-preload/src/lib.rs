@@ -35,6 +35,7 @@
 mod ep;
 mod exec;
 mod hooks;
+mod limits;
 mod pending;
 mod real;
 mod table;

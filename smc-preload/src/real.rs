@@ -122,4 +122,9 @@ reals! {
     posix_spawn_file_actions_destroy: fn(fa: *mut libc::posix_spawn_file_actions_t) -> c_int;
     posix_spawn_file_actions_adddup2: fn(fa: *mut libc::posix_spawn_file_actions_t, fd: c_int, new: c_int) -> c_int;
     __recvfrom_chk: fn(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> isize;
+    getrlimit: fn(resource: c_int, rlim: *mut libc::rlimit) -> c_int;
+    setrlimit: fn(resource: c_int, rlim: *const libc::rlimit) -> c_int;
+    prlimit: fn(pid: libc::pid_t, resource: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int;
+    getdtablesize: fn() -> c_int;
+    sysconf: fn(name: c_int) -> libc::c_long;
 }

@@ -1257,7 +1257,9 @@ fn nonblocking_connect_in_flight_across_fork() {
 /// and the second connection ends for us. Once with the new program preloaded as well, once
 /// with `LD_PRELOAD` dropped from its environment (`execve`); then through the C library's
 /// variadic `execl`, `execlp` (preloaded) and `execle` (not), called through ctypes, which the
-/// library defines itself (the C library's call `execve` where no hook sees it).
+/// library defines itself (the C library's call `execve` where no hook sees it); and once after
+/// closing every number up to the descriptor limit one at a time (`closeloop`), which stops
+/// below the engine's band because the program is told the limit below it (`limits`).
 #[test]
 fn exec_hands_an_inherited_connection_to_the_new_program() {
     let test = "exec_hands_an_inherited_connection_to_the_new_program";
@@ -1266,7 +1268,14 @@ fn exec_hands_an_inherited_connection_to_the_new_program() {
     }
     let smcd = Smcd::start(BINS);
     smcd.require_control_plane();
-    for how in ["preloaded", "plain", "execl", "execle", "execlp"] {
+    for how in [
+        "preloaded",
+        "plain",
+        "execl",
+        "execle",
+        "execlp",
+        "closeloop",
+    ] {
         exec_inetd_style(&smcd, how);
     }
 }

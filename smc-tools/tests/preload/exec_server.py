@@ -1,6 +1,6 @@
 """An inetd-like server (used by tests/preload.rs).
 
-Usage: exec_server.py PROGRAM preloaded|plain|execl|execle|execlp
+Usage: exec_server.py PROGRAM preloaded|plain|execl|execle|execlp|closeloop
 Listens on 127.0.0.1 (prints the port) and accepts two connections (printing "ACCEPTED"
 after the first). The first becomes stdin
 and stdout (os.dup2 makes them inheritable); the second, like every socket Python makes, is
@@ -10,7 +10,9 @@ PROGRAM with the numbers of the descriptors that are close-on-exec (both connect
 the listener's): with os.execv (the environment, LD_PRELOAD included, goes on) for "preloaded",
 with os.execve and an environment without LD_PRELOAD for "plain"; with the C library's
 variadic execl, execlp (found through PATH) or execle (an environment without LD_PRELOAD),
-called through ctypes, for those.
+called through ctypes, for those. With "closeloop" it first closes every number from 3 up to
+its descriptor limit one os.close at a time, as a daemon or an inetd child does (the limit as
+resource.getrlimit and os.sysconf("SC_OPEN_MAX") say, which must agree), then os.execv's.
 """
 import os
 import socket
@@ -52,6 +54,17 @@ if how in ("execl", "execle", "execlp"):
         envp = (ctypes.c_char_p * (len(env) + 1))(*env, None)
         libc.execle(sys.executable.encode(), *cargs, envp)
     raise SystemExit(f"{how} failed: {os.strerror(ctypes.get_errno())}")
+if how == "closeloop":
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert soft == os.sysconf("SC_OPEN_MAX"), (soft, os.sysconf("SC_OPEN_MAX"))
+    for fd in range(3, soft):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    os.execv(sys.executable, args)
 if how == "plain":
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     os.execve(sys.executable, args, env)
