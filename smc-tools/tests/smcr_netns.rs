@@ -448,6 +448,114 @@ fn smcr_capability_by_the_syn_option_between_two_namespaces() {
     drop((pa, pb));
 }
 
+/// Two hosts, each with its own smcd: an smcd runs inside each namespace with an SMC option
+/// program of its own (no shared listener table, no shared maps), and each host's endpoint
+/// takes the option's maps from its smcd (`Capability::Smcd`). The client's SYN carries the
+/// option, the server's program echoes it for the SMC-R listener, and the connection is
+/// SMC-R, byte-exact both ways; a plain TCP client gets plain TCP with no CLC byte (no option
+/// in its SYN); each smcd counts its own side. An endpoint whose smcd has no option program
+/// is refused with `Capability::Smcd`.
+#[test]
+fn smcr_two_hosts_each_with_its_own_smcd() {
+    let test = "smcr_two_hosts_each_with_its_own_smcd";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    let cg = match test_cgroup() {
+        Ok(cg) => cg.clone(),
+        Err(why) => {
+            skip_unless(test, false, why);
+            return;
+        }
+    };
+    let arg = format!("--bpf-cgroup={}", cg.display());
+    let smcd =
+        |host: u8| smc_tests::Smcd::start_in(smc_tests::bins!(), &hosts.ns(host).name, &[&arg]);
+    let (da, db) = (smcd(1), smcd(2));
+    let netns_of = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    let own = netns_of(std::process::id());
+    let (na, nb) = (netns_of(da.pid()), netns_of(db.pid()));
+    assert!(na != nb && na != own && nb != own, "{na:?} {nb:?} {own:?}");
+    let cfg = |host: u8, d: &smc_tests::Smcd| SmcrConfig {
+        smcd: Some(d.socket.clone()),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Smcd)
+    };
+    let srv = endpoint_with(&hosts, 1, cfg(1, &da));
+    let cli = endpoint_with(&hosts, 2, cfg(2, &db));
+    let at = SocketAddr::from((hosts.addr(1), 7013));
+    let l = hosts.listen(&srv, at);
+    let server = hosts.on(1, move || {
+        let (s, _) = l.accept().expect("accept");
+        let smc = (s.mode(), echo(s));
+        let (mut p, _) = l.accept().expect("accept the plain client");
+        let mode = p.mode();
+        let mut b = [0u8; 5];
+        p.read_exact(&mut b).expect("read");
+        p.write_all(&b).expect("write");
+        (smc, mode)
+    });
+    let c = cli.clone();
+    let mode = hosts
+        .on(2, move || {
+            let mut s = c.connect(at).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mode = s.mode();
+            round_trip(&mut s, 7, 100_000);
+            close_all([s]);
+            mode
+        })
+        .join()
+        .unwrap();
+    smcr_lgr(&mode);
+    let plain = hosts
+        .on(2, move || {
+            let mut t = TcpStream::connect(at).expect("connect");
+            t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            t.write_all(b"hello").unwrap();
+            let mut b = [0u8; 5];
+            t.read_exact(&mut b).unwrap();
+            b
+        })
+        .join()
+        .unwrap();
+    assert_eq!(
+        &plain, b"hello",
+        "the plain client got something else first"
+    );
+    let ((smc_mode, echoed), plain_mode) = server.join().unwrap();
+    smcr_lgr(&smc_mode);
+    assert_eq!(echoed, 100_000);
+    assert!(
+        matches!(plain_mode, SmcrMode::Tcp(f) if f.local == ReasonCode::PEERNOSMC),
+        "{plain_mode:?}"
+    );
+    // Each smcd has its own side: the server's a server connection and the plain fallback,
+    // the client's a client connection.
+    let sa = da.ctl("--json stats --smcr").json();
+    let sb = db.ctl("--json stats --smcr").json();
+    assert_eq!(sa["connections"]["smc"]["server"], 1, "{sa}");
+    assert_eq!(sa["connections"]["smc"]["client"], 0, "{sa}");
+    assert_eq!(sa["fallback"]["server"], 1, "{sa}");
+    assert_eq!(sb["connections"]["smc"]["client"], 1, "{sb}");
+    assert_eq!(sb["connections"]["smc"]["server"], 0, "{sb}");
+    // An smcd without the option program cannot serve `Capability::Smcd`.
+    let bare = smc_tests::Smcd::start(smc_tests::bins!());
+    let refused = hosts
+        .on(2, {
+            let c = SmcrConfig {
+                smcd: Some(bare.socket.clone()),
+                ..SmcrConfig::new(Ipv4Addr::LOCALHOST, UEID, Capability::Smcd)
+            };
+            move || SmcrEndpoint::open(c).map(|_| ())
+        })
+        .join()
+        .unwrap();
+    assert_eq!(
+        refused.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::Unsupported)
+    );
+}
+
 /// What tshark prints of each packet (one line, `|` between fields). `data.data` is the
 /// payload of a RoCEv2 SEND no dissector took: an SMC-Rv2 LLC message, whose host-order
 /// (little-endian) length Wireshark's SMC heuristic reads big endian and rejects.

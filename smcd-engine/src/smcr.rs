@@ -24,8 +24,9 @@
 //! - **Capability.** With the SYN option path ([`Capability::Option`], the maps of the BPF
 //!   program smcd attaches), a client proposes only when the SYN-ACK carried the option and a
 //!   server expects a Proposal only on a connection whose SYN had it and that it echoed; any
-//!   other connection is plain TCP and no CLC byte is sent or read. [`Capability::Assume`]
-//!   is for peers configured to be SMC-R endpoints.
+//!   other connection is plain TCP and no CLC byte is sent or read; [`Capability::Smcd`]
+//!   takes those maps from the smcd the endpoint publishes to. [`Capability::Assume`] is for
+//!   peers configured to be SMC-R endpoints.
 //!
 //! - **LLC versions.** A v2 group speaks the SMC-Rv2 LLC as the kernel's does
 //!   (`smc_llc_init_msg_hdr`, `smc_llc_send_add_link`, `smc_wr_init_sge`): types 0x21..0x29
@@ -107,6 +108,11 @@ pub enum Capability {
     /// Every peer is an SMC-R endpoint (configured so): a client always proposes, a server
     /// expects a Proposal on every connection.
     Assume,
+    /// The SMC TCP option through the program of the smcd the endpoint publishes to
+    /// ([`SmcrConfig::smcd`]): its maps come with the endpoint's registration, as an SMC-D
+    /// engine's do, so each host's smcd serves the endpoints of its host. Opening fails when
+    /// there is no such smcd or it has no option program attached.
+    Smcd,
 }
 
 /// What an endpoint is made of.
@@ -647,6 +653,18 @@ impl SmcrEndpoint {
         let option = match cfg.capability {
             Capability::Option(m) => Some(m),
             Capability::Assume => None,
+            Capability::Smcd => Some(
+                session
+                    .as_ref()
+                    .and_then(|s| s.syn_option.as_ref())
+                    .ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::Unsupported,
+                            "Capability::Smcd needs SmcrConfig::smcd naming an smcd with the SMC option program attached",
+                        )
+                    })?
+                    .try_clone()?,
+            ),
         };
         let side = |version: u8, ports: Vec<Port>, v1: Option<Arc<Ep>>, option: Option<Maps>| {
             let gid = ports[0].local.gid;

@@ -221,6 +221,8 @@ pub struct Smcd {
     dir: PathBuf,
     bins: Bins,
     args: Vec<String>,
+    /// The network namespace it runs in (`ip netns exec`), or the test's.
+    netns: Option<String>,
 }
 
 impl Smcd {
@@ -243,6 +245,23 @@ impl Smcd {
         Self::spawn(bins, dir, socket.to_path_buf(), &[])
     }
 
+    /// Starts `smcd` with extra arguments inside the named network namespace (of
+    /// `/run/netns`), as a host of its own would run it; its socket is a file all can reach.
+    pub fn start_in(bins: Bins, netns: &str, args: &[&str]) -> Smcd {
+        let dir = std::env::temp_dir().join(unique("smcd"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("smcd.sock");
+        let child = Self::launch_in(bins, Some(netns), &socket, args);
+        Smcd {
+            child: Some(child),
+            socket,
+            dir,
+            bins,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            netns: Some(netns.to_string()),
+        }
+    }
+
     /// Stops this smcd (SIGTERM) and starts it again on the same socket with the same
     /// arguments; returns whether it had exited cleanly.
     pub fn restart(&mut self) -> bool {
@@ -250,24 +269,46 @@ impl Smcd {
         // A killed smcd leaves its socket behind; the new one must not be taken for ready.
         let _ = std::fs::remove_file(&self.socket);
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        self.child = Some(Self::launch(self.bins, &self.socket, &args));
+        self.child = Some(Self::launch_in(
+            self.bins,
+            self.netns.as_deref(),
+            &self.socket,
+            &args,
+        ));
         clean
     }
 
     fn spawn(bins: Bins, dir: PathBuf, socket: PathBuf, args: &[&str]) -> Smcd {
-        let child = Self::launch(bins, &socket, args);
+        let child = Self::launch_in(bins, None, &socket, args);
         Smcd {
             child: Some(child),
             socket,
             dir,
             bins,
             args: args.iter().map(|a| a.to_string()).collect(),
+            netns: None,
         }
     }
 
-    /// Starts the process and waits for its socket.
-    fn launch(bins: Bins, socket: &Path, args: &[&str]) -> Child {
+    /// Starts the process (in `netns`, when named) and waits for its socket.
+    fn launch_in(bins: Bins, netns: Option<&str>, socket: &Path, args: &[&str]) -> Child {
         let mut cmd = Command::new(bins.smcd);
+        if let Some(ns) = netns {
+            // Only the network namespace (`ip netns exec` would also give it a mount
+            // namespace with /sys remounted, without the cgroup2 mount the option program
+            // attaches under).
+            let f = std::fs::File::open(format!("/run/netns/{ns}")).expect("open the netns");
+            // SAFETY: setns in the forked child before exec; `f` lives in the closure.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    rustix::thread::move_into_link_name_space(
+                        std::os::fd::AsFd::as_fd(&f),
+                        Some(rustix::thread::LinkNameSpaceType::Network),
+                    )
+                    .map_err(std::io::Error::from)
+                });
+            }
+        }
         // SAFETY: prctl in the forked child before exec touches no shared state.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
