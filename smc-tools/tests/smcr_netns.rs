@@ -556,6 +556,99 @@ fn smcr_two_hosts_each_with_its_own_smcd() {
     );
 }
 
+/// Non-blocking SMC-R as an event loop uses it: a non-blocking listener says `WouldBlock` with
+/// nothing there, and its readiness descriptor turns readable once a handshake has ended; four
+/// connects started at once return at once and are finished by polling their descriptors;
+/// each is SMC-R and echoes byte-exact. A connect to a port nobody listens on ends in
+/// `ConnectionRefused`.
+#[test]
+fn smcr_nonblocking_connect_and_accept_from_event_loops() {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let test = "smcr_nonblocking_connect_and_accept_from_event_loops";
+    let Some(hosts) = Hosts::new(test) else {
+        return;
+    };
+    const N: usize = 4;
+    let srv = endpoint(&hosts, 1, Capability::Assume);
+    let cli = endpoint(&hosts, 2, Capability::Assume);
+    let at = SocketAddr::from((hosts.addr(1), 7014));
+    let nobody = SocketAddr::from((hosts.addr(1), 7015));
+    let l = hosts.listen(&srv, at);
+    l.set_nonblocking(true).unwrap();
+    assert_eq!(
+        l.accept().map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    let ts = rustix::time::Timespec {
+        tv_sec: 20,
+        tv_nsec: 0,
+    };
+    let server = hosts.on(1, move || {
+        let mut echoes = Vec::new();
+        while echoes.len() < N {
+            let fd = l.readiness().expect("a non-blocking listener's readiness");
+            let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+            assert_eq!(poll(&mut fds, Some(&ts)).unwrap(), 1, "no handshake ended");
+            loop {
+                match l.accept() {
+                    Ok((s, _)) => echoes.push(std::thread::spawn(move || echo(s))),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("accept: {e}"),
+                }
+            }
+        }
+        echoes
+            .into_iter()
+            .map(|e| e.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let c = cli.clone();
+    let modes = hosts
+        .on(2, move || {
+            let pending: Vec<_> = (0..N)
+                .map(|_| c.connect_nonblocking(at).expect("connect"))
+                .collect();
+            let mut done: Vec<Option<SmcrStream>> = (0..N).map(|_| None).collect();
+            while done.iter().any(Option::is_none) {
+                let open: Vec<usize> = (0..N).filter(|&i| done[i].is_none()).collect();
+                let mut fds: Vec<_> = open
+                    .iter()
+                    .map(|&i| PollFd::new(&pending[i], PollFlags::IN))
+                    .collect();
+                assert!(poll(&mut fds, Some(&ts)).unwrap() > 0, "no connect ended");
+                let ready: Vec<usize> = open
+                    .iter()
+                    .zip(&fds)
+                    .filter(|(_, f)| f.revents().contains(PollFlags::IN))
+                    .map(|(&i, _)| i)
+                    .collect();
+                for i in ready {
+                    done[i] = pending[i].try_finish().expect("the connect");
+                }
+            }
+            let mut conns: Vec<SmcrStream> = done.into_iter().map(Option::unwrap).collect();
+            let modes: Vec<SmcrMode> = conns.iter().map(SmcrStream::mode).collect();
+            for (i, s) in conns.iter_mut().enumerate() {
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                round_trip(s, 300 + i as u64, 50_000);
+            }
+            close_all(conns);
+            let refused = c
+                .connect_nonblocking(nobody)
+                .expect("start")
+                .wait(Some(Duration::from_secs(20)));
+            (modes, refused.map(|_| ()).map_err(|e| e.kind()))
+        })
+        .join()
+        .unwrap();
+    let (modes, refused) = modes;
+    for m in &modes {
+        smcr_lgr(m);
+    }
+    assert_eq!(refused, Err(std::io::ErrorKind::ConnectionRefused));
+    assert_eq!(server.join().unwrap(), vec![50_000; N]);
+}
+
 /// What tshark prints of each packet (one line, `|` between fields). `data.data` is the
 /// payload of a RoCEv2 SEND no dissector took: an SMC-Rv2 LLC message, whose host-order
 /// (little-endian) length Wireshark's SMC heuristic reads big endian and rejects.

@@ -94,7 +94,7 @@ use smc_rdma::verbs::{
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -842,6 +842,18 @@ impl SmcrEndpoint {
         ep.counted(Ep::connected(ep, sock), true)
     }
 
+    /// [`SmcrEndpoint::connect`] for an event loop: returns at once, the TCP connect and the
+    /// handshake run on a worker (the kernel's `connect_work` for a non-blocking socket), and
+    /// the returned [`SmcrConnecting`] turns readable when they have ended.
+    pub fn connect_nonblocking(&self, addr: SocketAddr) -> io::Result<SmcrConnecting> {
+        let out = Outcomes::new()?;
+        let (me, o) = (self.clone(), Arc::clone(&out));
+        std::thread::Builder::new()
+            .name("smcr-connect".into())
+            .spawn(move || o.push(me.connect(addr).map(|s| (s, addr))))?;
+        Ok(SmcrConnecting { out })
+    }
+
     /// Listens on `addr`.
     pub fn listen(&self, addr: SocketAddr) -> io::Result<SmcrListener> {
         let sock = TcpListener::bind(addr)?;
@@ -853,6 +865,8 @@ impl SmcrEndpoint {
             ep: Arc::clone(&self.0),
             sock,
             keys,
+            acceptor: std::sync::OnceLock::new(),
+            nonblocking: AtomicBool::new(false),
         })
     }
 }
@@ -923,6 +937,25 @@ impl Ep {
         } else {
             self.v1.clone()
         }
+    }
+
+    /// The server's side of a connection its listener took: SMC-R when the client offers
+    /// it, else TCP with the reason.
+    fn accepted(
+        self: &Arc<Self>,
+        sock: TcpStream,
+        from: SocketAddr,
+    ) -> io::Result<(SmcrStream, SocketAddr)> {
+        if let Some(maps) = &self.option {
+            // The SYN's option and our echo say whether a Proposal follows: nothing is read
+            // from a connection that will not carry one.
+            let runs = maps.sock_option(&sock).ok().and_then(|o| o.clc_runs());
+            if runs != Some(true) {
+                let plain = self.plain(sock, Fallback::local(ReasonCode::PEERNOSMC));
+                return Ok((self.counted(Ok(plain), false)?, from));
+            }
+        }
+        Ok((self.counted(Ep::server(self, sock), false)?, from))
     }
 
     /// The client once its TCP connection is up: SMC-R if the peer takes it, else TCP.
@@ -1748,6 +1781,108 @@ pub struct SmcrListener {
     ep: Arc<Ep>,
     sock: TcpListener,
     keys: Vec<crate::bpf::ListenerKey>,
+    /// Once non-blocking: the thread that accepts TCP connections and runs their handshakes
+    /// on workers, and the connections whose handshake ended.
+    acceptor: std::sync::OnceLock<Arc<Acceptor>>,
+    nonblocking: AtomicBool,
+}
+
+/// Handshakes run on workers (the kernel's `smc_hs_wq`: `connect_work` for a non-blocking
+/// connect, `smc_listen_work` for each connection a listener takes), and a descriptor that is
+/// readable while an outcome waits: an eventfd counting them, so `poll`, `select` and
+/// `epoll` wait for a handshake's end, not for the TCP connection under it.
+#[derive(Debug)]
+struct Outcomes {
+    queue: Mutex<std::collections::VecDeque<io::Result<(SmcrStream, SocketAddr)>>>,
+    ready: rustix::fd::OwnedFd,
+}
+
+impl Outcomes {
+    fn new() -> io::Result<Arc<Outcomes>> {
+        use rustix::event::{EventfdFlags, eventfd};
+        let ready = eventfd(
+            0,
+            EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK | EventfdFlags::SEMAPHORE,
+        )?;
+        Ok(Arc::new(Outcomes {
+            queue: Mutex::new(std::collections::VecDeque::new()),
+            ready,
+        }))
+    }
+
+    /// One more outcome; the descriptor counts it (under the queue's lock, so the count and
+    /// the queue agree).
+    fn push(&self, r: io::Result<(SmcrStream, SocketAddr)>) {
+        let mut q = lock(&self.queue);
+        q.push_back(r);
+        let _ = rustix::io::write(&self.ready, &1u64.to_ne_bytes());
+    }
+
+    /// The oldest outcome, if one is there.
+    fn pop(&self) -> Option<io::Result<(SmcrStream, SocketAddr)>> {
+        let mut q = lock(&self.queue);
+        let r = q.pop_front()?;
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&self.ready, &mut b);
+        Some(r)
+    }
+
+    /// Waits until an outcome is there (or `timeout` passed).
+    fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let ts = timeout.map(|t| rustix::time::Timespec {
+            tv_sec: t.as_secs() as i64,
+            tv_nsec: i64::from(t.subsec_nanos()),
+        });
+        let mut fds = [PollFd::new(&self.ready, PollFlags::IN)];
+        loop {
+            match poll(&mut fds, ts.as_ref()) {
+                Ok(n) => return Ok(n > 0),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// The thread of a non-blocking [`SmcrListener`] (the kernel's `smc_tcp_listen_work`).
+#[derive(Debug)]
+struct Acceptor {
+    out: Arc<Outcomes>,
+    stop: AtomicBool,
+}
+
+/// A connect under way ([`SmcrEndpoint::connect_nonblocking`]): the TCP connect and the
+/// handshake run on a worker, as the kernel's `connect_work` runs them for a non-blocking
+/// socket. Its descriptor ([`AsFd`](std::os::fd::AsFd)) turns readable when they have ended.
+#[derive(Debug)]
+pub struct SmcrConnecting {
+    out: Arc<Outcomes>,
+}
+
+impl SmcrConnecting {
+    /// The outcome once it is there: the stream (SMC-R, or TCP with its fallback reasons), or
+    /// the connect's error (what `SO_ERROR` would say: refused, unreachable, timed out);
+    /// `Ok(None)` while it runs. The outcome is given once.
+    pub fn try_finish(&self) -> io::Result<Option<SmcrStream>> {
+        match self.out.pop() {
+            Some(r) => r.map(|(s, _)| Some(s)),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits up to `timeout` (for ever with `None`) for the outcome; `Ok(None)` if it did
+    /// not come in time.
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<Option<SmcrStream>> {
+        self.out.wait(timeout)?;
+        self.try_finish()
+    }
+}
+
+impl std::os::fd::AsFd for SmcrConnecting {
+    fn as_fd(&self) -> rustix::fd::BorrowedFd<'_> {
+        self.out.ready.as_fd()
+    }
 }
 
 impl SmcrListener {
@@ -1757,18 +1892,83 @@ impl SmcrListener {
     }
 
     /// Accepts the next connection and runs its handshake: SMC-R, or TCP with the reason.
+    /// Non-blocking ([`SmcrListener::set_nonblocking`]): the next connection whose handshake
+    /// has ended, or `WouldBlock`.
     pub fn accept(&self) -> io::Result<(SmcrStream, SocketAddr)> {
-        let (sock, from) = self.sock.accept()?;
-        if let Some(maps) = &self.ep.option {
-            // The SYN's option and our echo say whether a Proposal follows: nothing is read
-            // from a connection that will not carry one.
-            let runs = maps.sock_option(&sock).ok().and_then(|o| o.clc_runs());
-            if runs != Some(true) {
-                let plain = self.ep.plain(sock, Fallback::local(ReasonCode::PEERNOSMC));
-                return Ok((self.ep.counted(Ok(plain), false)?, from));
+        let Some(a) = self.acceptor.get() else {
+            let (sock, from) = self.sock.accept()?;
+            return Ep::accepted(&self.ep, sock, from);
+        };
+        loop {
+            match a.out.pop() {
+                Some(Ok(c)) => return Ok(c),
+                // A handshake that failed takes its connection with it (`smc_listen_out_err`):
+                // the program never sees it.
+                Some(Err(_)) => continue,
+                None if self.nonblocking.load(Ordering::Relaxed) => {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                None => {
+                    a.out.wait(None)?;
+                }
             }
         }
-        Ok((self.ep.counted(Ep::server(&self.ep, sock), false)?, from))
+    }
+
+    /// `O_NONBLOCK`: from the first `true` on, a thread accepts the TCP connections and runs
+    /// each handshake on a worker (the kernel's `smc_tcp_listen_work` and `smc_listen_work`),
+    /// so one slow client holds up no other; [`SmcrListener::accept`] takes the connections
+    /// whose handshake ended, and [`SmcrListener::readiness`] is readable while one waits.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        if on && self.acceptor.get().is_none() {
+            let a = Arc::new(Acceptor {
+                out: Outcomes::new()?,
+                stop: AtomicBool::new(false),
+            });
+            let (ep, sock, t) = (Arc::clone(&self.ep), self.sock.try_clone()?, Arc::clone(&a));
+            std::thread::Builder::new()
+                .name("smcr-listen".into())
+                .spawn(move || Acceptor::run(&t, &ep, &sock))?;
+            // Set once; a racing second call's thread ends at its first connection.
+            if let Err(spare) = self.acceptor.set(a) {
+                spare.stop.store(true, Ordering::SeqCst);
+            }
+        }
+        self.nonblocking.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Readable while a connection whose handshake ended waits for [`SmcrListener::accept`];
+    /// there once the listener was made non-blocking.
+    pub fn readiness(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        self.acceptor
+            .get()
+            .map(|a| std::os::fd::AsFd::as_fd(&a.out.ready))
+    }
+}
+
+impl Acceptor {
+    fn run(me: &Acceptor, ep: &Arc<Ep>, sock: &TcpListener) {
+        loop {
+            let r = sock.accept();
+            if me.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            match r {
+                Ok((s, from)) => {
+                    let (ep, out) = (Arc::clone(ep), Arc::clone(&me.out));
+                    let worker = std::thread::Builder::new()
+                        .name("smcr-hs".into())
+                        .spawn(move || out.push(Ep::accepted(&ep, s, from)));
+                    if worker.is_err() {
+                        // No thread for it: the connection goes, as one whose handshake failed.
+                        tracing::debug!("SMC-R: no worker for a handshake");
+                    }
+                }
+                // Out of descriptors or memory for a moment: try again shortly.
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
     }
 }
 
@@ -1776,6 +1976,11 @@ impl Drop for SmcrListener {
     fn drop(&mut self) {
         if let Some(maps) = &self.ep.option {
             let _ = maps.unregister_listener(&self.keys);
+        }
+        if let Some(a) = self.acceptor.get() {
+            a.stop.store(true, Ordering::SeqCst);
+            // Wakes the thread in accept (the listening socket stops listening).
+            let _ = rustix::net::shutdown(&self.sock, rustix::net::Shutdown::Read);
         }
     }
 }
