@@ -328,6 +328,18 @@ fn test_cgroup() -> &'static Result<PathBuf, String> {
     smc_tests::test_cgroup(loader::default_cgroup(), "smcr")
 }
 
+/// The cgroup an option program of `test` attaches to, or `None` after saying why there is
+/// none (SKIPPED, a failure under `CI=true`).
+fn option_cgroup(test: &str) -> Option<PathBuf> {
+    match test_cgroup() {
+        Ok(cg) => Some(cg.clone()),
+        Err(why) => {
+            skip_unless(test, false, why);
+            None
+        }
+    }
+}
+
 /// One round of the capability test: the server endpoint uses `srv_maps`, the client
 /// `cli_maps` (the same maps: one smcd serving both namespaces), on the hosts' addresses plus
 /// `offset`.
@@ -424,12 +436,8 @@ fn smcr_capability_by_the_syn_option_between_two_namespaces() {
     let Some(hosts) = Hosts::new(test) else {
         return;
     };
-    let cg = match test_cgroup() {
-        Ok(cg) => cg.clone(),
-        Err(why) => {
-            skip_unless(test, false, why);
-            return;
-        }
+    let Some(cg) = option_cgroup(test) else {
+        return;
     };
     let attach = || match loader::attach(&cg) {
         Ok(a) => Some(a),
@@ -461,12 +469,8 @@ fn smcr_two_hosts_each_with_its_own_smcd() {
     let Some(hosts) = Hosts::new(test) else {
         return;
     };
-    let cg = match test_cgroup() {
-        Ok(cg) => cg.clone(),
-        Err(why) => {
-            skip_unless(test, false, why);
-            return;
-        }
+    let Some(cg) = option_cgroup(test) else {
+        return;
     };
     let arg = format!("--bpf-cgroup={}", cg.display());
     let smcd =

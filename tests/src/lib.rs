@@ -251,15 +251,7 @@ impl Smcd {
         let dir = std::env::temp_dir().join(unique("smcd"));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("smcd.sock");
-        let child = Self::launch_in(bins, Some(netns), &socket, args);
-        Smcd {
-            child: Some(child),
-            socket,
-            dir,
-            bins,
-            args: args.iter().map(|a| a.to_string()).collect(),
-            netns: Some(netns.to_string()),
-        }
+        Self::spawn_in(bins, Some(netns), dir, socket, args)
     }
 
     /// Stops this smcd (SIGTERM) and starts it again on the same socket with the same
@@ -279,14 +271,24 @@ impl Smcd {
     }
 
     fn spawn(bins: Bins, dir: PathBuf, socket: PathBuf, args: &[&str]) -> Smcd {
-        let child = Self::launch_in(bins, None, &socket, args);
+        Self::spawn_in(bins, None, dir, socket, args)
+    }
+
+    fn spawn_in(
+        bins: Bins,
+        netns: Option<&str>,
+        dir: PathBuf,
+        socket: PathBuf,
+        args: &[&str],
+    ) -> Smcd {
+        let child = Self::launch_in(bins, netns, &socket, args);
         Smcd {
             child: Some(child),
             socket,
             dir,
             bins,
             args: args.iter().map(|a| a.to_string()).collect(),
-            netns: None,
+            netns: netns.map(str::to_string),
         }
     }
 
