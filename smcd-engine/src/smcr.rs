@@ -866,6 +866,7 @@ impl SmcrEndpoint {
             sock,
             keys,
             acceptor: std::sync::OnceLock::new(),
+            starting: Mutex::new(()),
             nonblocking: AtomicBool::new(false),
         })
     }
@@ -1202,9 +1203,7 @@ impl Ep {
         }
     }
 
-    /// The core's configuration: our RMB receives, the peer's (`peer_rmb` bytes) is where
-    /// our bytes go, the send buffer is as large as our RMB.
-    /// The connection's settings, receiving into an RMB of `rmb` bytes, writing into the
+    /// The core's configuration, receiving into an RMB of `rmb` bytes, writing into the
     /// peer's of `peer_rmb`, from a send buffer of `sndbuf`.
     fn conn_config(&self, rmb: usize, peer_rmb: usize, sndbuf: usize) -> Config {
         let s = &self.settings();
@@ -1784,6 +1783,8 @@ pub struct SmcrListener {
     /// Once non-blocking: the thread that accepts TCP connections and runs their handshakes
     /// on workers, and the connections whose handshake ended.
     acceptor: std::sync::OnceLock<Arc<Acceptor>>,
+    /// Held while the acceptor is made (one thread, however many ask at once).
+    starting: Mutex<()>,
     nonblocking: AtomicBool,
 }
 
@@ -1920,6 +1921,7 @@ impl SmcrListener {
     /// so one slow client holds up no other; [`SmcrListener::accept`] takes the connections
     /// whose handshake ended, and [`SmcrListener::readiness`] is readable while one waits.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        let _one = lock(&self.starting);
         if on && self.acceptor.get().is_none() {
             let a = Arc::new(Acceptor {
                 out: Outcomes::new()?,
@@ -1929,10 +1931,7 @@ impl SmcrListener {
             std::thread::Builder::new()
                 .name("smcr-listen".into())
                 .spawn(move || Acceptor::run(&t, &ep, &sock))?;
-            // Set once; a racing second call's thread ends at its first connection.
-            if let Err(spare) = self.acceptor.set(a) {
-                spare.stop.store(true, Ordering::SeqCst);
-            }
+            let _ = self.acceptor.set(a);
         }
         self.nonblocking.store(on, Ordering::Relaxed);
         Ok(())
