@@ -1464,8 +1464,14 @@ fn smcr_buffers_are_reused_within_a_link_group() {
     let Some(hosts) = Hosts::new(test) else {
         return;
     };
-    let srv = endpoint(&hosts, 1, Capability::Assume);
-    let cli = endpoint(&hosts, 2, Capability::Assume);
+    // Both publish to one smcd: its statistics count the reuses as the kernel's do.
+    let smcd = smc_tests::Smcd::start(smc_tests::bins!());
+    let cfg = |host: u8| SmcrConfig {
+        smcd: Some(smcd.socket.clone()),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    let srv = endpoint_with(&hosts, 1, cfg(1));
+    let cli = endpoint_with(&hosts, 2, cfg(2));
     let at = SocketAddr::from((hosts.addr(1), 7011));
     let server = echo_server(&hosts, hosts.listen(&srv, at), 4);
     let reused = |ep: &SmcrEndpoint| ep.stats().bufs_reused.load(Ordering::Relaxed);
@@ -1513,6 +1519,13 @@ fn smcr_buffers_are_reused_within_a_link_group() {
     until_spare(2, "after two at once");
     let echoed = server.join().unwrap();
     assert_eq!(echoed, vec![200 << 10; 4]);
+    // Both sides: the first and the fourth connection's buffers were made, the second's and
+    // the third's reused (`SMC_STAT_RMB_REUSE` / `_ALLOC`, RMB and send buffer alike).
+    let st = smcd.ctl("--json stats --smcr").json();
+    for dir in ["rx", "tx"] {
+        assert_eq!(st[dir]["buffer_allocs"], 4, "{st}");
+        assert_eq!(st[dir]["buffer_reuses"], 4, "{st}");
+    }
     for ep in [&srv, &cli] {
         assert_eq!(ep.stats().first_contacts.load(Ordering::Relaxed), 1);
         assert_eq!(ep.stats().fallbacks.load(Ordering::Relaxed), 0);
