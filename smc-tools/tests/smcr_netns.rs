@@ -1446,11 +1446,22 @@ fn close_all(conns: impl IntoIterator<Item = SmcrStream>) {
 /// `len` pattern bytes of `seed` out and the same back from [`echo`]: at most what the buffers
 /// on the way hold (four of 64 KiB), since the echo writes back before this side reads.
 fn round_trip(s: &mut SmcrStream, seed: u64, len: u64) {
+    if let Err(e) = try_round_trip(s, seed, len) {
+        panic!("{e}");
+    }
+}
+
+/// [`round_trip`], saying what failed instead of panicking.
+fn try_round_trip(s: &mut SmcrStream, seed: u64, len: u64) -> Result<(), String> {
     let out: Vec<u8> = (0..len).map(|i| byte(seed, i)).collect();
-    s.write_all(&out).expect("write");
+    s.write_all(&out).map_err(|e| format!("write: {e:?}"))?;
     let mut back = vec![0u8; len as usize];
-    s.read_exact(&mut back).expect("read the echo");
-    assert!(back == out, "the echo of stream {seed} differs");
+    s.read_exact(&mut back)
+        .map_err(|e| format!("read the echo: {e:?}"))?;
+    if back != out {
+        return Err(format!("the echo of stream {seed} differs"));
+    }
+    Ok(())
 }
 
 /// A link group keeps the buffers of a connection that closed for its next one, as the
@@ -1585,16 +1596,34 @@ fn smcr_v2_add_link_carries_the_rkeys_of_every_connection() {
     );
     // Every connection is on the first link; the first path goes: all move to the new one.
     hosts.set_path(1, false);
-    let conns = hosts
+    let (conns, failed) = hosts
         .on(2, move || {
             let mut conns = conns;
-            for (i, s) in conns.iter_mut().enumerate() {
-                round_trip(s, 200 + i as u64, 20_000);
-            }
-            conns
+            let failed: Vec<(usize, String, SmcrMode)> = conns
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let r = try_round_trip(s, 200 + i as u64, 20_000);
+                    r.err().map(|e| (i, e, s.mode()))
+                })
+                .collect();
+            (conns, failed)
         })
         .join()
         .unwrap();
+    // An intermittent failure here (twice on 2026-12-07: once in the whole suite, once run
+    // alone just after; none in some 20 runs since, alone, beside CPU hogs and in the suite)
+    // is to be diagnosed from this: which connections, how, and what both groups looked like
+    // after.
+    assert!(
+        failed.is_empty(),
+        "{} of {N} connections failed after the failover: {failed:?}\nserver: {:#?}\nclient: {:#?}\nserver device: {:?}\nclient device: {:?}",
+        failed.len(),
+        srv.link_groups(),
+        cli.link_groups(),
+        srv.device().stats(),
+        cli.device().stats(),
+    );
     hosts.set_path(1, true);
     close_all(conns);
     let echoed = server.join().unwrap();
