@@ -12,7 +12,8 @@ with os.execve and an environment without LD_PRELOAD for "plain"; with the C lib
 variadic execl, execlp (found through PATH) or execle (an environment without LD_PRELOAD),
 called through ctypes, for those. With "closeloop" it first closes every number from 3 up to
 its descriptor limit one os.close at a time, as a daemon or an inetd child does (the limit as
-resource.getrlimit and os.sysconf("SC_OPEN_MAX") say, which must agree), then os.execv's.
+resource.getrlimit and os.sysconf("SC_OPEN_MAX") say, which must agree, lowered by 8 with
+resource.setrlimit first), then os.execv's.
 """
 import os
 import socket
@@ -57,8 +58,14 @@ if how in ("execl", "execle", "execlp"):
 if how == "closeloop":
     import resource
 
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert soft == os.sysconf("SC_OPEN_MAX"), (soft, os.sysconf("SC_OPEN_MAX"))
+    # A limit the program sets itself is the one it reads back (the library keeps the real
+    # one where its band still fits).
+    soft -= 8
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft
+    assert os.sysconf("SC_OPEN_MAX") == soft
     for fd in range(3, soft):
         try:
             os.close(fd)
