@@ -2700,6 +2700,67 @@ fn v1_endpoint(hosts: &Hosts, host: u8, addr: Ipv4Addr, v2: bool) -> SmcrEndpoin
     )
 }
 
+/// SMC-R v1 over two RoCE v1 ports on each side (a RoCE v1 device on each veth): the group
+/// gets its second link (ADD_LINK, the rkeys by ADD_LINK_CONT), connections are placed on
+/// both, and when the first path goes every connection moves to the second link and still
+/// echoes byte-exact. Both sides' devices number their QPs alike, so a CLC message names a
+/// link by its QPN and its port's GID (`smcr_lgr_match`); by QPN alone the reuse connections
+/// on the second link were taken for the first's and fell back (`ERR_RTOK`).
+#[test]
+fn smcr_v1_second_port_carries_a_second_link() {
+    let test = "smcr_v1_second_port_carries_a_second_link";
+    let Some(hosts) = Hosts::two_paths(test) else {
+        return;
+    };
+    const N: usize = 4;
+    let cfg = |host: u8| SmcrConfig {
+        roce_v1: true,
+        roce_v2: false,
+        alt: Some((hosts.addr2(host), None)),
+        testlink_time: Duration::from_secs(2),
+        ..SmcrConfig::new(hosts.addr(host), UEID, Capability::Assume)
+    };
+    let srv = endpoint_with(&hosts, 1, cfg(1));
+    let cli = endpoint_with(&hosts, 2, cfg(2));
+    let at = SocketAddr::from((hosts.addr(1), 7102));
+    let server = echo_server(&hosts, hosts.listen(&srv, at), N);
+    let c = cli.clone();
+    let conns = hosts
+        .on(2, move || {
+            (0..N as u64)
+                .map(|i| {
+                    let mut s = c.connect(at).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    smcr_lgr(&s.mode());
+                    round_trip(&mut s, 400 + i, 10_000);
+                    s
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+    wait_groups(
+        [&srv, &cli],
+        Duration::from_secs(40),
+        "the second v1 link",
+        |g| g.version == 1 && active_links(g) == 2,
+    );
+    hosts.set_path(1, false);
+    let conns = hosts
+        .on(2, move || {
+            let mut conns = conns;
+            for (i, s) in conns.iter_mut().enumerate() {
+                round_trip(s, 500 + i as u64, 30_000);
+            }
+            conns
+        })
+        .join()
+        .unwrap();
+    hosts.set_path(1, true);
+    close_all(conns);
+    assert_eq!(server.join().unwrap(), vec![40_000; N]);
+}
+
 /// The link group `m` runs in, as `ep` lists it.
 fn group_of(ep: &SmcrEndpoint, m: &SmcrMode) -> smcd_engine::smcr::LinkGroupInfo {
     let id = smcr_lgr(m);

@@ -55,7 +55,8 @@
 //!   rkeys of a new link). The v1 side of an endpoint is a second `Ep` with its
 //!   own port and groups: a v1 group and a v2 group are never the same (`smcr_lgr_match`
 //!   compares the version), and a v1 group has the kernel's v1 limits (255 connections, 2
-//!   links) and one port (no second v1 port yet).
+//!   links); with [`SmcrConfig::alt`] the v1 side has a second RoCE v1 port on the second
+//!   address's netdev, and its groups a second link there.
 //!
 //! A group's LLC runs on its links' completion threads (received messages) and on a timer
 //! thread of the group (the flow machine's deadlines: CONFIRM_LINK waits, TEST_LINK).
@@ -237,10 +238,10 @@ impl Port {
         Self::with_device(i, addr, dev)
     }
 
-    /// A RoCE v1 port on `netdev` (which holds `addr`, the TCP connections' address).
-    fn open_v1(addr: Ipv4Addr, netdev: &str) -> io::Result<Port> {
+    /// RoCE v1 port `i` on `netdev` (which holds `addr`).
+    fn open_v1(i: usize, addr: Ipv4Addr, netdev: &str) -> io::Result<Port> {
         let dev = SoftDevice::open_roce_v1(format!("sroce1-{netdev}"), netdev)?;
-        Self::with_device(0, addr, dev)
+        Self::with_device(i, addr, dev)
     }
 
     fn with_device(i: usize, addr: Ipv4Addr, dev: SoftDevice) -> io::Result<Port> {
@@ -622,7 +623,17 @@ impl SmcrEndpoint {
         let mut v1_ports = Vec::new();
         if cfg.roce_v1 {
             let netdev = cfg.netdev.clone().unwrap_or(found_netdev);
-            v1_ports.push(Port::open_v1(cfg.addr, &netdev)?);
+            v1_ports.push(Port::open_v1(0, cfg.addr, &netdev)?);
+            // The second port's netdev carries a RoCE v1 device too.
+            if let Some((addr, netdev)) = cfg.alt.clone() {
+                let netdev = match netdev {
+                    Some(n) => n,
+                    None => netdev_of(addr).map(|(n, _)| n).ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::NotFound, format!("no netdev holds {addr}"))
+                    })?,
+                };
+                v1_ports.push(Port::open_v1(1, addr, &netdev)?);
+            }
         }
         let session = match &cfg.smcd {
             Some(path) => Some(Arc::new(crate::ipc::SmcdSession::open(path)?)),
@@ -1203,6 +1214,18 @@ impl Ep {
         }
     }
 
+    /// [`Ep::smcr_caps`] as a CLC Accept or Confirm names the link on `port`: that port's GID
+    /// and MAC beside the link's QPN, as the kernel's `smc_clc_send_confirm_accept` takes them
+    /// from the connection's link.
+    fn caps_on(&self, port: usize) -> SmcrCaps {
+        let p = &self.ports[port].local;
+        SmcrCaps {
+            gid: p.gid,
+            mac: p.mac,
+            ..self.smcr_caps()
+        }
+    }
+
     /// The core's configuration, receiving into an RMB of `rmb` bytes, writing into the
     /// peer's of `peer_rmb`, from a send buffer of `sndbuf`.
     fn conn_config(&self, rmb: usize, peer_rmb: usize, sndbuf: usize) -> Config {
@@ -1421,6 +1444,15 @@ impl Ep {
         peer: &SmcrPeer,
         resv: Reservation,
     ) -> io::Result<SmcrStream> {
+        // The peer's RMB joins the group's rtokens now, on the first link, as
+        // `smc_rmb_rtoken_handling` does before the first link is confirmed: the ADD_LINK
+        // that may follow at once gives it its key on the new link (`rtoken_set` fills only
+        // rows that exist), and the connection may be placed there.
+        let clc_key = RmbKey {
+            rkey: peer.rmb.rkey,
+            vaddr: peer.rmb.addr,
+        };
+        let _ = lock(&group.sh).llc.rtoken_add(LinkIdx::FIRST, clc_key);
         match group.first_contact(Duration::from_secs(10)) {
             Ok(()) => {
                 self.insert(&group);
@@ -1448,7 +1480,7 @@ impl Ep {
         first_contact: bool,
     ) -> io::Result<Result<SmcrPeer, Refusal>> {
         let accept = hs::server_accept_any(
-            &self.smcr_caps(),
+            &self.caps_on(port),
             info,
             offer,
             &bufs.offer(port),
@@ -1591,13 +1623,13 @@ impl Ep {
     ) -> io::Result<SmcrStream> {
         // smcr_lgr_match: the server's system id and GID, and its QPN names one of the
         // group's links.
+        // (The Accept names the link the server placed the connection on: its QPN and the
+        // GID of its port, which QPNs alone do not tell apart when two devices number their
+        // QPs alike.)
         let found = lock(&self.groups).iter().find_map(|g| {
-            let named = g.link_named(peer.qpn)?;
-            (g.client
-                && g.peer_id == peer.peer_id
-                && g.peer_gid == peer.gid
-                && lock(&g.sh).dead.is_none())
-            .then(|| (Arc::clone(g), named))
+            let named = g.link_named(peer.qpn, peer.gid)?;
+            (g.client && g.peer_id == peer.peer_id && lock(&g.sh).dead.is_none())
+                .then(|| (Arc::clone(g), named))
         });
         let Some((group, named)) = found else {
             return self.decline(sock, ReasonCode::SYNCERR);
@@ -1623,7 +1655,7 @@ impl Ep {
         }
         let offer = slot.offer(self.ports[slot.port].local.path_mtu);
         let confirm = hs::client_confirm_any(
-            &self.smcr_caps(),
+            &self.caps_on(slot.port),
             &peer,
             &offer,
             &bufs.offer(slot.port),
@@ -1761,12 +1793,11 @@ impl Ep {
         }
         let offer = slot.offer(self.ports[slot.port].local.path_mtu);
         let peer = match self.accept_confirm(&mut sock, info, &offer, &bufs, slot.port, false)? {
-            Ok(p) if p.gid == group.peer_gid => p,
-            Ok(_) => return self.decline(sock, ReasonCode::SYNCERR),
+            Ok(p) => p,
             Err(r) => return self.refused(sock, r),
         };
-        // The Confirm must name one of the group's links.
-        let Some(named) = group.link_named(peer.qpn) else {
+        // The Confirm must name one of the group's links (its QPN and the GID of its port).
+        let Some(named) = group.link_named(peer.qpn, peer.gid) else {
             return self.decline(sock, ReasonCode::SYNCERR);
         };
         self.stats.reused.fetch_add(1, Ordering::Relaxed);
@@ -2226,12 +2257,20 @@ impl Group {
         read(&self.links).get(idx.index())?.clone()
     }
 
-    /// Our link whose peer end is QP `qpn` (what a CLC message names).
-    fn link_named(&self, qpn: u32) -> Option<LinkIdx> {
+    /// Our link whose peer end is QP `qpn` on the port with `gid` (what a CLC message names:
+    /// `smcr_lgr_match` compares both).
+    fn link_named(&self, qpn: u32, gid: [u8; 16]) -> Option<LinkIdx> {
+        let sh = lock(&self.sh);
         let links = read(&self.links);
-        let i = links.iter().position(|s| {
-            s.as_ref()
-                .is_some_and(|s| s.peer_qpn == qpn && !s.link.failed())
+        let i = links.iter().enumerate().position(|(i, s)| {
+            s.as_ref().is_some_and(|s| {
+                s.peer_qpn == qpn
+                    && !s.link.failed()
+                    && LinkIdx::new(i as u8)
+                        .and_then(|l| sh.llc.link(l))
+                        .and_then(|l| l.peer)
+                        .is_some_and(|p| p.gid == gid)
+            })
         })?;
         LinkIdx::new(i as u8)
     }
