@@ -1621,11 +1621,9 @@ impl Ep {
         mut sock: TcpStream,
         peer: SmcrPeer,
     ) -> io::Result<SmcrStream> {
-        // smcr_lgr_match: the server's system id and GID, and its QPN names one of the
-        // group's links.
-        // (The Accept names the link the server placed the connection on: its QPN and the
-        // GID of its port, which QPNs alone do not tell apart when two devices number their
-        // QPs alike.)
+        // smcr_lgr_match: the server's system id, and one of the group's links is the one
+        // the Accept names (the QPN and the GID of the link's port: QPNs alone do not tell
+        // links apart when two devices number their QPs alike).
         let found = lock(&self.groups).iter().find_map(|g| {
             let named = g.link_named(peer.qpn, peer.gid)?;
             (g.client && g.peer_id == peer.peer_id && lock(&g.sh).dead.is_none())
