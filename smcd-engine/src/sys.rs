@@ -133,6 +133,41 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// Whether process `pid` maps the page at `addr` from the same object as this process
+/// (`/proc/PID/maps`: the range holding `addr`, its device and inode). A process that shared
+/// a mapping with us through `fork` and has called `exec` since maps it no more, though its
+/// pid lives on; nor does another process that got a dead one's pid. `None` when a listing
+/// cannot be read (another user's process) or this process does not map `addr`.
+pub fn maps_same(pid: u32, addr: usize) -> Option<bool> {
+    let mine = mapping_at("self", addr).ok()??;
+    let theirs = mapping_at(&pid.to_string(), addr).ok()?;
+    Some(theirs == Some(mine))
+}
+
+/// The device and inode of the mapping of `/proc/WHO/maps` that holds `addr`, if one does.
+fn mapping_at(who: &str, addr: usize) -> io::Result<Option<(String, u64)>> {
+    let maps = std::fs::read_to_string(format!("/proc/{who}/maps"))?;
+    for line in maps.lines() {
+        let mut f = line.split_ascii_whitespace();
+        let (Some(range), Some(_perms), Some(_off), Some(dev), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        if (lo..hi).contains(&addr) {
+            return Ok(Some((dev.to_string(), inode.parse().unwrap_or(0))));
+        }
+    }
+    Ok(None)
+}
+
 /// The process's clock as the sans-IO core takes it: nanoseconds since the first call.
 pub fn core_now() -> smc_core::Instant {
     smc_core::Instant::from_nanos(Instant::now().duration_since(epoch()).as_nanos() as u64)

@@ -16,7 +16,10 @@
 //! shared between processes; a process that died in its turn is found by a waiter whose wait
 //! timed out (its id no longer names a live process) and its turn is taken over: what it did
 //! in that turn is lost, as the state it had not put back (bytes written into the peer's ring
-//! without the CDC that would have shown them; the next turn writes over them).
+//! without the CDC that would have shown them; the next turn writes over them). So is the
+//! turn of a thread that vanished when another thread of its process called `exec`: the pid
+//! lives on, but the new image no longer maps this area (`sys::maps_same`, looked at every
+//! [`MAPS_LOOK`] of waiting, as is a pid taken over by an unrelated process).
 
 use smc_core::conn::Connection;
 use std::cell::UnsafeCell;
@@ -26,6 +29,10 @@ use std::time::Duration;
 
 /// How long a process waits for another's turn before it looks whether that one still lives.
 const TURN_WAIT: Duration = Duration::from_millis(5);
+
+/// Every this many waits of [`TURN_WAIT`] a waiter also looks whether the holder still maps
+/// the area (a read of its `/proc/PID/maps`).
+const MAPS_LOOK: u32 = 20;
 
 /// Where processes that share a connection keep its state between their turns. All zeroes is
 /// an empty area ([`StateArea::region`] makes them so).
@@ -78,6 +85,7 @@ impl StateArea {
     /// Takes the turn: waits while another process has it.
     pub(super) fn enter(&self) {
         let me = crate::fork::pid();
+        let mut waits = 0u32;
         loop {
             let held =
                 match self
@@ -104,8 +112,15 @@ impl StateArea {
                 Some(&ts),
             );
             self.waiting.fetch_sub(1, Ordering::SeqCst);
-            if r == Err(rustix::io::Errno::TIMEDOUT)
-                && !crate::sys::process_alive(held)
+            if r != Err(rustix::io::Errno::TIMEDOUT) {
+                continue;
+            }
+            waits = waits.wrapping_add(1);
+            let gone = !crate::sys::process_alive(held)
+                || (waits.is_multiple_of(MAPS_LOOK)
+                    && crate::sys::maps_same(held, self as *const StateArea as usize)
+                        == Some(false));
+            if gone
                 && self
                     .owner
                     .compare_exchange(held, me, Ordering::Acquire, Ordering::Relaxed)
@@ -147,5 +162,60 @@ impl StateArea {
         // (not dropped) leaks nothing.
         unsafe { (*self.state.get()).write(core.clone()) };
         Some(self.turns.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process that took the turn and then called `exec` (as when another thread of it
+    /// does, and the holder thread vanishes) holds the turn no more: a waiter takes it over
+    /// while that process still runs (its new image, `sleep`), not only once it has ended.
+    #[test]
+    fn a_turn_held_across_an_exec_is_taken_over() {
+        let area = &StateArea::region(1).expect("a shared mapping")[0];
+        let sleep = c"/bin/sleep";
+        let secs = c"60";
+        let argv = [sleep.as_ptr(), secs.as_ptr(), std::ptr::null()];
+        // SAFETY: the child only stores into the shared area and calls execv and _exit,
+        // which is what a child of a threaded process may do.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above.
+            unsafe {
+                area.owner.store(libc::getpid() as u32, Ordering::SeqCst);
+                libc::execv(sleep.as_ptr(), argv.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        assert!(child > 0, "fork");
+        let comm = format!("/proc/{child}/comm");
+        // The child has the turn and runs its new image.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !(area.owner.load(Ordering::SeqCst) == child as u32
+            && std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep"))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child did not exec"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        area.enter();
+        let mut status = 0;
+        // SAFETY: our child; WNOHANG only looks.
+        let ended = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == child;
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, &mut status, 0);
+        }
+        assert!(
+            !ended,
+            "the turn was taken only once the exec'd process had ended"
+        );
+        assert_eq!(area.owner.load(Ordering::SeqCst), crate::fork::pid());
+        area.leave();
     }
 }
