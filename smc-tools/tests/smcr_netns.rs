@@ -1451,6 +1451,33 @@ fn round_trip(s: &mut SmcrStream, seed: u64, len: u64) {
     }
 }
 
+/// `n` connections from host 2 to `at`, each SMC-R and each through one round trip of `len`
+/// bytes with an [`echo`] (seeds `seed`, `seed + 1`, ...).
+fn connect_echoing(
+    hosts: &Hosts,
+    cli: &SmcrEndpoint,
+    at: SocketAddr,
+    n: usize,
+    seed: u64,
+    len: u64,
+) -> Vec<SmcrStream> {
+    let c = cli.clone();
+    hosts
+        .on(2, move || {
+            (0..n as u64)
+                .map(|i| {
+                    let mut s = c.connect(at).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    smcr_lgr(&s.mode());
+                    round_trip(&mut s, seed + i, len);
+                    s
+                })
+                .collect()
+        })
+        .join()
+        .unwrap()
+}
+
 /// [`round_trip`], saying what failed instead of panicking.
 fn try_round_trip(s: &mut SmcrStream, seed: u64, len: u64) -> Result<(), String> {
     let out: Vec<u8> = (0..len).map(|i| byte(seed, i)).collect();
@@ -1569,21 +1596,7 @@ fn smcr_v2_add_link_carries_the_rkeys_of_every_connection() {
     let at = SocketAddr::from((hosts.addr(1), 7009));
     let l = hosts.listen(&srv, at);
     let server = echo_server(&hosts, l, N);
-    let c = cli.clone();
-    let conns = hosts
-        .on(2, move || {
-            (0..N as u64)
-                .map(|i| {
-                    let mut s = c.connect(at).expect("connect");
-                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-                    smcr_lgr(&s.mode());
-                    round_trip(&mut s, 100 + i, 1000);
-                    s
-                })
-                .collect::<Vec<_>>()
-        })
-        .join()
-        .unwrap();
+    let conns = connect_echoing(&hosts, &cli, at, N, 100, 1000);
     let g = srv.link_groups().remove(0);
     assert_eq!((active_links(&g), g.conns), (1, N as u32), "{g:#?}");
     // The path returns: the server's ADD_LINK retry brings the second link up.
@@ -2724,21 +2737,7 @@ fn smcr_v1_second_port_carries_a_second_link() {
     let cli = endpoint_with(&hosts, 2, cfg(2));
     let at = SocketAddr::from((hosts.addr(1), 7102));
     let server = echo_server(&hosts, hosts.listen(&srv, at), N);
-    let c = cli.clone();
-    let conns = hosts
-        .on(2, move || {
-            (0..N as u64)
-                .map(|i| {
-                    let mut s = c.connect(at).expect("connect");
-                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-                    smcr_lgr(&s.mode());
-                    round_trip(&mut s, 400 + i, 10_000);
-                    s
-                })
-                .collect::<Vec<_>>()
-        })
-        .join()
-        .unwrap();
+    let conns = connect_echoing(&hosts, &cli, at, N, 400, 10_000);
     wait_groups(
         [&srv, &cli],
         Duration::from_secs(40),
