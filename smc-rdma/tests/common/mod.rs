@@ -161,6 +161,31 @@ fn recv_all<D: Device>(e: &End<D>, slots: u64, slot_len: u32) {
     }
 }
 
+/// Posts an inline SEND of `m` on `e`'s QP (unsolicited).
+fn send_inline<D: Device>(e: &End<D>, wr_id: u64, m: &[u8], signaled: bool) {
+    e.qp.post_send(&SendWr {
+        wr_id,
+        op: SendOp::Send,
+        data: Payload::Inline(m),
+        signaled,
+        solicited: false,
+    })
+    .unwrap();
+}
+
+/// Waits until a thread serves `cq` ([`CompletionQueue::serve`]): while one does, a probe
+/// that asks is declined.
+fn until_served<C: CompletionQueue>(cq: &C, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) != Served::Declined {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the thread never served the device"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Whether `cq`'s completion channel becomes readable within `ms` milliseconds.
 fn channel_readable<C: CompletionQueue>(cq: &C, ms: i64) -> bool {
     use rustix::event::{PollFd, PollFlags, poll};
@@ -679,15 +704,7 @@ pub fn an_armed_completion_runs_the_handler_instead_of_the_channel<D: Device>(a:
         return;
     }
     let send = |id: u64| {
-        ea.qp
-            .post_send(&SendWr {
-                wr_id: id,
-                op: SendOp::Send,
-                data: Payload::Inline(b"m"),
-                signaled: true,
-                solicited: false,
-            })
-            .unwrap();
+        send_inline(&ea, id, b"m", true);
         wait_wcs(&*ea.scq, 1, Duration::from_secs(5));
     };
     let silent = |cq: &D::Cq| !channel_readable(cq, 50);
@@ -747,17 +764,7 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
         assert_eq!(r, Served::Declined, "a device without a thread of its own");
         return;
     }
-    let send = |id: u64| {
-        ea.qp
-            .post_send(&SendWr {
-                wr_id: id,
-                op: SendOp::Send,
-                data: Payload::Inline(b"m"),
-                signaled: true,
-                solicited: false,
-            })
-            .unwrap();
-    };
+    let send = |id: u64| send_inline(&ea, id, b"m", true);
     // Serves until the handler has run `n` times; a decline (the probe below holding the
     // device for a moment) is asked again.
     let serve = |n: usize, spin: Duration| {
@@ -772,17 +779,7 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
             }
         })
     };
-    // Until the serving thread holds the device, a probe that asks is not declined.
-    let until_served = || {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) != Served::Declined {
-            assert!(
-                Instant::now() < deadline,
-                "the thread never served the device"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    };
+    let until_served = || until_served(&*eb.rcq, "serve");
     assert!(!eb.rcq.req_notify(false));
     let t = serve(1, Duration::ZERO);
     until_served();
@@ -838,16 +835,6 @@ pub fn served_requests_are_answered<D: Device>(a: &D, b: &D) {
     {
         return;
     }
-    let send = |e: &End<D>, id: u64, m: &'static [u8], signaled: bool| {
-        e.qp.post_send(&SendWr {
-            wr_id: id,
-            op: SendOp::Send,
-            data: Payload::Inline(m),
-            signaled,
-            solicited: false,
-        })
-        .unwrap();
-    };
     std::thread::scope(|s| {
         let server = s.spawn(|| {
             let mut wc = [NO_WC; 4];
@@ -868,7 +855,7 @@ pub fn served_requests_are_answered<D: Device>(a: &D, b: &D) {
                     }
                 }
                 // The answer first, as a program does; then the request's completion.
-                send(&eb, 500 + k as u64, b"answer", false);
+                send_inline(&eb, 500 + k as u64, b"answer", false);
                 let n = eb.rcq.poll(&mut wc);
                 assert_eq!(n, 1, "round {k}: one request");
                 assert_eq!((wc[0].opcode, wc[0].byte_len), (WcOpcode::Recv, 7));
@@ -880,13 +867,8 @@ pub fn served_requests_are_answered<D: Device>(a: &D, b: &D) {
             }
         });
         for k in 1..=rounds {
-            // Asked while the serving thread holds the device: declined.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) != Served::Declined {
-                assert!(Instant::now() < deadline, "round {k}: nobody served");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            send(&ea, k, b"request", true);
+            until_served(&*eb.rcq, &format!("round {k}"));
+            send_inline(&ea, k, b"request", true);
             let got = wait_wcs(&*ea.rcq, 1, Duration::from_secs(10));
             assert_eq!((got[0].opcode, got[0].byte_len), (WcOpcode::Recv, 6));
             let mut answer = [0u8; 6];
