@@ -2199,9 +2199,21 @@ fn smcr_fallbacks_are_counted_in_the_statistics() {
         .on(2, move || {
             let mut t = TcpStream::connect(at).expect("connect");
             t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-            t.write_all(b"hello, not a proposal of any kind").unwrap();
-            let mut decline = [0u8; 5];
+            let sent = b"hello, not a proposal of any kind";
+            t.write_all(sent).unwrap();
+            let mut decline = [0u8; 8];
             t.read_exact(&mut decline).unwrap();
+            // The rest of the Decline, then the server's echo of five bytes it read (those
+            // after the eight it took for a CLC header): a close with them unread would reset
+            // the connection under the server's write.
+            let len = usize::from(u16::from_be_bytes([decline[5], decline[6]]));
+            let mut rest = vec![0u8; len.saturating_sub(8) + 5];
+            t.read_exact(&mut rest).unwrap();
+            let echo = &rest[rest.len() - 5..];
+            assert!(
+                sent.windows(5).any(|w| w == echo),
+                "the echo after the Decline: {echo:?}"
+            );
             decline
         })
         .join()
