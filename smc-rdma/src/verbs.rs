@@ -557,7 +557,10 @@ pub trait CompletionQueue: Send + Sync + std::fmt::Debug {
     /// such a thread waits wakes only that thread: one wake-up per arrival instead of the
     /// device's thread's and then the waiter's (the kernel's softirq, run by the one it wakes).
     /// [`Served::Declined`] at once when another thread serves the device, or the device has
-    /// no thread of its own to relieve (an RNIC): wait the usual way then.
+    /// no thread of its own to relieve (an RNIC): wait the usual way then, and call
+    /// [`CompletionQueue::unserved_wait_over`] when that wait is over (also after a decline
+    /// that stands for no wait). A thread that served may leave the device's input to the
+    /// next serve for a moment after it returns; while threads wait unserved it does not.
     ///
     /// With a `spin` budget the thread first polls the device without sleeping for up to that
     /// long (the kernel's busy polling); [`Served::Spun`] says `done` came true within it.
@@ -573,6 +576,18 @@ pub trait CompletionQueue: Send + Sync + std::fmt::Debug {
     /// Wakes the thread in [`CompletionQueue::serve`] on this queue's device, if any (it asks
     /// `done` again). Cheap when none serves or the caller is that thread.
     fn wake_server(&self) {}
+    /// Ends a wait made after [`CompletionQueue::serve`] said [`Served::Declined`], or begun
+    /// with [`CompletionQueue::unserved_wait_begin`].
+    fn unserved_wait_over(&self) {}
+    /// The calling thread will not serve this queue's device again soon (its connection
+    /// closes, and what finishes the close runs elsewhere): input the device kept for the
+    /// next serve goes to the device's own thread now.
+    fn stop_serving(&self) {}
+    /// A thread begins to wait for something this queue's device will deliver without
+    /// serving it (a condition another thread signals from a completion's handler): the
+    /// device's input is not left waiting for a serve meanwhile. Ended with
+    /// [`CompletionQueue::unserved_wait_over`].
+    fn unserved_wait_begin(&self) {}
 }
 
 /// How [`CompletionQueue::serve`] ended.

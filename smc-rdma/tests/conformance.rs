@@ -97,6 +97,15 @@ fn a_held_ack_leaves_with_the_answer() {
     );
 }
 
+/// On the soft device a thread that served leaves the socket to the next serve for a while
+/// (`SoftDevice::set_serve_lease`), and gives it back at once while another thread waits
+/// unserved.
+#[test]
+fn datagrams_between_two_serves_wait_for_the_next() {
+    let (a, b) = soft_pair();
+    common::datagrams_between_two_serves_wait_for_the_next(&a, &b, &|d| b.set_serve_lease(d));
+}
+
 // ---- the soft device's RoCE v1 mode ----
 
 fn sh(args: &[&str]) -> bool {

@@ -2700,10 +2700,18 @@ impl Group {
         mut result: impl FnMut(&mut Shared) -> Option<Result<(), String>>,
     ) -> Result<(), String> {
         let deadline = Instant::now() + within;
+        // The result comes from a completion's handler: the links' devices must not leave
+        // their input for a serve meanwhile.
+        let mut unserved = None;
         loop {
             if let Some(r) = result(&mut sh) {
                 return r;
             }
+            unserved.get_or_insert_with(|| {
+                crate::transport::smcr::UnservedWait::on(
+                    read(&self.links).iter().flatten().map(|s| s.link.recv_cq()),
+                )
+            });
             if let Some(d) = &sh.dead {
                 return Err(d.clone());
             }
@@ -2794,7 +2802,9 @@ impl Drop for Handle {
     fn drop(&mut self) {
         self.conn.close_now();
         // The close finishes on the link's completion thread; the group keeps the
-        // connection until it has (or LINGER passed).
+        // connection until it has (or LINGER passed). That thread waits for the device's
+        // own: input kept for this thread's next serve goes there now.
+        self.conn.link().stop_serving();
         self.group.closed(Arc::clone(&self.conn));
     }
 }

@@ -128,4 +128,22 @@ impl CompletionQueue for SoftCq {
             dev.wake_server();
         }
     }
+
+    fn unserved_wait_over(&self) {
+        if let Some(dev) = self.dev.upgrade() {
+            dev.unserved_wait_over();
+        }
+    }
+
+    fn stop_serving(&self) {
+        if let Some(dev) = self.dev.upgrade() {
+            dev.end_lease();
+        }
+    }
+
+    fn unserved_wait_begin(&self) {
+        if let Some(dev) = self.dev.upgrade() {
+            dev.unserved_wait_begin();
+        }
+    }
 }

@@ -69,7 +69,7 @@ use rustix::fd::{AsFd, OwnedFd};
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -321,7 +321,7 @@ impl<T> Turn<T> {
 }
 
 /// Who receives: the receive thread, or a thread serving the device ([`Dev::serve`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Receiving {
     /// Receiving and handling datagrams: one thread at a time, so a QP sees its packets in
     /// the order the socket had them.
@@ -330,9 +330,61 @@ struct Receiving {
     server: Mutex<()>,
     /// A thread is in [`Dev::serve`].
     serving: AtomicBool,
+    /// Whether the socket is in the receive thread's instance ([`Waits::watch`]); changed
+    /// under this lock only.
+    watched: Mutex<WatchState>,
+    /// [`SERVE_LEASE`], or what [`SoftDevice::set_serve_lease`] set, in nanoseconds.
+    lease: AtomicU64,
+    /// Threads told [`Served::Declined`](crate::verbs::Served) that wait without serving
+    /// (until [`CompletionQueue::unserved_wait_over`](crate::verbs::CompletionQueue)):
+    /// while there are any, a serving thread gives the socket back when it leaves, for the
+    /// datagrams they wait for.
+    unserved: AtomicUsize,
     /// QPs whose ACK is held back for a send of theirs to take along ([`Dev::hold_acks`]).
     held: Mutex<Held>,
 }
+
+impl Default for Receiving {
+    fn default() -> Self {
+        Self {
+            rx: Turn::default(),
+            server: Mutex::new(()),
+            serving: AtomicBool::new(false),
+            watched: Mutex::default(),
+            lease: AtomicU64::new(SERVE_LEASE.as_nanos() as u64),
+            unserved: AtomicUsize::new(0),
+            held: Mutex::default(),
+        }
+    }
+}
+
+/// Where the socket is between serves ([`Dev::serve`], [`Dev::lease_check`]).
+#[derive(Debug)]
+struct WatchState {
+    /// In the receive thread's instance: datagrams wake that thread.
+    watched: bool,
+    /// Out of it, kept for the thread that served last until then ([`SERVE_LEASE`]).
+    lease_until: Option<Instant>,
+}
+
+impl Default for WatchState {
+    fn default() -> Self {
+        Self {
+            watched: true,
+            lease_until: None,
+        }
+    }
+}
+
+/// How long the socket stays out of the receive thread's instance after a thread that
+/// served the device left [`Dev::serve`] with the socket drained, for that thread (or
+/// another) to serve again. A thread that just served usually comes back within
+/// microseconds (a stream's next window, a ping-pong's next answer); what arrives meanwhile
+/// waits in the socket for it instead of waking the receive thread, and the socket does not
+/// leave and rejoin that thread's set around every wait. As long as [`ACK_HOLD`]: a
+/// datagram waits no longer than a held ACK may, and the receive thread, which ticks at
+/// that pace while ACKs are held, needs no ring to end a lease.
+const SERVE_LEASE: Duration = ACK_HOLD;
 
 /// ACKs held back ([`Dev::hold_acks`]).
 #[derive(Debug, Default)]
@@ -654,6 +706,15 @@ impl SoftDevice {
     /// Its counters.
     pub fn stats(&self) -> &SoftStats {
         &self.dev.stats
+    }
+
+    /// How long the socket waits for the next serve after a thread that served the device
+    /// left ([`CompletionQueue::serve`](crate::verbs::CompletionQueue::serve)) before the
+    /// receive thread takes it back; [`SERVE_LEASE`] (1 ms) unless set. Zero gives it back at
+    /// once. For leases that start after the call.
+    pub fn set_serve_lease(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.dev.recv.lease.store(ns, Ordering::Relaxed);
     }
 }
 
@@ -984,6 +1045,7 @@ impl Dev {
             let now = Instant::now();
             let (mut next, shortest) = self.timers(now);
             let acks = self.release_acks(Some(now));
+            let lease = self.lease_check(now);
             // Handlers the timers scheduled (a retry that failed a QP completes its requests
             // with errors) run before the thread sleeps.
             self.run_tasks();
@@ -999,7 +1061,7 @@ impl Dev {
             if next.is_none() {
                 next = busy_until.filter(|&t| t > now);
             }
-            next = next.into_iter().chain(acks).min();
+            next = next.into_iter().chain(acks).chain(lease).min();
             // Announce the sleep, then make sure no post started a timer since the look above
             // (see `timer_started`).
             let until = next.map_or(RX_NO_TIMER, |t| self.rx_time(t));
@@ -1020,8 +1082,12 @@ impl Dev {
             }
             // A bounded batch, then the timers again; the wait is edge-triggered, so the bell
             // brings the thread back for what is left. While a thread serves the device the
-            // socket is that thread's (it takes all there is before it gives it back).
-            if !self.recv.serving.load(Ordering::SeqCst) && self.receive(1) {
+            // socket is that thread's (it takes all there is before it gives it back), and
+            // on lease it waits for the next serve.
+            if !self.recv.serving.load(Ordering::SeqCst)
+                && lock(&self.recv.watched).watched
+                && self.receive(1)
+            {
                 self.ring();
             }
         }
@@ -1121,19 +1187,33 @@ impl Dev {
         spin: Duration,
     ) -> crate::verbs::Served {
         use crate::verbs::Served;
+        // Counted before the look at the role: a thread that leaves the role after this
+        // finds the count, or this thread finds the role free (see the end).
+        self.recv.unserved.fetch_add(1, Ordering::SeqCst);
         if self.stop.load(Ordering::Acquire) {
             return Served::Declined;
         }
-        let Ok(_role) = self.recv.server.try_lock() else {
+        let Ok(role) = self.recv.server.try_lock() else {
+            // The server may have left with a lease just now.
+            self.end_lease_soon();
             return Served::Declined;
         };
+        self.recv.unserved.fetch_sub(1, Ordering::SeqCst);
         let deadline = timeout.map(|t| Instant::now() + t);
         SERVING.with(|s| s.set(self as *const Dev as usize));
         self.recv.serving.store(true, Ordering::SeqCst);
         // The receive thread stops waiting for the socket meanwhile: a datagram that comes
         // while this thread is not in its wait (it was just woken by the one before, or is
-        // busy with it) waits for this thread instead of waking that one.
-        let _ = self.waits.watch(&self.sock, false);
+        // busy with it) waits for this thread instead of waking that one. After a serve
+        // that left it on lease it is out already.
+        {
+            let mut w = lock(&self.recv.watched);
+            w.lease_until = None;
+            if w.watched {
+                let _ = self.waits.watch(&self.sock, false);
+                w.watched = false;
+            }
+        }
         let spun = (!spin.is_zero())
             .then(|| self.busy_poll(done, spin))
             .flatten();
@@ -1184,16 +1264,104 @@ impl Dev {
                 Err(_) => break Served::Declined,
             }
         };
-        // Take what came since the last look, then give the socket back to the receive
-        // thread: what comes between the two (or is left of a long train) is there when it
-        // is watched again, which wakes that thread at once.
+        // Take what came since the last look. Found empty, the socket stays out of the
+        // receive thread's set for a while ([`SERVE_LEASE`]): the next serve (this thread's
+        // next wait, usually) takes what comes meanwhile. Otherwise, or while other threads
+        // wait unserved, it goes back to the receive thread: what comes between the look and
+        // then (or is left of a long train) is there when it is watched again, which wakes
+        // that thread at once.
         if !drained {
-            let _ = self.receive(4);
+            drained = !self.receive(4);
         }
         self.recv.serving.store(false, Ordering::SeqCst);
         SERVING.with(|s| s.set(0));
-        let _ = self.waits.watch(&self.sock, true);
+        drop(role);
+        if out == Served::Declined {
+            // The caller waits unserved now (and says when it is over).
+            self.recv.unserved.fetch_add(1, Ordering::SeqCst);
+        }
+        let lease = {
+            let mut w = lock(&self.recv.watched);
+            // Another thread took the role meanwhile: the socket is its.
+            if self.recv.serving.load(Ordering::SeqCst) || w.watched {
+                None
+            } else if let Some(lease) = (drained
+                && self.recv.unserved.load(Ordering::SeqCst) == 0
+                && !self.stop.load(Ordering::Acquire))
+            .then(|| Duration::from_nanos(self.recv.lease.load(Ordering::Relaxed)))
+            .filter(|l| !l.is_zero())
+            {
+                let until = Instant::now() + lease;
+                w.lease_until = Some(until);
+                Some(until)
+            } else {
+                let _ = self.waits.watch(&self.sock, true);
+                w.watched = true;
+                None
+            }
+        };
+        // The receive thread ends the lease ([`Dev::lease_check`]); rung only if it would
+        // sleep past it.
+        if let Some(until) = lease {
+            self.timer_started(until);
+        }
         out
+    }
+
+    /// [`CompletionQueue::unserved_wait_begin`] for this device's queues.
+    fn unserved_wait_begin(&self) {
+        self.recv.unserved.fetch_add(1, Ordering::SeqCst);
+        self.end_lease_soon();
+    }
+
+    /// A thread waits unserved: a lease running now ends at the receive thread's next look,
+    /// which it is rung for ([`Dev::lease_check`]), so that thread takes the socket back for
+    /// the waiter's datagrams.
+    fn end_lease_soon(&self) {
+        if lock(&self.recv.watched).lease_until.is_some() {
+            self.ring();
+        }
+    }
+
+    /// Ends a lease now, if one runs ([`CompletionQueue::stop_serving`]): the socket goes back
+    /// to the receive thread, which is woken at once if datagrams wait.
+    fn end_lease(&self) {
+        let mut w = lock(&self.recv.watched);
+        if w.lease_until.take().is_some() && !w.watched && !self.recv.serving.load(Ordering::SeqCst)
+        {
+            let _ = self.waits.watch(&self.sock, true);
+            w.watched = true;
+        }
+    }
+
+    /// [`CompletionQueue::unserved_wait_over`] for this device's queues.
+    fn unserved_wait_over(&self) {
+        let _ = self
+            .recv
+            .unserved
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// The receive thread's look at a lease ([`SERVE_LEASE`]): ended (the socket back in
+    /// its set, which reports datagrams waiting at once) when it ran out, when threads wait
+    /// unserved, or when the device stops; otherwise when it runs out. `None` while a thread
+    /// serves: that one leases or gives back when it leaves.
+    fn lease_check(&self, now: Instant) -> Option<Instant> {
+        let mut w = lock(&self.recv.watched);
+        let until = w.lease_until?;
+        if self.recv.serving.load(Ordering::SeqCst) || w.watched {
+            return None;
+        }
+        if now < until
+            && self.recv.unserved.load(Ordering::SeqCst) == 0
+            && !self.stop.load(Ordering::Acquire)
+        {
+            return Some(until);
+        }
+        w.lease_until = None;
+        let _ = self.waits.watch(&self.sock, true);
+        w.watched = true;
+        None
     }
 
     /// Holds the due ACKs of `acks` back (taking them out of it): the thread serving the

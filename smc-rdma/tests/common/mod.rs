@@ -184,6 +184,7 @@ fn until_served<C: CompletionQueue>(cq: &C, what: &str) {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+    cq.unserved_wait_over();
 }
 
 /// Whether `cq`'s completion channel becomes readable within `ms` milliseconds.
@@ -773,7 +774,10 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
             let done = || ran.lock().unwrap().len() >= n;
             loop {
                 match cq.serve(&done, Some(Duration::from_secs(20)), spin) {
-                    Served::Declined => std::thread::sleep(Duration::from_millis(1)),
+                    Served::Declined => {
+                        cq.unserved_wait_over();
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                     r => return (r, std::thread::current().id()),
                 }
             }
@@ -847,7 +851,10 @@ pub fn served_requests_are_answered<D: Device>(a: &D, b: &D) {
                         .serve(&done, Some(Duration::from_secs(20)), Duration::ZERO)
                     {
                         // The main thread's probe held the device for a moment.
-                        Served::Declined => std::thread::sleep(Duration::from_millis(1)),
+                        Served::Declined => {
+                            eb.rcq.unserved_wait_over();
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
                         r => {
                             assert_eq!(r, Served::Woken, "round {k}");
                             break;
@@ -880,4 +887,128 @@ pub fn served_requests_are_answered<D: Device>(a: &D, b: &D) {
         }
         server.join().unwrap();
     });
+}
+
+/// After a thread served the device and left with its socket empty, what arrives waits for
+/// the next serve instead of waking the device's own thread, for as long as the lease
+/// (`set_lease`) lasts; then the device's thread takes it. While a thread waits unserved
+/// (declined, and not over yet), a serving thread that leaves gives the socket back at once.
+/// A device that cannot be served is not asked.
+pub fn datagrams_between_two_serves_wait_for_the_next<D: Device>(
+    a: &D,
+    b: &D,
+    set_lease: &dyn Fn(Duration),
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = Link::default();
+    let (ea, eb) = connect(a, b, &l);
+    recv_all(&eb, 8, 64);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&ran);
+    let cq = Arc::downgrade(&eb.rcq);
+    let h: CqHandler = Arc::new(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+        if let Some(cq) = cq.upgrade() {
+            cq.wake_server();
+        }
+    });
+    if !eb.rcq.set_handler(h)
+        || eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) == Served::Declined
+    {
+        return;
+    }
+    let serve_until = |k: usize| loop {
+        let done = || ran.load(Ordering::SeqCst) >= k;
+        match eb
+            .rcq
+            .serve(&done, Some(Duration::from_secs(20)), Duration::ZERO)
+        {
+            Served::Declined => {
+                eb.rcq.unserved_wait_over();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            r => {
+                assert_eq!(r, Served::Woken, "request {k}");
+                return;
+            }
+        }
+    };
+    // The handler runs for an armed queue only: each request is sent to an armed, empty one.
+    let got = std::cell::RefCell::new(Vec::new());
+    let arm = || {
+        let mut wc = [NO_WC; 8];
+        loop {
+            let n = eb.rcq.poll(&mut wc);
+            got.borrow_mut().extend_from_slice(&wc[..n]);
+            if n == 0 {
+                break;
+            }
+        }
+        assert!(!eb.rcq.req_notify(false), "nothing came yet");
+    };
+    let handled_within = |k: usize, within: Duration| {
+        let deadline = Instant::now() + within;
+        while ran.load(Ordering::SeqCst) < k {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    };
+    // A serve takes request 1 and leaves with a long lease.
+    set_lease(Duration::from_secs(60));
+    std::thread::scope(|s| {
+        arm();
+        let t = s.spawn(|| serve_until(1));
+        until_served(&*eb.rcq, "request 1");
+        send_inline(&ea, 1, b"one", false);
+        t.join().unwrap();
+    });
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    // Request 2 comes while nobody serves: it waits (well within the sender's ACK timeout,
+    // 67 ms × 8 tries), and the next serve takes it.
+    arm();
+    send_inline(&ea, 2, b"two", false);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "request 2 was handled though nobody served during the lease"
+    );
+    set_lease(Duration::from_millis(20));
+    serve_until(2);
+    // A short lease runs out: the device's thread takes request 3 with nobody serving.
+    arm();
+    send_inline(&ea, 3, b"three", false);
+    assert!(
+        handled_within(3, Duration::from_secs(10)),
+        "request 3 waited past the end of the lease"
+    );
+    // A thread declined while another serves, and waiting still: the serving thread gives the
+    // socket back when it leaves, long lease or not.
+    set_lease(Duration::from_secs(60));
+    std::thread::scope(|s| {
+        arm();
+        let t = s.spawn(|| serve_until(4));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) != Served::Declined {
+            assert!(Instant::now() < deadline, "the thread never served");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        send_inline(&ea, 4, b"four", false);
+        t.join().unwrap();
+    });
+    arm();
+    send_inline(&ea, 5, b"five", false);
+    let prompt = handled_within(5, Duration::from_secs(10));
+    eb.rcq.unserved_wait_over();
+    assert!(
+        prompt,
+        "request 5 waited for a lease while a declined thread waited"
+    );
+    arm();
+    let got = got.into_inner();
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
 }

@@ -200,6 +200,28 @@ impl std::fmt::Debug for ConnTable {
     }
 }
 
+/// A wait for what completion queues' handlers signal, made without serving their devices
+/// ([`CompletionQueue::unserved_wait_begin`]); over when dropped.
+pub(crate) struct UnservedWait(Vec<Arc<dyn CompletionQueue>>);
+
+impl UnservedWait {
+    pub(crate) fn on(cqs: impl Iterator<Item = Arc<dyn CompletionQueue>>) -> Self {
+        let cqs: Vec<_> = cqs.collect();
+        for c in &cqs {
+            c.unserved_wait_begin();
+        }
+        Self(cqs)
+    }
+}
+
+impl Drop for UnservedWait {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            c.unserved_wait_over();
+        }
+    }
+}
+
 /// One RoCE link: an RC QP in RTS with its completion queues, shared by connections.
 pub struct RoceLink<D: Device> {
     qp: D::Qp,
@@ -265,6 +287,11 @@ impl<D: Device> std::fmt::Debug for RoceLink<D> {
 }
 
 impl<D: Device> RoceLink<D> {
+    /// Its receive completion queue (the device's input arrives through it).
+    pub(crate) fn recv_cq(&self) -> Arc<dyn CompletionQueue> {
+        self.rcq.clone()
+    }
+
     /// Takes a QP that reached RTS (or RTR: it may send once RTS), posts its receive buffers
     /// from `recv_mr` (at least [`RECV_WRS`] × [`RECV_BUF`] bytes) and starts the completion
     /// thread.
@@ -519,6 +546,8 @@ impl<D: Device> RoceLink<D> {
                     // after draining send completions (`smc_wr_tx_get_free_slot` sleeps too).
                     // At most 1 ms: a slot freed by an unsignaled request is not announced.
                     self.slot_waiters.fetch_add(1, Ordering::SeqCst);
+                    // The ACKs come in through the device without this thread serving it.
+                    let _unserved = UnservedWait::on(std::iter::once(self.recv_cq()));
                     let _ = rustix::thread::futex::wait(
                         &self.slot_gen,
                         rustix::thread::futex::Flags::PRIVATE,
@@ -1039,6 +1068,12 @@ impl<D: Device> SmcrLink<D> {
         }
     }
 
+    /// The connection closes: its thread does not serve the link's device again soon
+    /// ([`CompletionQueue::stop_serving`]).
+    pub fn stop_serving(&self) {
+        self.binding().link.rcq.stop_serving();
+    }
+
     /// Ends the connection as a failed link would (the group has no link to move it to).
     pub fn fail(&self) {
         self.signal(&self.side.failed, &self.link());
@@ -1095,6 +1130,7 @@ impl<D: Device> SmcrLink<D> {
             ts.as_ref(),
         );
         side.sleepers[i].fetch_sub(1, Ordering::SeqCst);
+        cq.unserved_wait_over();
         match slept {
             Ok(()) => Ok((true, None)),
             Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok((true, None)),
