@@ -37,7 +37,7 @@ use smc_core::close::{AbortKind, SmcState};
 use smc_core::conn::{Config, Connection};
 use std::io;
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -96,6 +96,11 @@ impl Drop for Asleep {
         SLEEPERS.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// A reader without an answer due that did not find its data within its last spin (or
+/// never spun) spins in every this many waits, to find out whether it reads a stream
+/// ([`SmcConn::stream_spins`]).
+const STREAM_PROBE: u32 = 8;
 
 /// Threads of the process that may spin at once: one CPU is left to the rest.
 fn max_spinners() -> usize {
@@ -340,9 +345,16 @@ pub struct SmcConn<T: Transport> {
     /// Wake-ups that found nothing changed (a hostile peer's bell, or a race).
     spurious: AtomicU64,
     /// The last call was a send: a read that waits next waits for an answer (a request and
-    /// its reply), which a transport that spins in its sleep spins for; a stream's reader,
-    /// which never sends, and a writer waiting for room do not.
+    /// its reply), which a transport that spins in its sleep spins for; a writer waiting for
+    /// room does not.
     answer_due: AtomicBool,
+    /// A reader that is no ping-pong's spun last time and its data came within the spin (a
+    /// stream: the next push comes a one-way trip after the window update the read sent):
+    /// it spins again. Otherwise (a connection's first read, a reader waiting for a close)
+    /// only every [`STREAM_PROBE`]th such wait spins, to find a stream.
+    stream_spins: AtomicBool,
+    /// Waits of a reader without an answer due, counted for [`STREAM_PROBE`].
+    stream_waits: AtomicU32,
     me: OnceLock<Weak<Self>>,
     /// Where the processes that share the connection after a fork keep its state
     /// ([`SmcConn::share_state`]).
@@ -429,6 +441,8 @@ impl<T: Transport> SmcConn<T> {
             params,
             spurious: AtomicU64::new(0),
             answer_due: AtomicBool::new(false),
+            stream_spins: AtomicBool::new(false),
+            stream_waits: AtomicU32::new(0),
             watch: OnceLock::new(),
             watch_asked: AtomicBool::new(false),
             unwatched: AtomicBool::new(false),
@@ -1102,16 +1116,23 @@ impl<T: Transport> SmcConn<T> {
             if !watched {
                 timeout = Some(timeout.map_or(UNWATCHED_LOOK, |t| t.min(UNWATCHED_LOOK)));
             }
+            let answer = self.answer_due.load(Ordering::Relaxed);
             let spin_here = spins_in_sleep
                 && run == 0
                 && dir == Dir::Rx
                 && !self.params.spin.is_zero()
-                && self.answer_due.load(Ordering::Relaxed);
+                && (answer
+                    || self.stream_spins.load(Ordering::Relaxed)
+                    || (self.stream_waits.fetch_add(1, Ordering::Relaxed) + 1)
+                        .is_multiple_of(STREAM_PROBE));
             let slept = match spin_here.then(SpinSlot::take_for_answer).flatten() {
                 // The transport spins in its sleep (busy polling): the same policy.
                 Some(slot) => {
                     let r = self.link.sleep_spinning(dir, timeout, self.params.spin);
                     let took = r.as_ref().ok().and_then(|(_, t)| *t);
+                    if !answer {
+                        self.stream_spins.store(took.is_some(), Ordering::Relaxed);
+                    }
                     slot.ended_after(took.unwrap_or(2 * SPIN_WORTH));
                     drop(slot);
                     r.map(|(woken, _)| woken)
