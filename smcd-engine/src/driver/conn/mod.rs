@@ -97,8 +97,8 @@ impl Drop for Asleep {
     }
 }
 
-/// A reader without an answer due that did not find its data within its last spin (or
-/// never spun) spins in every this many waits, to find out whether it reads a stream
+/// A wait without an answer due whose last spin did not find what it waited for (or that
+/// never spun) spins in every this many waits, to find out whether it is a stream's
 /// ([`SmcConn::stream_spins`]).
 const STREAM_PROBE: u32 = 8;
 
@@ -119,9 +119,11 @@ impl SpinSlot {
         Self::take_if(true)
     }
 
-    /// A turn for a wait that expects an answer to a request ([`SmcConn::answer_due`]),
-    /// whatever recent spins took: one process's spinners only.
-    fn take_for_answer() -> Option<Self> {
+    /// A turn for a transport that spins in its sleep (busy polling a soft device: an answer,
+    /// or a stream's next step, [`SmcConn::stream_spins`]), whatever recent spins took (its
+    /// waits are one-way trips, longer than the average allows): one process's spinners
+    /// only, and none while another thread of ours sleeps.
+    fn take_for_busy_poll() -> Option<Self> {
         Self::take_if(false)
     }
 
@@ -345,16 +347,17 @@ pub struct SmcConn<T: Transport> {
     /// Wake-ups that found nothing changed (a hostile peer's bell, or a race).
     spurious: AtomicU64,
     /// The last call was a send: a read that waits next waits for an answer (a request and
-    /// its reply), which a transport that spins in its sleep spins for; a writer waiting for
-    /// room does not.
+    /// its reply), which a transport that spins in its sleep spins for.
     answer_due: AtomicBool,
-    /// A reader that is no ping-pong's spun last time and its data came within the spin (a
-    /// stream: the next push comes a one-way trip after the window update the read sent):
-    /// it spins again. Otherwise (a connection's first read, a reader waiting for a close)
-    /// only every [`STREAM_PROBE`]th such wait spins, to find a stream.
-    stream_spins: AtomicBool,
-    /// Waits of a reader without an answer due, counted for [`STREAM_PROBE`].
-    stream_waits: AtomicU32,
+    /// By direction ([`Dir`] as index): the last spin of a wait that was not for an answer
+    /// found what it waited for within the budget (a stream: the reader's next data, or the
+    /// writer's room, comes a one-way trip after what the other end sent last), so such
+    /// waits spin again. Otherwise (a connection's first read, a reader waiting for a close,
+    /// a writer whose reader is slow) only every [`STREAM_PROBE`]th such wait spins, to find
+    /// a stream.
+    stream_spins: [AtomicBool; 2],
+    /// Waits without an answer due, by direction, counted for [`STREAM_PROBE`].
+    stream_waits: [AtomicU32; 2],
     me: OnceLock<Weak<Self>>,
     /// Where the processes that share the connection after a fork keep its state
     /// ([`SmcConn::share_state`]).
@@ -441,8 +444,8 @@ impl<T: Transport> SmcConn<T> {
             params,
             spurious: AtomicU64::new(0),
             answer_due: AtomicBool::new(false),
-            stream_spins: AtomicBool::new(false),
-            stream_waits: AtomicU32::new(0),
+            stream_spins: [AtomicBool::new(false), AtomicBool::new(false)],
+            stream_waits: [AtomicU32::new(0), AtomicU32::new(0)],
             watch: OnceLock::new(),
             watch_asked: AtomicBool::new(false),
             unwatched: AtomicBool::new(false),
@@ -1116,22 +1119,24 @@ impl<T: Transport> SmcConn<T> {
             if !watched {
                 timeout = Some(timeout.map_or(UNWATCHED_LOOK, |t| t.min(UNWATCHED_LOOK)));
             }
-            let answer = self.answer_due.load(Ordering::Relaxed);
+            // A transport that spins in its sleep (busy polling a soft device): a read for an
+            // answer spins; other waits, readers and writers, spin while they are a stream's.
+            let answer = dir == Dir::Rx && self.answer_due.load(Ordering::Relaxed);
+            let d = usize::from(dir == Dir::Tx);
             let spin_here = spins_in_sleep
                 && run == 0
-                && dir == Dir::Rx
                 && !self.params.spin.is_zero()
                 && (answer
-                    || self.stream_spins.load(Ordering::Relaxed)
-                    || (self.stream_waits.fetch_add(1, Ordering::Relaxed) + 1)
+                    || self.stream_spins[d].load(Ordering::Relaxed)
+                    || (self.stream_waits[d].fetch_add(1, Ordering::Relaxed) + 1)
                         .is_multiple_of(STREAM_PROBE));
-            let slept = match spin_here.then(SpinSlot::take_for_answer).flatten() {
+            let slept = match spin_here.then(SpinSlot::take_for_busy_poll).flatten() {
                 // The transport spins in its sleep (busy polling): the same policy.
                 Some(slot) => {
                     let r = self.link.sleep_spinning(dir, timeout, self.params.spin);
                     let took = r.as_ref().ok().and_then(|(_, t)| *t);
                     if !answer {
-                        self.stream_spins.store(took.is_some(), Ordering::Relaxed);
+                        self.stream_spins[d].store(took.is_some(), Ordering::Relaxed);
                     }
                     slot.ended_after(took.unwrap_or(2 * SPIN_WORTH));
                     drop(slot);
