@@ -711,7 +711,9 @@ impl SoftDevice {
     /// How long the socket waits for the next serve after a thread that served the device
     /// left ([`CompletionQueue::serve`](crate::verbs::CompletionQueue::serve)) before the
     /// receive thread takes it back; [`SERVE_LEASE`] (1 ms) unless set. Zero gives it back at
-    /// once. For leases that start after the call.
+    /// once. For leases that start after the call. A lease longer than the peers' ACK
+    /// timeout holds back the ACKs they wait for: they retransmit, and fail their QPs once
+    /// the retries are used up (tests use long leases to see what waits for a serve).
     pub fn set_serve_lease(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.dev.recv.lease.store(ns, Ordering::Relaxed);

@@ -957,6 +957,11 @@ pub struct SmcrLink<D: Device> {
     inline: bool,
     cdc_mem: Option<Arc<Memory>>,
     cdc_slots: usize,
+    /// Once the connection has a readiness pair (an event loop waits on it, not in a serve
+    /// of the device), it counts as waiting unserved on its link's receive queue for the
+    /// rest of its life ([`CompletionQueue::unserved_wait_begin`]): that device does not
+    /// keep its input for a serving thread while an event loop may wait for it.
+    event_loop: Mutex<Option<Arc<dyn CompletionQueue>>>,
 }
 
 impl<D: Device> std::fmt::Debug for SmcrLink<D> {
@@ -1012,6 +1017,20 @@ impl<D: Device> SmcrLink<D> {
             inline: true,
             cdc_mem: None,
             cdc_slots: 0,
+            event_loop: Mutex::new(None),
+        }
+    }
+
+    /// The receive queue the connection counts itself on as an event loop's
+    /// ([`SmcrLink::event_loop`]) follows its binding.
+    fn recount_event_loop(&self) {
+        let mut e = lock(&self.event_loop);
+        let Some(old) = e.as_ref() else { return };
+        let now = self.binding().link.recv_cq();
+        if !std::ptr::addr_eq(Arc::as_ptr(old), Arc::as_ptr(&now)) {
+            now.unserved_wait_begin();
+            old.unserved_wait_over();
+            *e = Some(now);
         }
     }
 
@@ -1291,6 +1310,9 @@ impl<D: Device> SmcrLink<D> {
 
 impl<D: Device> Drop for SmcrLink<D> {
     fn drop(&mut self) {
+        if let Some(cq) = lock(&self.event_loop).take() {
+            cq.unserved_wait_over();
+        }
         self.binding().link.detach(self.token);
     }
 }
@@ -1360,6 +1382,7 @@ impl<D: Device> Transport for SmcrLink<D> {
         self.side.pending.fetch_sub(1, Ordering::SeqCst);
         if let Some(b) = lock(&self.next).take() {
             *write(&self.bind) = b;
+            self.recount_event_loop();
         }
         true
     }
@@ -1442,6 +1465,12 @@ impl<D: Device> Transport for SmcrLink<D> {
             Some(r) => r,
             None => Readiness::new()?,
         };
+        let mut e = lock(&self.event_loop);
+        if e.is_none() {
+            let cq = self.binding().link.recv_cq();
+            cq.unserved_wait_begin();
+            *e = Some(cq);
+        }
         Ok((self.side.ready.get_or_init(|| r), true))
     }
 }
@@ -1715,6 +1744,66 @@ mod tests {
         send(&a, TOTAL, 3);
         b.set_read_timeout(Some(Duration::from_secs(20)));
         assert_eq!(recv(&b, 3), TOTAL);
+        a.close_now();
+        b.close_now();
+    }
+
+    /// A connection an event loop waits on (it has a readiness descriptor) gets its data
+    /// although a thread that served the device left it keeping the device's input for its
+    /// next serve (a lease, here 60 s): the readiness ends the lease, and no later serve
+    /// takes one while the connection lives.
+    #[test]
+    fn an_event_loop_connection_is_not_left_waiting_for_a_serve() {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let (_da, db, a, b) = pair(203, 64 << 10);
+        db.set_serve_lease(Duration::from_secs(60));
+        b.set_read_timeout(Some(Duration::from_secs(20)));
+        let readable_within = |secs: i64| {
+            let fd = b.readiness_fd().unwrap();
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            let ts = rustix::time::Timespec {
+                tv_sec: secs,
+                tv_nsec: 0,
+            };
+            matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+        };
+        let mut buf = [0u8; 16];
+        // A blocking read serves the device and leaves with the lease.
+        let reader = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16];
+                b.read(&mut buf).unwrap()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        a.write_with(b"one", false, false).unwrap();
+        assert_eq!(reader.join().unwrap(), 3);
+        // Now an event loop: the next bytes come through the device's own thread.
+        let _ = b.readiness_fd().unwrap();
+        a.write_with(b"two", false, false).unwrap();
+        assert!(
+            readable_within(10),
+            "the event loop's data waited for a serve"
+        );
+        assert_eq!(b.read(&mut buf).unwrap(), 3);
+        // A blocking read once more (it serves), then the event loop again.
+        let reader = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16];
+                b.read(&mut buf).unwrap()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        a.write_with(b"three", false, false).unwrap();
+        assert_eq!(reader.join().unwrap(), 5);
+        a.write_with(b"four", false, false).unwrap();
+        assert!(
+            readable_within(10),
+            "the event loop's data waited for a serve"
+        );
+        assert_eq!(b.read(&mut buf).unwrap(), 4);
         a.close_now();
         b.close_now();
     }
