@@ -105,6 +105,16 @@ mod rnic_device {
     );
 }
 
+/// The soft device's lease check: an RNIC cannot be served, so the check declines at once
+/// (there is no lease to set).
+#[test]
+fn datagrams_between_two_serves_wait_for_the_next() {
+    let Some((a, b)) = pair("datagrams_between_two_serves_wait_for_the_next") else {
+        return;
+    };
+    common::datagrams_between_two_serves_wait_for_the_next(&a, &b, &|_| {});
+}
+
 /// The device lists itself as `ibv_devinfo` and `show_gids` would: its name, port 1 with a
 /// netdev and its MAC, GIDs typed RoCE v1 or v2.
 #[test]
