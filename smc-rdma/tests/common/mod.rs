@@ -187,6 +187,49 @@ fn until_served<C: CompletionQueue>(cq: &C, what: &str) {
     cq.unserved_wait_over();
 }
 
+/// Sets a handler on `cq` that counts its runs and wakes the thread serving the device, as
+/// the engine's does; `None` for a device that cannot be served (no thread of its own).
+fn served_counter<C: CompletionQueue + 'static>(
+    cq: &Arc<C>,
+) -> Option<Arc<std::sync::atomic::AtomicUsize>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&ran);
+    let w = Arc::downgrade(cq);
+    let h: CqHandler = Arc::new(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+        if let Some(cq) = w.upgrade() {
+            cq.wake_server();
+        }
+    });
+    (cq.set_handler(h)
+        && cq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) != Served::Declined)
+        .then_some(ran)
+}
+
+/// Serves `cq`'s device until the counter of [`served_counter`] reaches `k`; a decline (a
+/// probe of another thread held the device for a moment) is asked again.
+fn serve_until<C: CompletionQueue + ?Sized>(
+    cq: &C,
+    ran: &std::sync::atomic::AtomicUsize,
+    k: usize,
+    what: &str,
+) {
+    let done = || ran.load(std::sync::atomic::Ordering::SeqCst) >= k;
+    loop {
+        match cq.serve(&done, Some(Duration::from_secs(20)), Duration::ZERO) {
+            Served::Declined => {
+                cq.unserved_wait_over();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            r => {
+                assert_eq!(r, Served::Woken, "{what} {k}");
+                return;
+            }
+        }
+    }
+}
+
 /// Whether `cq`'s completion channel becomes readable within `ms` milliseconds.
 fn channel_readable<C: CompletionQueue>(cq: &C, ms: i64) -> bool {
     use rustix::event::{PollFd, PollFlags, poll};
@@ -820,47 +863,19 @@ pub fn a_waiting_thread_serves_the_device<D: Device>(a: &D, b: &D) {
 /// without a thread of its own declines the serve and is not asked.
 pub fn served_requests_are_answered<D: Device>(a: &D, b: &D) {
     let rounds: u64 = 20;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let l = Link::default();
     let (ea, eb) = connect(a, b, &l);
     recv_all(&ea, rounds, 64);
     recv_all(&eb, rounds, 64);
-    let ran = Arc::new(AtomicUsize::new(0));
-    let r = Arc::clone(&ran);
-    let cq = Arc::downgrade(&eb.rcq);
-    let h: CqHandler = Arc::new(move || {
-        r.fetch_add(1, Ordering::SeqCst);
-        if let Some(cq) = cq.upgrade() {
-            cq.wake_server();
-        }
-    });
-    if !eb.rcq.set_handler(h)
-        || eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) == Served::Declined
-    {
+    let Some(ran) = served_counter(&eb.rcq) else {
         return;
-    }
+    };
     std::thread::scope(|s| {
         let server = s.spawn(|| {
             let mut wc = [NO_WC; 4];
             for k in 1..=rounds as usize {
                 assert!(!eb.rcq.req_notify(false), "round {k}: nothing came yet");
-                let done = || ran.load(Ordering::SeqCst) >= k;
-                loop {
-                    match eb
-                        .rcq
-                        .serve(&done, Some(Duration::from_secs(20)), Duration::ZERO)
-                    {
-                        // The main thread's probe held the device for a moment.
-                        Served::Declined => {
-                            eb.rcq.unserved_wait_over();
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                        r => {
-                            assert_eq!(r, Served::Woken, "round {k}");
-                            break;
-                        }
-                    }
-                }
+                serve_until(&*eb.rcq, &ran, k, "round");
                 // The answer first, as a program does; then the request's completion.
                 send_inline(&eb, 500 + k as u64, b"answer", false);
                 let n = eb.rcq.poll(&mut wc);
@@ -899,40 +914,14 @@ pub fn datagrams_between_two_serves_wait_for_the_next<D: Device>(
     b: &D,
     set_lease: &dyn Fn(Duration),
 ) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     let l = Link::default();
     let (ea, eb) = connect(a, b, &l);
     recv_all(&eb, 8, 64);
-    let ran = Arc::new(AtomicUsize::new(0));
-    let r = Arc::clone(&ran);
-    let cq = Arc::downgrade(&eb.rcq);
-    let h: CqHandler = Arc::new(move || {
-        r.fetch_add(1, Ordering::SeqCst);
-        if let Some(cq) = cq.upgrade() {
-            cq.wake_server();
-        }
-    });
-    if !eb.rcq.set_handler(h)
-        || eb.rcq.serve(&|| true, Some(Duration::ZERO), Duration::ZERO) == Served::Declined
-    {
+    let Some(ran) = served_counter(&eb.rcq) else {
         return;
-    }
-    let serve_until = |k: usize| loop {
-        let done = || ran.load(Ordering::SeqCst) >= k;
-        match eb
-            .rcq
-            .serve(&done, Some(Duration::from_secs(20)), Duration::ZERO)
-        {
-            Served::Declined => {
-                eb.rcq.unserved_wait_over();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            r => {
-                assert_eq!(r, Served::Woken, "request {k}");
-                return;
-            }
-        }
     };
+    let serve_until = |k: usize| serve_until(&*eb.rcq, &ran, k, "request");
     // The handler runs for an armed queue only: each request is sent to an armed, empty one.
     let got = std::cell::RefCell::new(Vec::new());
     let arm = || {

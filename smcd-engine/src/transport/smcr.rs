@@ -1767,15 +1767,17 @@ mod tests {
             };
             matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
         };
-        let mut buf = [0u8; 16];
-        // A blocking read serves the device and leaves with the lease.
-        let reader = {
+        // A read in a thread of its own, blocking: it serves the device and leaves with the
+        // lease.
+        let blocking_read = || {
             let b = Arc::clone(&b);
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16];
                 b.read(&mut buf).unwrap()
             })
         };
+        let mut buf = [0u8; 16];
+        let reader = blocking_read();
         std::thread::sleep(Duration::from_millis(50));
         a.write_with(b"one", false, false).unwrap();
         assert_eq!(reader.join().unwrap(), 3);
@@ -1788,13 +1790,7 @@ mod tests {
         );
         assert_eq!(b.read(&mut buf).unwrap(), 3);
         // A blocking read once more (it serves), then the event loop again.
-        let reader = {
-            let b = Arc::clone(&b);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16];
-                b.read(&mut buf).unwrap()
-            })
-        };
+        let reader = blocking_read();
         std::thread::sleep(Duration::from_millis(50));
         a.write_with(b"three", false, false).unwrap();
         assert_eq!(reader.join().unwrap(), 5);
