@@ -83,14 +83,7 @@ fn connect(a: &End, b: &End, ga: Gid, gb: Gid, mtu: Mtu) {
 /// write signaled, at most a window's worth outstanding.
 fn soft_run(a: &End, b: &End) -> f64 {
     let per_window = WINDOW / CHUNK;
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qp_num: 0,
-        solicited: false,
-    }; 64];
+    let mut wc = [Wc::EMPTY; 64];
     let t = Instant::now();
     let (mut posted, mut done) = (0u64, 0u64);
     while t.elapsed().as_secs_f64() < SECS {

@@ -340,6 +340,18 @@ pub struct Wc {
     pub solicited: bool,
 }
 
+impl Wc {
+    /// A slot to poll into (`[Wc::EMPTY; N]`); [`CompletionQueue::poll`] overwrites it.
+    pub const EMPTY: Wc = Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        qp_num: 0,
+        solicited: false,
+    };
+}
+
 /// Why a verb failed.
 #[derive(Debug, thiserror::Error)]
 pub enum VerbsError {

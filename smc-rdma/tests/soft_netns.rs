@@ -144,14 +144,7 @@ fn pair(a: &SoftDevice, b: &SoftDevice, mem: usize, timeout: u8, retry: u8) -> (
 
 fn poll_one(cq: &smc_rdma::soft::SoftCq, within: Duration) -> Wc {
     let deadline = Instant::now() + within;
-    let mut w = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qp_num: 0,
-        solicited: false,
-    }];
+    let mut w = [Wc::EMPTY];
     loop {
         if cq.poll(&mut w) == 1 {
             return w[0];
@@ -232,7 +225,7 @@ fn writes_survive_random_loss_and_fail_cleanly_when_the_wire_is_cut() {
             b.stats().duplicates.load(Ordering::Relaxed),
         );
         assert!(rt > 0 && naks > 0, "the losses were recovered: {rt} {naks}");
-        assert!(eb.rcq.poll(&mut [poll_dummy(); 1]) == 0);
+        assert!(eb.rcq.poll(&mut [Wc::EMPTY; 1]) == 0);
 
         // Cut the wire: everything to 4791 is dropped.
         assert!(sh(&[
@@ -331,17 +324,6 @@ fn a_lost_request_is_retried_by_its_timer_whenever_it_was_posted() {
             ]));
         }
     });
-}
-
-fn poll_dummy() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qp_num: 0,
-        solicited: false,
-    }
 }
 
 /// Datagrams from someone else (garbage, a bad ICRC, a valid packet for the QP from the wrong

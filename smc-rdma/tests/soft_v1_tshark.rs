@@ -132,14 +132,7 @@ fn end(d: &SoftDevice) -> End {
 fn wait(cq: &SoftCq, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut got = 0;
-    let mut buf = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qp_num: 0,
-        solicited: false,
-    }; 8];
+    let mut buf = [Wc::EMPTY; 8];
     while got < n {
         let k = cq.poll(&mut buf);
         assert!(buf[..k].iter().all(|w| w.status == WcStatus::Success));

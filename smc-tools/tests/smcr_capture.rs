@@ -117,14 +117,7 @@ fn long_add_link(qpn: u32) -> Vec<u8> {
 fn wait(cq: &SoftCq, n: usize) -> Vec<Wc> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut got = Vec::new();
-    let mut buf = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qp_num: 0,
-        solicited: false,
-    }; 8];
+    let mut buf = [Wc::EMPTY; 8];
     while got.len() < n {
         let k = cq.poll(&mut buf);
         got.extend_from_slice(&buf[..k]);

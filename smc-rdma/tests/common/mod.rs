@@ -47,16 +47,6 @@ impl Default for Link {
     }
 }
 
-/// A completion slot to poll into.
-const NO_WC: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    qp_num: 0,
-    solicited: false,
-};
-
 fn gid_of<D: Device>(d: &D) -> Gid {
     d.info().ports[0].gids[0].1
 }
@@ -118,7 +108,7 @@ fn wait_wcs<C: CompletionQueue>(cq: &C, n: usize, within: Duration) -> Vec<Wc> {
     use rustix::event::{PollFd, PollFlags, poll};
     let deadline = Instant::now() + within;
     let mut got = Vec::new();
-    let mut buf = [NO_WC; 16];
+    let mut buf = [Wc::EMPTY; 16];
     while got.len() < n {
         let k = cq.poll(&mut buf);
         got.extend_from_slice(&buf[..k]);
@@ -431,7 +421,7 @@ pub fn a_send_without_a_receive_waits_for_one<D: Device>(a: &D, b: &D) {
         })
         .unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let mut none = [NO_WC; 1];
+    let mut none = [Wc::EMPTY; 1];
     assert_eq!(
         ea.scq.poll(&mut none),
         0,
@@ -709,7 +699,7 @@ pub fn solicited_only_notification_skips_unsolicited_receives<D: Device>(a: &D, 
             assert!(!readable(&eb.rcq, 50), "an unsolicited one does not");
         }
     }
-    let mut wcs = [NO_WC; 4];
+    let mut wcs = [Wc::EMPTY; 4];
     assert_eq!(eb.rcq.poll(&mut wcs), 2);
     assert_eq!((wcs[0].solicited, wcs[1].solicited), (false, true));
     // Armed with completions already there: reported as missed.
@@ -872,7 +862,7 @@ pub fn served_requests_are_answered<D: Device>(a: &D, b: &D) {
     };
     std::thread::scope(|s| {
         let server = s.spawn(|| {
-            let mut wc = [NO_WC; 4];
+            let mut wc = [Wc::EMPTY; 4];
             for k in 1..=rounds as usize {
                 assert!(!eb.rcq.req_notify(false), "round {k}: nothing came yet");
                 serve_until(&*eb.rcq, &ran, k, "round");
@@ -925,7 +915,7 @@ pub fn datagrams_between_two_serves_wait_for_the_next<D: Device>(
     // The handler runs for an armed queue only: each request is sent to an armed, empty one.
     let got = std::cell::RefCell::new(Vec::new());
     let arm = || {
-        let mut wc = [NO_WC; 8];
+        let mut wc = [Wc::EMPTY; 8];
         loop {
             let n = eb.rcq.poll(&mut wc);
             got.borrow_mut().extend_from_slice(&wc[..n]);

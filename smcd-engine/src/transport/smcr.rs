@@ -715,14 +715,7 @@ impl<D: Device> RoceLink<D> {
     /// were and the connections they were for, each with whether a CDC came for it (else only
     /// completions of its sends).
     fn poll_all(&self, cq: &D::Cq) -> (usize, Vec<(Arc<Side>, bool)>) {
-        let mut wcs = [Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            qp_num: 0,
-            solicited: false,
-        }; 16];
+        let mut wcs = [Wc::EMPTY; 16];
         let mut n = 0;
         let mut sides: Vec<(Arc<Side>, bool)> = Vec::new();
         loop {
