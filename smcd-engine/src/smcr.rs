@@ -1819,59 +1819,44 @@ pub struct SmcrListener {
 
 /// Handshakes run on workers (the kernel's `smc_hs_wq`: `connect_work` for a non-blocking
 /// connect, `smc_listen_work` for each connection a listener takes), and a descriptor that is
-/// readable while an outcome waits: an eventfd counting them, so `poll`, `select` and
-/// `epoll` wait for a handshake's end, not for the TCP connection under it.
+/// readable while an outcome waits, so `poll`, `select` and `epoll` wait for a handshake's
+/// end, not for the TCP connection under it.
 #[derive(Debug)]
 struct Outcomes {
     queue: Mutex<std::collections::VecDeque<io::Result<(SmcrStream, SocketAddr)>>>,
-    ready: rustix::fd::OwnedFd,
+    /// Rung with each outcome, drained when the queue empties (under the queue's lock, so
+    /// the two agree).
+    ready: crate::sys::Doorbell,
 }
 
 impl Outcomes {
     fn new() -> io::Result<Arc<Outcomes>> {
-        use rustix::event::{EventfdFlags, eventfd};
-        let ready = eventfd(
-            0,
-            EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK | EventfdFlags::SEMAPHORE,
-        )?;
         Ok(Arc::new(Outcomes {
             queue: Mutex::new(std::collections::VecDeque::new()),
-            ready,
+            ready: crate::sys::Doorbell::new()?,
         }))
     }
 
-    /// One more outcome; the descriptor counts it (under the queue's lock, so the count and
-    /// the queue agree).
+    /// One more outcome.
     fn push(&self, r: io::Result<(SmcrStream, SocketAddr)>) {
         let mut q = lock(&self.queue);
         q.push_back(r);
-        let _ = rustix::io::write(&self.ready, &1u64.to_ne_bytes());
+        self.ready.ring();
     }
 
     /// The oldest outcome, if one is there.
     fn pop(&self) -> Option<io::Result<(SmcrStream, SocketAddr)>> {
         let mut q = lock(&self.queue);
         let r = q.pop_front()?;
-        let mut b = [0u8; 8];
-        let _ = rustix::io::read(&self.ready, &mut b);
+        if q.is_empty() {
+            self.ready.drain();
+        }
         Some(r)
     }
 
     /// Waits until an outcome is there (or `timeout` passed).
     fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        use rustix::event::{PollFd, PollFlags, poll};
-        let ts = timeout.map(|t| rustix::time::Timespec {
-            tv_sec: t.as_secs() as i64,
-            tv_nsec: i64::from(t.subsec_nanos()),
-        });
-        let mut fds = [PollFd::new(&self.ready, PollFlags::IN)];
-        loop {
-            match poll(&mut fds, ts.as_ref()) {
-                Ok(n) => return Ok(n > 0),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        crate::sys::wait_readable(&self.ready, timeout)
     }
 }
 
@@ -1911,7 +1896,7 @@ impl SmcrConnecting {
 
 impl std::os::fd::AsFd for SmcrConnecting {
     fn as_fd(&self) -> rustix::fd::BorrowedFd<'_> {
-        self.out.ready.as_fd()
+        std::os::fd::AsFd::as_fd(&self.out.ready)
     }
 }
 

@@ -224,6 +224,24 @@ impl AsFd for Doorbell {
     }
 }
 
+/// Waits until `fd` is readable, at most `timeout` (for ever with `None`); whether it is.
+/// A signal that interrupts the wait does not end it.
+pub fn wait_readable(fd: impl AsFd, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let ts = timeout.map(|t| rustix::time::Timespec {
+        tv_sec: t.as_secs() as i64,
+        tv_nsec: i64::from(t.subsec_nanos()),
+    });
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    loop {
+        match poll(&mut fds, ts.as_ref()) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// This process's context switches so far, exited threads included (`getrusage`,
 /// `RUSAGE_SELF`): `(voluntary, involuntary)`. A voluntary switch is a thread going to sleep,
 /// so it stands for one wake-up.
