@@ -551,6 +551,27 @@ fn nginx_point(conns: u32, close: bool, secs: u32) -> Point {
     )
 }
 
+/// The SMC/TCP ratio of each repetition whose two runs both gave a figure, in run order. The
+/// two ran back to back, so the machine's slow and fast spells (seconds to minutes on this
+/// shared virtual machine, hitting SMC's cross-core traffic and TCP differently) mostly fall
+/// on both: their spread says how far the ratio of the medians can be trusted.
+fn pair_ratios(reps: &[(Option<f64>, Option<f64>)]) -> Vec<f64> {
+    reps.iter()
+        .filter_map(|&(t, s)| Some(s? / t?))
+        .filter(|r| r.is_finite())
+        .collect()
+}
+
+/// The lowest and highest of at least two ratios.
+fn spread(ratios: &[f64]) -> Option<(f64, f64)> {
+    if ratios.len() < 2 {
+        return None;
+    }
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some((lo, hi))
+}
+
 fn median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -688,20 +709,23 @@ pub fn run(
     for p in &points {
         if p.table != last_table {
             table.push_str(&format!(
-                "\n{}\n{:<18} {:>12} {:>12} {:>8} {:>8}\n",
+                "\n{}\n{:<18} {:>12} {:>12} {:>8} {:>8} {:>12}\n",
                 p.table,
                 "point",
                 format!("TCP {}", p.unit),
                 format!("SMC {}", p.unit),
                 "SMC/TCP",
-                "SMC-D"
+                "SMC-D",
+                "pairs"
             ));
             last_table.clone_from(&p.table);
         }
         let (mut tcp, mut smc) = (Vec::new(), Vec::new());
+        let mut pairs = Vec::new();
         let mut errors = Vec::new();
         let before = env.counts();
         for _ in 0..reps {
+            let (t0, s0) = (tcp.len(), smc.len());
             for (mode, v) in [(false, &mut tcp), (true, &mut smc)] {
                 let mut old = Vec::new();
                 if mode {
@@ -722,7 +746,9 @@ pub fn run(
                     }
                 }
             }
+            pairs.push((tcp.get(t0).copied(), smc.get(s0).copied()));
         }
+        let pairs = pair_ratios(&pairs);
         let after = env.counts();
         let (ds, df) = (after.0 - before.0, after.1 - before.1);
         // The fallbacks the readiness probes make (one plain connection per server start).
@@ -737,12 +763,13 @@ pub fn run(
         }
         let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
         table.push_str(&format!(
-            "{:<18} {:>12} {:>12} {:>8} {:>7.0}%\n",
+            "{:<18} {:>12} {:>12} {:>8} {:>7.0}% {:>12}\n",
             p.name,
             f(t),
             f(s),
             ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}x")),
-            100.0 * share
+            100.0 * share,
+            spread(&pairs).map_or_else(|| "-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"))
         ));
         for e in &errors {
             let first = e.lines().next().unwrap_or("");
@@ -760,6 +787,7 @@ pub fn run(
             "table": p.table, "point": p.name, "unit": p.unit,
             "lower_is_better": p.lower_is_better,
             "tcp": tcp, "smc": smc, "tcp_median": t, "smc_median": s, "ratio": ratio,
+            "pair_ratios": pairs,
             "smcd_share": share, "errors": errors,
         }));
     }
@@ -794,4 +822,24 @@ pub fn run(
         println!("bench: wrote {}", path.display());
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_are_taken_per_repetition_and_skip_failed_runs() {
+        let reps = [
+            (Some(100.0), Some(200.0)),
+            (None, Some(300.0)),
+            (Some(50.0), None),
+            (Some(0.0), Some(10.0)),
+            (Some(80.0), Some(120.0)),
+        ];
+        assert_eq!(pair_ratios(&reps), vec![2.0, 1.5]);
+        assert_eq!(spread(&pair_ratios(&reps)), Some((1.5, 2.0)));
+        assert_eq!(spread(&[1.2]), None);
+        assert_eq!(spread(&[]), None);
+    }
 }
