@@ -818,6 +818,7 @@ fn local_listener(l: &table::Listener, fd: c_int) -> io::Result<&SmcListener> {
             backlog: l.backlog,
             limit_hs: None,
         },
+        &l.l,
     )?;
     view.set_nonblocking(l.nonblocking.load(Ordering::Relaxed))?;
     let (cloexec, _) = fd_flags(fd);

@@ -367,6 +367,45 @@ fn a_listener_shared_by_fork_is_served_by_the_process_that_accepts() {
     );
 }
 
+/// A listener that was forked and that no process accepts from for longer than a client's
+/// CLC wait (tests/preload/fork_unserved.py): the forked child's connect finishes and its
+/// 64 KiB come back exactly once the parent accepts 8 s later, over plain TCP (the parent's
+/// engine declined the Proposal of the unserved client and handed the connection to whoever
+/// accepts); with the library before, the connect failed with `ETIMEDOUT` and the parent's
+/// accept waited for ever. Then a client of the parent's own is SMC-D again.
+#[test]
+fn an_unserved_listener_hands_its_clients_on_as_tcp() {
+    let test = "an_unserved_listener_hands_its_clients_on_as_tcp";
+    if !need(test, &["python3"]) {
+        return;
+    }
+    let Some(smcd) = option_smcd(test) else {
+        return;
+    };
+    smcd.require_control_plane();
+    let before = counts(&smcd);
+    let (st, out, err) = python_script(&smcd, "fork_unserved.py");
+    assert!(
+        st.success(),
+        "fork_unserved.py failed: {st:?}\n{out}\n{err}"
+    );
+    assert!(out.contains("OK"), "{out}");
+    // Both ends of the parent's own connection over SMC-D; the child's fell back (counted by
+    // both engines once they report).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let c = counts(&smcd);
+        if (c.0 >= before.0 + 2 && c.1 > before.1) || std::time::Instant::now() > deadline {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        after.0 >= before.0 + 2 && after.1 > before.1,
+        "(SMC, fallback) connections {before:?} -> {after:?}: expected 2 more SMC and a fallback"
+    );
+}
+
 /// A client that reads its answer and closes, then exits at once or sleeps: the server reads
 /// the end of the stream, not `ECONNRESET` (tests/preload/close_after_read.py; with the
 /// library before, the read's settle list kept the connection past the close and nothing

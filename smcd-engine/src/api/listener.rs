@@ -88,9 +88,10 @@ impl SmcListener {
         engine: &Arc<Engine>,
         tcp: TcpListener,
         opts: ListenOptions,
+        of: &SmcListener,
     ) -> io::Result<SmcListener> {
         Ok(SmcListener {
-            core: ListenerCore::start_view(Arc::clone(engine), tcp, opts)?,
+            core: ListenerCore::start_view(Arc::clone(engine), tcp, opts, &of.core)?,
         })
     }
 

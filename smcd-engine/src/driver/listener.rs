@@ -16,6 +16,12 @@
 //! On the option path no intent warns of an SMC client, so the acceptor takes every new
 //! connection while nobody is in `accept()`.
 //!
+//! After a fork, the acceptor leaves the kernel's queue to the processes whose programs
+//! accept (another process may be the one that accepts). If none takes a connection for
+//! `UNSERVED_AFTER` (a second), a holder declines the queued clients' Proposals and hands their TCP
+//! sockets to whichever holder accepts next ([`Handoff`]), so no client's connect waits for an
+//! `accept` until its CLC wait runs out.
+//!
 //! **Where a handshake waits.** A handshake spends nearly all its life waiting for the peer's
 //! next CLC message; that costs no thread. The listener's reactor (one thread and one epoll
 //! instance, started with the first handshake) holds every handshake that waits for bytes,
@@ -83,6 +89,109 @@ const WORKER_LINGER: Duration = Duration::from_millis(2);
 /// Most a blocking `accept` waits in all for one handshake's messages before the reactor
 /// takes it ([`ListenerCore::drive`]): the Proposal and the Confirm, a linger each.
 const ACCEPT_LINGER: Duration = Duration::from_millis(4);
+
+/// How long the kernel's queue may hold connections while no process holding the listener
+/// takes any, before a holder whose own program is not accepting takes them: declined (plain
+/// TCP) and handed to whichever process accepts next ([`Handoff`]). The kernel's listen work
+/// answers a client whoever accepts later; after a fork the acceptor here leaves the queue to
+/// the processes that accept ([`ListenerCore::acceptor_needed`]), and with none accepting an
+/// SMC client would wait for its Accept until its CLC wait ended in `ETIMEDOUT`, where a TCP
+/// client is queued. Well inside that wait.
+const UNSERVED_AFTER: Duration = Duration::from_secs(1);
+
+/// How often a holder whose program does not accept looks at the kernel's queue.
+const UNSERVED_LOOK: Duration = Duration::from_millis(250);
+
+/// Most a holder waits for an unserved client's Proposal before it gives up on that client.
+const UNSERVED_PROPOSAL: Duration = Duration::from_secs(1);
+
+/// What the processes holding a listener share, made with the listener (a fork copies it): how
+/// many connections any of them took off the kernel's queue, whether an `exec` passed the
+/// socket on to another program, and a queue of connections one of them took for whichever
+/// accepts next (a unix `SOCK_SEQPACKET` pair: each record carries one socket as
+/// `SCM_RIGHTS`).
+#[derive(Debug)]
+pub struct Handoff {
+    taken: crate::layout::region::Region,
+    tx: OwnedFd,
+    rx: OwnedFd,
+}
+
+impl Handoff {
+    fn new() -> io::Result<Self> {
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        let (taken, _fd) = crate::layout::region::Region::create("smc-listener-handoff", 4096)?;
+        let (tx, rx) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )?;
+        Ok(Self {
+            taken,
+            tx: crate::sys::banded(tx),
+            rx: crate::sys::banded(rx),
+        })
+    }
+
+    /// One more connection taken off the kernel's queue, by any holder.
+    fn note_taken(&self) {
+        self.taken.u64_at(0).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The socket went on to another program ([`ListenerCore::withdraw`]), whose takes are
+    /// not counted here: no holder hands connections on from now on.
+    fn stop(&self) {
+        self.taken.u64_at(8).store(1, Ordering::Release);
+    }
+
+    fn stopped(&self) -> bool {
+        self.taken.u64_at(8).load(Ordering::Acquire) != 0
+    }
+
+    fn taken(&self) -> u64 {
+        self.taken.u64_at(0).load(Ordering::Relaxed)
+    }
+
+    /// Queues `sock` for whichever holder accepts next; a full queue closes it.
+    fn give(&self, sock: TcpStream) {
+        if let Err(e) = crate::ipc::channel::send_record(self.tx.as_fd(), &[0], &[sock.as_fd()]) {
+            tracing::debug!("connection not handed over: {e}");
+        }
+    }
+
+    /// A connection another holder (or this one) queued, if there is one.
+    fn take(&self) -> Option<TcpStream> {
+        let mut b = [0u8; 1];
+        match crate::ipc::channel::recv_record(
+            self.rx.as_fd(),
+            &mut b,
+            rustix::net::RecvFlags::DONTWAIT,
+        ) {
+            Ok((_, fds)) => fds.into_iter().next().map(TcpStream::from),
+            Err(_) => None,
+        }
+    }
+}
+
+/// How many connections wait in the kernel's queue of the listening socket `l`.
+fn queued(l: &TcpListener) -> u32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed tcp_info is valid and its size is passed; the kernel writes at most that.
+    unsafe {
+        let mut ti: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            l.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut ti).cast(),
+            &mut len,
+        );
+        // A listener's TCP_INFO says its accept queue's length in tcpi_unacked.
+        if r == 0 { ti.tcpi_unacked } else { 0 }
+    }
+}
 
 /// Whether the handshake's socket becomes readable within `t`.
 fn readable_within(hs: &Hs, t: Duration) -> bool {
@@ -286,6 +395,8 @@ pub struct ListenerCore {
     closed: AtomicBool,
     nonblocking: AtomicBool,
     readiness: OnceLock<OwnedFd>,
+    /// Shared by every process holding the socket: the maker's, a view's from its maker.
+    handoff: Option<Arc<Handoff>>,
     /// The buffer sizes the program set on the listening socket, read when it became an SMC
     /// listener: its connections' DMB and send buffer (as the kernel's accepted SMC socket
     /// takes its listener's, `smc_adjust_sock_bufsizes`).
@@ -411,7 +522,14 @@ impl ListenerCore {
         tcp: TcpListener,
         opts: ListenOptions,
     ) -> io::Result<Arc<Self>> {
-        Self::start_inner(engine, tcp, opts, false)
+        let handoff = match Handoff::new() {
+            Ok(h) => Some(Arc::new(h)),
+            Err(e) => {
+                tracing::debug!("listener without a hand-off queue: {e}");
+                None
+            }
+        };
+        Self::start_inner(engine, tcp, opts, false, handoff)
     }
 
     /// Accepts from `tcp`, a listening socket another process made an SMC listener of and
@@ -420,12 +538,15 @@ impl ListenerCore {
     /// the socket); the SMC option program's map says which accepted connections carry a
     /// Proposal. Intents go to the maker's channel, which this process does not read: the
     /// maker's listener must say so to smcd ([`ListenerCore::set_shared`]).
+    /// `of` is the maker's listener as this process has it (a fork's copy): the view shares
+    /// its hand-off queue.
     pub fn start_view(
         engine: Arc<Engine>,
         tcp: TcpListener,
         opts: ListenOptions,
+        of: &ListenerCore,
     ) -> io::Result<Arc<Self>> {
-        Self::start_inner(engine, tcp, opts, true)
+        Self::start_inner(engine, tcp, opts, true, of.handoff.clone())
     }
 
     /// Another process accepts from this listener's socket too: smcd answers intents for it
@@ -442,6 +563,7 @@ impl ListenerCore {
         tcp: TcpListener,
         opts: ListenOptions,
         view: bool,
+        handoff: Option<Arc<Handoff>>,
     ) -> io::Result<Arc<Self>> {
         tcp.set_nonblocking(true)?;
         let local = tcp.local_addr()?;
@@ -492,6 +614,7 @@ impl ListenerCore {
             closed: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
             readiness: OnceLock::new(),
+            handoff,
             waiters: AtomicUsize::new(0),
             forked: AtomicBool::new(false),
             accepting: AtomicBool::new(false),
@@ -626,6 +749,90 @@ impl ListenerCore {
         self.kick.ring();
     }
 
+    /// One more connection taken off the kernel's queue (every holder counts its takes, so a
+    /// holder that does not take can tell the queue is served).
+    fn note_taken(&self) {
+        if let Some(h) = &self.handoff {
+            h.note_taken();
+        }
+    }
+
+    /// A connection another holder took off the kernel's queue for whoever accepts next
+    /// ([`ListenerCore::serve_unserved`]): plain TCP, its Proposal (if it had one) declined.
+    fn take_handed(&self) -> Option<Accepted> {
+        let sock = self.handoff.as_ref()?.take()?;
+        let peer = sock.peer_addr().ok()?;
+        Some(Accepted {
+            outcome: Outcome::Tcp(sock, Fallback::local(ReasonCode::NOSMCDEV)),
+            peer,
+        })
+    }
+
+    /// Forked, and this process's program does not accept ([`ListenerCore::acceptor_needed`]):
+    /// when the kernel's queue has held connections for [`UNSERVED_AFTER`] while no holder took
+    /// any, takes them all. An SMC client's Proposal is declined (NOSMCDEV, as when no device
+    /// serves: both ends go TCP) and the connection is handed to whichever holder accepts next
+    /// ([`Handoff`]), so nobody's connect waits for an `accept`: the kernel's listen work
+    /// answers too, whoever accepts later. Other connections are handed on as they are.
+    fn serve_unserved(self: &Arc<Self>, seen: &mut Option<(Instant, u64)>) {
+        let Some(h) = self.handoff.clone() else {
+            return;
+        };
+        if h.stopped() || queued(&self.tcp) == 0 {
+            *seen = None;
+            return;
+        }
+        let taken = h.taken();
+        match *seen {
+            Some((since, n)) if n == taken && since.elapsed() >= UNSERVED_AFTER => {}
+            Some((_, n)) if n == taken => return,
+            _ => {
+                *seen = Some((Instant::now(), taken));
+                return;
+            }
+        }
+        *seen = None;
+        while let Ok((sock, peer)) = accept_from(&self.tcp) {
+            h.note_taken();
+            let Some(gid) = self.announced(&sock, peer) else {
+                h.give(sock);
+                continue;
+            };
+            let mut run = DeclineRun::new(sock, Instant::now());
+            let until = Instant::now() + UNSERVED_PROPOSAL;
+            let status = self.engine.status();
+            loop {
+                match run.step() {
+                    Ok(ServerStep::Done(Outcome::Tcp(sock, fb))) => {
+                        status.add(
+                            if gid.is_none() {
+                                st::T_SRV_PATH_OPTION
+                            } else {
+                                st::T_SRV_PATH_INTENT
+                            },
+                            1,
+                        );
+                        status.add(st::T_SRV_FBACK + st::fback_index(fb.local), 1);
+                        h.give(sock);
+                        break;
+                    }
+                    Ok(ServerStep::Wait) if Instant::now() < until => {
+                        if let Some(fd) = run.fd() {
+                            let _ = crate::sys::wait_readable(fd, Some(UNSERVED_LOOK));
+                        }
+                    }
+                    other => {
+                        // No Proposal in time, or the client went away: it is closed, as a
+                        // handshake that failed.
+                        tracing::debug!("unserved client {peer} dropped: {other:?}");
+                        status.add(st::T_SRV_HS_ERR, 1);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether an intent is waiting for its connection.
     fn intents_pending(&self) -> bool {
         lock(&self.intents)
@@ -640,6 +847,9 @@ impl ListenerCore {
     /// it should watch (room in the backlog, the last thread leaving `accept`) kicks it.
     fn acceptor(self: Arc<Self>, chan_fd: OwnedFd) {
         let chan_fd = &chan_fd;
+        // The kernel's queue as last seen non-empty while nobody here took from it: since
+        // when, and the holders' count of connections taken then.
+        let mut unserved: Option<(Instant, u64)> = None;
         loop {
             if self.closed.load(Ordering::Acquire) {
                 return;
@@ -673,8 +883,18 @@ impl ListenerCore {
             if pending && room && self.waiters.load(Ordering::Acquire) == 0 && !self.driven() {
                 fds.push(PollFd::new(&self.tcp, PollFlags::IN));
             }
+            // Forked, and this process's program does not accept: the other holders take
+            // connections, or, if none does for UNSERVED_AFTER, this one hands them on.
+            let watch = !pending && self.forked.load(Ordering::Acquire) && self.handoff.is_some();
+            if !watch {
+                unserved = None;
+            }
+            let look = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: UNSERVED_LOOK.as_nanos() as i64,
+            };
             drop(busy);
-            if let Err(e) = rustix::event::poll(&mut fds, None)
+            if let Err(e) = rustix::event::poll(&mut fds, watch.then_some(&look))
                 && e != rustix::io::Errno::INTR
             {
                 return;
@@ -683,6 +903,9 @@ impl ListenerCore {
                 return;
             }
             let _busy = crate::fork::busy();
+            if watch && room {
+                self.serve_unserved(&mut unserved);
+            }
             let chan_event = !fds[1].revents().is_empty();
             let tcp_ready = fds.get(3).is_some_and(|f| !f.revents().is_empty());
             if chan_event {
@@ -694,6 +917,7 @@ impl ListenerCore {
             if tcp_ready {
                 match accept_from(&self.tcp) {
                     Ok((sock, peer)) => {
+                        self.note_taken();
                         if let Some(a) = self.sort(sock, peer, false) {
                             let mut st = lock(&self.state);
                             st.ready.push_back(a);
@@ -820,28 +1044,8 @@ impl ListenerCore {
     /// message: see [`Self::drive`]). Returns the connection if it is done: plain, or its
     /// handshake ended here.
     fn sort(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, linger: bool) -> Option<Accepted> {
-        // The SMC option first (a client that marked its socket, and asked smcd nothing): one
-        // map lookup. A client of the intent path sent no option (the engine uses one path
-        // per connection), so only without it is the intent table looked at.
-        let gid = if self.option_says_smc(&sock) {
-            Some(None)
-        } else {
-            // smcd wrote the intent before it answered the client, and the client connected
-            // only after that answer: if there is one, it is in our socket buffer now.
-            self.drain_intents();
-            let mut t = lock(&self.intents);
-            let key = canon(peer);
-            let g = t
-                .get_mut(&key)
-                .and_then(VecDeque::pop_front)
-                .map(|(g, _, _)| g);
-            if t.get(&key).is_some_and(VecDeque::is_empty) {
-                t.remove(&key);
-            }
-            g.map(Some)
-        };
         // (Accepted sockets are blocking: accept4 without SOCK_NONBLOCK.)
-        match gid {
+        match self.announced(&sock, peer) {
             Some(gid) => {
                 let path = if gid.is_none() {
                     st::T_SRV_PATH_OPTION
@@ -859,6 +1063,31 @@ impl ListenerCore {
                     peer,
                 })
             }
+        }
+    }
+
+    /// Whether the client of an accepted connection sends a Proposal: by the SMC option
+    /// (`Some(None)`) or announced by smcd with its GID (`Some(Some(gid))`, the intent taken).
+    fn announced(&self, sock: &TcpStream, peer: SocketAddr) -> Option<Option<Gid>> {
+        // The SMC option first (a client that marked its socket, and asked smcd nothing): one
+        // map lookup. A client of the intent path sent no option (the engine uses one path
+        // per connection), so only without it is the intent table looked at.
+        if self.option_says_smc(sock) {
+            Some(None)
+        } else {
+            // smcd wrote the intent before it answered the client, and the client connected
+            // only after that answer: if there is one, it is in our socket buffer now.
+            self.drain_intents();
+            let mut t = lock(&self.intents);
+            let key = canon(peer);
+            let g = t
+                .get_mut(&key)
+                .and_then(VecDeque::pop_front)
+                .map(|(g, _, _)| g);
+            if t.get(&key).is_some_and(VecDeque::is_empty) {
+                t.remove(&key);
+            }
+            g.map(Some)
         }
     }
 
@@ -1558,9 +1787,13 @@ impl ListenerCore {
                     "listener closed",
                 ));
             }
+            if let Some(a) = self.take_handed() {
+                return Ok(a);
+            }
             if room {
                 match accept_from(&self.tcp) {
                     Ok((sock, peer)) => {
+                        self.note_taken();
                         // While threads wait for room, the new connections that came meanwhile
                         // woke nobody who could take them: pass the turn on (one wake-up
                         // each, only while the backlog runs full).
@@ -1657,6 +1890,14 @@ impl ListenerCore {
             epoll::EventData::new_u64(2),
             epoll::EventFlags::IN | epoll::EventFlags::ET,
         )?;
+        if let Some(h) = &self.handoff {
+            epoll::add(
+                &ep,
+                &h.rx,
+                epoll::EventData::new_u64(5),
+                epoll::EventFlags::IN | epoll::EventFlags::ET,
+            )?;
+        }
         // The handshakes an event loop drives, and their deadlines (level-triggered: the set
         // shows ready while one of them is).
         {
@@ -1712,6 +1953,11 @@ impl ListenerCore {
     /// library: it registers again if it does.
     pub fn withdraw(&self) {
         self.set_shared();
+        // Whoever serves the socket from now on does not count its takes where this
+        // listener's holders look: none of them may take the queue for unserved.
+        if let Some(h) = &self.handoff {
+            h.stop();
+        }
         if let Some(r) = lock(&self.option).as_mut() {
             let _ = r.maps.unregister_listener(&r.keys);
             r.keys.clear();
