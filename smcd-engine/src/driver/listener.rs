@@ -153,22 +153,37 @@ impl Handoff {
         self.taken.u64_at(0).load(Ordering::Relaxed)
     }
 
+    /// Connections in the queue, as the holders counted them, so that an `accept` makes no
+    /// system call for an empty queue. Counted before the send: a taker that looks between
+    /// the count and the send finds nothing, and the send's readiness wakes it again.
+    fn queued(&self) -> &std::sync::atomic::AtomicU64 {
+        self.taken.u64_at(16)
+    }
+
     /// Queues `sock` for whichever holder accepts next; a full queue closes it.
     fn give(&self, sock: TcpStream) {
+        self.queued().fetch_add(1, Ordering::AcqRel);
         if let Err(e) = crate::ipc::channel::send_record(self.tx.as_fd(), &[0], &[sock.as_fd()]) {
+            self.queued().fetch_sub(1, Ordering::AcqRel);
             tracing::debug!("connection not handed over: {e}");
         }
     }
 
     /// A connection another holder (or this one) queued, if there is one.
     fn take(&self) -> Option<TcpStream> {
+        if self.queued().load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut b = [0u8; 1];
         match crate::ipc::channel::recv_record(
             self.rx.as_fd(),
             &mut b,
             rustix::net::RecvFlags::DONTWAIT,
         ) {
-            Ok((_, fds)) => fds.into_iter().next().map(TcpStream::from),
+            Ok((_, fds)) => {
+                self.queued().fetch_sub(1, Ordering::AcqRel);
+                fds.into_iter().next().map(TcpStream::from)
+            }
             Err(_) => None,
         }
     }
