@@ -10,20 +10,11 @@ import socket
 import sys
 
 import fork_deadline  # noqa: F401 (every process of the run ends within 100 s)
+from streams import recv_exact
 
 REC = 64
 N = 2000
 TIMEOUT = 30
-
-
-def recv_exact(s, n):
-    out = b""
-    while len(out) < n:
-        b = s.recv(n - len(out))
-        if not b:
-            raise EOFError("end of stream after %d of %d bytes" % (len(out), n))
-        out += b
-    return out
 
 
 def read_all(fd):

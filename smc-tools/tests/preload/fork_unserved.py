@@ -10,18 +10,9 @@ import socket
 import threading
 
 import fork_deadline  # noqa: F401 (every process of the run ends within 100 s)
+from streams import recv_exact
 
 PATTERN = bytes(range(256)) * 256  # 64 KiB
-
-
-def recv_exact(s, n):
-    out = b""
-    while len(out) < n:
-        b = s.recv(n - len(out))
-        if not b:
-            raise SystemExit("end of stream after %d of %d bytes" % (len(out), n))
-        out += b
-    return out
 
 
 ls = socket.socket()

@@ -9,6 +9,8 @@ import fcntl
 import os
 import socket
 
+from streams import recv_exact
+
 F_SETPIPE_SZ = 1031
 SPLICE_F_NONBLOCK = 2
 
@@ -17,15 +19,6 @@ lst.bind(("127.0.0.1", 0))
 lst.listen(4)
 c = socket.create_connection(lst.getsockname())
 s, _ = lst.accept()
-
-
-def recv_exactly(sock, n):
-    out = b""
-    while len(out) < n:
-        b = sock.recv(n - len(out))
-        assert b, "end of stream after %d of %d bytes" % (len(out), n)
-        out += b
-    return out
 
 
 def pipe_small():
@@ -58,7 +51,7 @@ except BlockingIOError:
     pass
 got = os.read(r2, 65536)
 assert len(got) == n, (len(got), n)
-got += recv_exactly(s, len(data) - n)
+got += recv_exact(s, len(data) - n)
 assert got == data, (len(got), got[:16])
 
 # A full pipe and SPLICE_F_NONBLOCK: EAGAIN, nothing taken from the stream.
@@ -78,7 +71,7 @@ assert s.recv(100) == b"still here"
 os.write(w, b"from a pipe")
 n = os.splice(r, c.fileno(), 100)
 assert n == 11, n
-assert recv_exactly(s, 11) == b"from a pipe"
+assert recv_exact(s, 11) == b"from a pipe"
 
 # A non-blocking stream with no room: EAGAIN, and the pipe keeps the bytes.
 c.setblocking(False)
@@ -95,7 +88,7 @@ try:
 except BlockingIOError:
     pass
 assert os.read(r, 100) == b"wait for me"
-assert recv_exactly(s, sent) == b"f" * sent
+assert recv_exact(s, sent) == b"f" * sent
 c.setblocking(True)
 
 # An offset on the socket side: EINVAL; on the pipe's: ESPIPE. Two sockets: EINVAL.

@@ -1887,29 +1887,20 @@ impl ListenerCore {
         // a woken thread's epoll_wait put the still-ready descriptor back and woke the next
         // waiter, and so on through all of them, for every connection. (Polled through the
         // epoll descriptor, as an event loop does, readiness still shows what is ready now.)
-        epoll::add(
-            &ep,
-            &self.bell,
-            epoll::EventData::new_u64(0),
-            epoll::EventFlags::IN | epoll::EventFlags::ET,
-        )?;
-        epoll::add(
-            &ep,
-            &self.tcp,
-            epoll::EventData::new_u64(1),
-            epoll::EventFlags::IN | epoll::EventFlags::ET,
-        )?;
-        epoll::add(
-            &ep,
-            &self.room,
-            epoll::EventData::new_u64(2),
-            epoll::EventFlags::IN | epoll::EventFlags::ET,
-        )?;
+        let mut sources = vec![
+            (self.bell.as_fd(), 0),
+            (self.tcp.as_fd(), 1),
+            (self.room.as_fd(), 2),
+        ];
+        // Connections another holder handed on (see `Handoff`).
         if let Some(h) = &self.handoff {
+            sources.push((h.rx.as_fd(), 5));
+        }
+        for (fd, tag) in sources {
             epoll::add(
                 &ep,
-                &h.rx,
-                epoll::EventData::new_u64(5),
+                fd,
+                epoll::EventData::new_u64(tag),
                 epoll::EventFlags::IN | epoll::EventFlags::ET,
             )?;
         }
