@@ -112,15 +112,23 @@ const UNSERVED_PROPOSAL: Duration = Duration::from_secs(1);
 /// `SCM_RIGHTS`).
 #[derive(Debug)]
 pub struct Handoff {
-    taken: crate::layout::region::Region,
+    /// The shared words, at `HO_*`.
+    page: crate::layout::region::Region,
     tx: OwnedFd,
     rx: OwnedFd,
 }
 
+/// In a [`Handoff`]'s page: connections taken off the kernel's queue by any holder.
+const HO_TAKEN: usize = 0;
+/// 1 once an `exec` passed the socket on.
+const HO_STOPPED: usize = 8;
+/// Connections in the hand-off queue.
+const HO_QUEUED: usize = 16;
+
 impl Handoff {
     fn new() -> io::Result<Self> {
         use rustix::net::{AddressFamily, SocketFlags, SocketType};
-        let (taken, _fd) = crate::layout::region::Region::create("smc-listener-handoff", 4096)?;
+        let (page, _fd) = crate::layout::region::Region::create("smc-listener-handoff", 4096)?;
         let (tx, rx) = rustix::net::socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -128,7 +136,7 @@ impl Handoff {
             None,
         )?;
         Ok(Self {
-            taken,
+            page,
             tx: crate::sys::banded(tx),
             rx: crate::sys::banded(rx),
         })
@@ -136,56 +144,68 @@ impl Handoff {
 
     /// One more connection taken off the kernel's queue, by any holder.
     fn note_taken(&self) {
-        self.taken.u64_at(0).fetch_add(1, Ordering::Relaxed);
+        self.page.u64_at(HO_TAKEN).fetch_add(1, Ordering::Relaxed);
     }
 
     /// The socket went on to another program ([`ListenerCore::withdraw`]), whose takes are
     /// not counted here: no holder hands connections on from now on.
     fn stop(&self) {
-        self.taken.u64_at(8).store(1, Ordering::Release);
+        self.page.u64_at(HO_STOPPED).store(1, Ordering::Release);
     }
 
     fn stopped(&self) -> bool {
-        self.taken.u64_at(8).load(Ordering::Acquire) != 0
+        self.page.u64_at(HO_STOPPED).load(Ordering::Acquire) != 0
     }
 
     fn taken(&self) -> u64 {
-        self.taken.u64_at(0).load(Ordering::Relaxed)
+        self.page.u64_at(HO_TAKEN).load(Ordering::Relaxed)
     }
 
     /// Connections in the queue, as the holders counted them, so that an `accept` makes no
     /// system call for an empty queue. Counted before the send: a taker that looks between
     /// the count and the send finds nothing, and the send's readiness wakes it again.
     fn queued(&self) -> &std::sync::atomic::AtomicU64 {
-        self.taken.u64_at(16)
+        self.page.u64_at(HO_QUEUED)
     }
 
-    /// Queues `sock` for whichever holder accepts next; a full queue closes it.
-    fn give(&self, sock: TcpStream) {
+    /// Queues `sock`, a plain TCP connection for `why`, for whichever holder accepts next; a
+    /// full queue closes it.
+    fn give(&self, sock: TcpStream, why: ReasonCode) {
         self.queued().fetch_add(1, Ordering::AcqRel);
-        if let Err(e) = crate::ipc::channel::send_record(self.tx.as_fd(), &[0], &[sock.as_fd()]) {
+        let rec = why.0.to_ne_bytes();
+        if let Err(e) = crate::ipc::channel::send_record(self.tx.as_fd(), &rec, &[sock.as_fd()]) {
             self.queued().fetch_sub(1, Ordering::AcqRel);
             tracing::debug!("connection not handed over: {e}");
         }
     }
 
-    /// A connection another holder (or this one) queued, if there is one.
-    fn take(&self) -> Option<TcpStream> {
+    /// A connection another holder (or this one) queued, and why it is plain TCP.
+    fn take(&self) -> Option<(TcpStream, ReasonCode)> {
         if self.queued().load(Ordering::Acquire) == 0 {
             return None;
         }
-        let mut b = [0u8; 1];
+        let mut rec = [0u8; 4];
         match crate::ipc::channel::recv_record(
             self.rx.as_fd(),
-            &mut b,
+            &mut rec,
             rustix::net::RecvFlags::DONTWAIT,
         ) {
             Ok((_, fds)) => {
                 self.queued().fetch_sub(1, Ordering::AcqRel);
-                fds.into_iter().next().map(TcpStream::from)
+                let sock = TcpStream::from(fds.into_iter().next()?);
+                Some((sock, ReasonCode(u32::from_ne_bytes(rec))))
             }
             Err(_) => None,
         }
+    }
+}
+
+/// The statistics counter of the path an announced client came by ([`ListenerCore::announced`]).
+fn path_stat(gid: Option<Gid>) -> usize {
+    if gid.is_none() {
+        st::T_SRV_PATH_OPTION
+    } else {
+        st::T_SRV_PATH_INTENT
     }
 }
 
@@ -764,21 +784,23 @@ impl ListenerCore {
         self.kick.ring();
     }
 
-    /// One more connection taken off the kernel's queue (every holder counts its takes, so a
-    /// holder that does not take can tell the queue is served).
-    fn note_taken(&self) {
+    /// Takes a connection off the kernel's queue, counted where every holder counts its takes
+    /// (so that a holder that does not take can tell the queue is served).
+    fn take_queued(&self) -> rustix::io::Result<(TcpStream, SocketAddr)> {
+        let taken = accept_from(&self.tcp)?;
         if let Some(h) = &self.handoff {
             h.note_taken();
         }
+        Ok(taken)
     }
 
     /// A connection another holder took off the kernel's queue for whoever accepts next
     /// ([`ListenerCore::serve_unserved`]): plain TCP, its Proposal (if it had one) declined.
     fn take_handed(&self) -> Option<Accepted> {
-        let sock = self.handoff.as_ref()?.take()?;
+        let (sock, why) = self.handoff.as_ref()?.take()?;
         let peer = sock.peer_addr().ok()?;
         Some(Accepted {
-            outcome: Outcome::Tcp(sock, Fallback::local(ReasonCode::NOSMCDEV)),
+            outcome: Outcome::Tcp(sock, Fallback::local(why)),
             peer,
         })
     }
@@ -807,28 +829,22 @@ impl ListenerCore {
             }
         }
         *seen = None;
-        while let Ok((sock, peer)) = accept_from(&self.tcp) {
-            h.note_taken();
+        let status = self.engine.status();
+        while let Ok((sock, peer)) = self.take_queued() {
             let Some(gid) = self.announced(&sock, peer) else {
-                h.give(sock);
+                // As `sort` counts a client that sends no Proposal.
+                status.add(st::T_SRV_FBACK + st::fback_index(ReasonCode::PEERNOSMC), 1);
+                h.give(sock, ReasonCode::PEERNOSMC);
                 continue;
             };
             let mut run = DeclineRun::new(sock, Instant::now());
             let until = Instant::now() + UNSERVED_PROPOSAL;
-            let status = self.engine.status();
             loop {
                 match run.step() {
                     Ok(ServerStep::Done(Outcome::Tcp(sock, fb))) => {
-                        status.add(
-                            if gid.is_none() {
-                                st::T_SRV_PATH_OPTION
-                            } else {
-                                st::T_SRV_PATH_INTENT
-                            },
-                            1,
-                        );
+                        status.add(path_stat(gid), 1);
                         status.add(st::T_SRV_FBACK + st::fback_index(fb.local), 1);
-                        h.give(sock);
+                        h.give(sock, fb.local);
                         break;
                     }
                     Ok(ServerStep::Wait) if Instant::now() < until => {
@@ -865,6 +881,10 @@ impl ListenerCore {
         // The kernel's queue as last seen non-empty while nobody here took from it: since
         // when, and the holders' count of connections taken then.
         let mut unserved: Option<(Instant, u64)> = None;
+        let look = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: UNSERVED_LOOK.as_nanos() as i64,
+        };
         loop {
             if self.closed.load(Ordering::Acquire) {
                 return;
@@ -904,10 +924,6 @@ impl ListenerCore {
             if !watch {
                 unserved = None;
             }
-            let look = rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: UNSERVED_LOOK.as_nanos() as i64,
-            };
             drop(busy);
             if let Err(e) = rustix::event::poll(&mut fds, watch.then_some(&look))
                 && e != rustix::io::Errno::INTR
@@ -930,9 +946,8 @@ impl ListenerCore {
                 }
             }
             if tcp_ready {
-                match accept_from(&self.tcp) {
+                match self.take_queued() {
                     Ok((sock, peer)) => {
-                        self.note_taken();
                         if let Some(a) = self.sort(sock, peer, false) {
                             let mut st = lock(&self.state);
                             st.ready.push_back(a);
@@ -1062,12 +1077,7 @@ impl ListenerCore {
         // (Accepted sockets are blocking: accept4 without SOCK_NONBLOCK.)
         match self.announced(&sock, peer) {
             Some(gid) => {
-                let path = if gid.is_none() {
-                    st::T_SRV_PATH_OPTION
-                } else {
-                    st::T_SRV_PATH_INTENT
-                };
-                self.engine.status().add(path, 1);
+                self.engine.status().add(path_stat(gid), 1);
                 self.start_handshake(sock, peer, gid, linger)
             }
             None => {
@@ -1806,9 +1816,8 @@ impl ListenerCore {
                 return Ok(a);
             }
             if room {
-                match accept_from(&self.tcp) {
+                match self.take_queued() {
                     Ok((sock, peer)) => {
-                        self.note_taken();
                         // While threads wait for room, the new connections that came meanwhile
                         // woke nobody who could take them: pass the turn on (one wake-up
                         // each, only while the backlog runs full).
